@@ -1,0 +1,140 @@
+"""What crosses threads: requests, progress events and results (frozen dataclasses, enums)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from types import MappingProxyType
+
+from engine.errors import ErrorKind
+
+_ids = itertools.count(1)
+
+
+def new_request_id() -> str:
+    return f"job-{next(_ids)}"
+
+
+class Operation(Enum):
+    REMOVE_BACKGROUND = "remove-background"
+    DEPTH = "depth"
+    GEOMETRY = "geometry"
+    UPSCALE = "upscale"
+
+    @property
+    def label(self) -> str:
+        return {
+            Operation.REMOVE_BACKGROUND: "Remove background",
+            Operation.DEPTH: "Depth",
+            Operation.GEOMETRY: "Geometry",
+            Operation.UPSCALE: "Upscale",
+        }[self]
+
+
+def _frozen(mapping: Mapping[str, object] | None) -> Mapping[str, object]:
+    return MappingProxyType(dict(mapping or {}))
+
+
+@dataclass(frozen=True)
+class OperationRequest:
+    """One job: an operation with one model over one or more inputs.
+
+    `tile` is a tile edge in input pixels, or None for automatic sizing (largest tile that
+    fits the memory budget, halved on out-of-memory). `sequence` treats all inputs as the
+    frames of one sequence. `options` holds family-specific settings (see each operation).
+    """
+
+    operation: Operation
+    model: str
+    inputs: tuple[Path, ...]
+    device: str = "cpu"
+    runtime: str = "auto"
+    output_dir: Path | None = None
+    tile: int | None = None
+    sequence: bool = False
+    options: Mapping[str, object] = field(default_factory=lambda: _frozen(None))
+    id: str = field(default_factory=new_request_id)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "inputs", tuple(Path(p) for p in self.inputs))
+        if not isinstance(self.options, MappingProxyType):
+            object.__setattr__(self, "options", _frozen(self.options))
+
+
+class ProgressKind(Enum):
+    STARTED = "started"  # the request left the queue and its model is being loaded
+    RUN_FINISHED = "run_finished"  # one model run (a tile, or a whole frame) ended
+    FRAME_FINISHED = "frame_finished"  # every run of one frame ended
+    INPUT_FINISHED = "input_finished"  # one input's products are written
+    INPUT_FAILED = "input_failed"  # one input failed; the batch goes on
+
+
+@dataclass(frozen=True)
+class Progress:
+    request_id: str
+    kind: ProgressKind
+    input_index: int = 0
+    input_count: int = 1
+    frame: int = 0  # 0-based index of the current frame
+    frame_count: int = 1
+    run: int = 0  # runs finished in the current frame (1-based once a run ended)
+    run_count: int = 1
+    message: str = ""
+
+    @property
+    def fraction(self) -> float:
+        """Overall completion of the request, 0…1."""
+        per_input = 1.0 / max(self.input_count, 1)
+        per_frame = per_input / max(self.frame_count, 1)
+        done_runs = self.run / max(self.run_count, 1)
+        if self.kind in (ProgressKind.INPUT_FINISHED, ProgressKind.INPUT_FAILED):
+            return min(1.0, (self.input_index + 1) * per_input)
+        return min(1.0, self.input_index * per_input + self.frame * per_frame + done_runs * per_frame)
+
+
+class ProductKind(Enum):
+    IMAGE = "image"  # upscaled image, cut-out
+    MASK = "mask"
+    DEPTH16 = "depth16"
+    DEPTH_FLOAT = "depth_float"
+    DEPTH_PREVIEW = "depth_preview"
+    NORMAL = "normal"
+    INTRINSICS = "intrinsics"
+    POINT_CLOUD = "point_cloud"
+    CONFIDENCE = "confidence"
+    SKY = "sky"
+
+
+@dataclass(frozen=True)
+class Product:
+    path: Path
+    kind: ProductKind
+    source: Path
+    frames: int = 1
+
+
+@dataclass(frozen=True)
+class InputFailure:
+    source: Path
+    kind: ErrorKind
+    message: str
+
+
+@dataclass(frozen=True)
+class Result:
+    request_id: str
+    products: tuple[Product, ...]
+    failures: tuple[InputFailure, ...]
+    runs: int
+    shrinks: int
+    sessions_created: int
+    sessions_reused: int
+    timings: Mapping[str, float]
+    tile: int | None = None  # tile edge finally used (after any halving), None when untiled
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures

@@ -1,0 +1,269 @@
+"""The session cache: the only code in Tessera that constructs an `InferenceSession` (M1, M6).
+
+Sessions are keyed by (model file, device, runtime) and live until released: operations hand
+back their temporary arena memory (M2) but keep the session and its weights. The cache is
+owned by one thread — the engine thread — and refuses to be used from another.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.errors import DeviceUnavailable, ModelError, ResourceError
+from engine.providers import (
+    Device,
+    ProviderPlan,
+    Runtime,
+    diagnose,
+    missing_requirement,
+    provider_plan,
+    resolve_runtime,
+    shrink_target,
+)
+from engine.runner import is_out_of_memory
+
+log = logging.getLogger(__name__)
+
+USE_ENV_ALLOCATORS = "session.use_env_allocators"
+
+
+@dataclass(frozen=True)
+class SessionKey:
+    model: Path  # resolved absolute path of the model file
+    device: Device
+    runtime: Runtime  # concrete: never AUTO
+
+    @classmethod
+    def make(cls, model: Path, device: Device, runtime: Runtime) -> SessionKey:
+        return cls(Path(model).resolve(), device, resolve_runtime(device, runtime))
+
+
+@dataclass
+class SessionEntry:
+    key: SessionKey
+    session: Any  # onnxruntime.InferenceSession (or a test's wrapper of one)
+    providers: tuple[str, ...]
+    shrink_target: str | None
+    file_size: int
+    created_at: float
+    last_used: float
+    load_seconds: float
+    runs: int = 0
+    shrinks: int = 0
+    facts: dict[str, object] = field(default_factory=dict)  # per-session probe results (scale…)
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """A snapshot of one loaded session, safe to hand to another thread."""
+
+    key: SessionKey
+    model_name: str
+    device: str
+    runtime: str
+    provider: str
+    file_size: int
+    last_used: float
+    runs: int
+    shrinks: int
+
+
+# The CPU arena limit (M9) is registered once per process and cannot change afterwards.
+_cpu_arena_lock = threading.Lock()
+_cpu_arena_limit: int | None = None
+
+
+def register_cpu_arena(limit: int) -> None:
+    global _cpu_arena_limit
+    import onnxruntime as ort
+
+    with _cpu_arena_lock:
+        if _cpu_arena_limit is not None:
+            if _cpu_arena_limit != limit:
+                log.warning(
+                    "CPU memory limit stays at %d bytes until restart (asked for %d)",
+                    _cpu_arena_limit,
+                    limit,
+                )
+            return
+        info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+        # kSameAsRequested (1) so a shrink can return every region, and max_mem for the cap.
+        cfg = ort.OrtArenaCfg({"max_mem": int(limit), "arena_extend_strategy": 1})
+        ort.create_and_register_allocator(info, cfg)
+        _cpu_arena_limit = int(limit)
+
+
+def cpu_arena_limit() -> int | None:
+    return _cpu_arena_limit
+
+
+def create_session(
+    model: Path | bytes,
+    plan: ProviderPlan,
+    *,
+    threads: int = 0,
+    name: str = "model",
+) -> Any:
+    """Create one ORT session; every session in the process comes through here."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if threads:
+        so.intra_op_num_threads = threads
+    if _cpu_arena_limit is not None:
+        so.add_session_config_entry(USE_ENV_ALLOCATORS, "1")
+    source: str | bytes = model if isinstance(model, bytes) else str(model)
+    try:
+        session = ort.InferenceSession(source, so, providers=plan.names, provider_options=plan.options)
+    except Exception as e:  # ORT's exceptions are not RuntimeError subclasses
+        text = str(e)
+        if is_out_of_memory(text):
+            raise ResourceError(
+                f"Not enough memory to load {name}. Close other programs using the device, "
+                "or pick a smaller model."
+            ) from e
+        if "NO_SUCHFILE" in text or "No such file" in text or "Load model from" in text and "failed" in text:
+            raise ModelError(f"{name}: the model file cannot be read ({_first_line(text)}).") from e
+        if "INVALID_PROTOBUF" in text or "INVALID_GRAPH" in text or "Protobuf parsing failed" in text:
+            raise ModelError(f"{name} is not a valid ONNX model ({_first_line(text)}).") from e
+        raise ModelError(f"ONNX Runtime could not load {name}: {_first_line(text)}") from e
+    # A request for a device must never be run silently on another one (M7).
+    session.disable_fallback()
+    return session
+
+
+def _first_line(text: str) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else text
+    return line[:300]
+
+
+SessionWrap = Callable[[Any, SessionKey], Any]
+
+
+class SessionCache:
+    def __init__(
+        self,
+        *,
+        gpu_mem_limit: int | None = None,
+        threads: int = 0,
+        wrap: SessionWrap | None = None,
+    ) -> None:
+        self._entries: dict[SessionKey, SessionEntry] = {}
+        self._gpu_mem_limit = gpu_mem_limit
+        self._threads = threads
+        self._wrap = wrap
+        self._owner: int | None = None
+        self.created = 0
+        self.reused = 0
+        self.released = 0
+
+    def _check_thread(self) -> None:
+        me = threading.get_ident()
+        if self._owner is None:
+            self._owner = me
+        elif self._owner != me:
+            raise RuntimeError("The session cache is owned by the engine thread; use it only there.")
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: SessionKey) -> bool:
+        return key in self._entries
+
+    def get(self, key: SessionKey) -> tuple[SessionEntry, bool]:
+        """The cached session for `key`, creating it on first use. Returns (entry, created)."""
+        self._check_thread()
+        entry = self._entries.get(key)
+        if entry is not None:
+            entry.last_used = time.time()
+            self.reused += 1
+            return entry, False
+        entry = self._create(key)
+        self._entries[key] = entry
+        self.created += 1
+        return entry, True
+
+    def _create(self, key: SessionKey) -> SessionEntry:
+        path = key.model
+        if not path.is_file():
+            raise ModelError(f"The model file {path.name} does not exist.")
+        plan = provider_plan(key.device, key.runtime, self._gpu_mem_limit)
+        if self._wrap is None:
+            reason = missing_requirement(key.runtime)
+            if reason is not None:
+                raise DeviceUnavailable(
+                    f"{key.runtime.value} on {key.device} is not available: {reason}. "
+                    "Tessera does not run a GPU request on the CPU; choose device cpu to run there."
+                )
+        start = time.perf_counter()
+        session = create_session(path, plan, threads=self._threads, name=path.name)
+        if self._wrap is not None:
+            session = self._wrap(session, key)
+        actual = tuple(session.get_providers())
+        if not actual or actual[0] != plan.expected:
+            del session
+            gc.collect()
+            raise DeviceUnavailable(
+                f"{key.runtime.value} on {key.device} is not available: {diagnose(key.runtime)}. "
+                f"ONNX Runtime could only start {actual[0] if actual else 'nothing'}; "
+                "Tessera does not run a GPU request on the CPU. Choose device cpu to run there."
+            )
+        target = shrink_target(actual, session.get_provider_options())
+        now = time.time()
+        log.info("loaded %s on %s via %s (shrink %s)", path.name, key.device, actual[0], target)
+        return SessionEntry(
+            key=key,
+            session=session,
+            providers=actual,
+            shrink_target=target,
+            file_size=path.stat().st_size,
+            created_at=now,
+            last_used=now,
+            load_seconds=time.perf_counter() - start,
+        )
+
+    def release(self, key: SessionKey) -> bool:
+        """Drop a session and destroy it, returning its memory (M5)."""
+        self._check_thread()
+        entry = self._entries.pop(key, None)
+        if entry is None:
+            return False
+        entry.session = None
+        del entry
+        gc.collect()  # ORT frees device memory only once the last reference is gone
+        self.released += 1
+        return True
+
+    def release_all(self) -> int:
+        self._check_thread()
+        keys = list(self._entries)
+        for key in keys:
+            self.release(key)
+        return len(keys)
+
+    def entries(self) -> list[SessionEntry]:
+        return list(self._entries.values())
+
+    def snapshot(self) -> tuple[SessionInfo, ...]:
+        return tuple(
+            SessionInfo(
+                key=e.key,
+                model_name=e.key.model.name,
+                device=str(e.key.device),
+                runtime=e.key.runtime.value,
+                provider=e.providers[0],
+                file_size=e.file_size,
+                last_used=e.last_used,
+                runs=e.runs,
+                shrinks=e.shrinks,
+            )
+            for e in sorted(self._entries.values(), key=lambda e: e.created_at)
+        )
