@@ -104,7 +104,7 @@ class Engine:
         timings: dict[str, float] = {"load_s": entry.load_seconds if self.sessions.created > created_before else 0.0}
         products: list[Product] = []
         failures: list[InputFailure] = []
-        options = dict(ref.entry.options) if ref.entry is not None else {}
+        options = model_options(ref)
         used_tile: int | None = None
         ctx: RunContext | None = None
         for index, group in enumerate(groups):
@@ -223,6 +223,25 @@ class Engine:
 
             raise BadInputError(f"The output folder {out} cannot be created ({e.strerror}).") from e
         return out
+
+
+OPTION_FIELDS = ("normalization", "input_size", "process_res", "num_tokens", "scale", "tile", "multiple_of")
+
+
+def model_options(ref: ModelRef) -> dict[str, object]:
+    """The catalog's contract options for this model, completed by what its graph says."""
+    options: dict[str, object] = {}
+    if ref.entry is not None:
+        for name in OPTION_FIELDS:
+            value = getattr(ref.entry, name, None)
+            if value is not None:
+                options[name] = value.value if hasattr(value, "value") else value
+    contract = ref.contract
+    if contract.scale:
+        options.setdefault("scale", contract.scale)
+    if contract.multiple_of > 1:
+        options.setdefault("multiple_of", contract.multiple_of)
+    return options
 
 
 def _name_file(source: Path, message: str) -> str:

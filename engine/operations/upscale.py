@@ -124,7 +124,14 @@ def _int_or_none(value: object) -> int | None:
 
 
 def auto_tile(ctx: RunContext, info: UpscalerInfo) -> int:
-    """The largest tile whose estimated activation memory fits the budget."""
+    """The largest tile whose estimated activation memory fits the budget.
+
+    The `auto_start` option skips the estimate and starts from that tile (halving on
+    out-of-memory as usual): for a user who knows the device better than the estimate does.
+    """
+    start = ctx.option("auto_start", None)
+    if start:
+        return max(int(start), ctx.settings.min_tile)
     weights = max(ctx.entry.file_size, 1)
     # Bytes of live activations per input pixel: grows with the network's width and depth.
     per_pixel = min(max(weights // 16_000, 256), 8192) * info.scale

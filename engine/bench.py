@@ -1,0 +1,411 @@
+"""`python -m engine bench`: the performance table of DESIGN §7, measured in one run here.
+
+Every figure is a ratio, a count or a time measured now on this machine; nothing is asserted.
+Real starter models are used when installed (fetch-starter); otherwise a synthetic network of
+the same shape family stands in and the table says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine import memory
+from engine.api import Engine
+from engine.cancel import CancelToken
+from engine.errors import Cancelled
+from engine.requests import Operation, OperationRequest, Progress, ProgressKind
+from engine.settings import EngineSettings
+
+
+@dataclass
+class Row:
+    name: str
+    value: float | int | str
+    unit: str
+    target: str = ""
+    met: bool | None = None
+    note: str = ""
+
+
+@dataclass
+class Table:
+    rows: list[Row] = field(default_factory=list)
+
+    def add(self, row: Row) -> None:
+        self.rows.append(row)
+        mark = {True: "met", False: "NOT met", None: ""}[row.met]
+        value = f"{row.value:.3f}" if isinstance(row.value, float) else str(row.value)
+        print(f"{row.name:<52} {value:>12} {row.unit:<6} {row.target:<14} {mark:<8} {row.note}", flush=True)
+
+
+class PeakRss:
+    """Samples this process's RSS every few milliseconds on a side thread."""
+
+    def __init__(self, interval: float = 0.003) -> None:
+        self.interval = interval
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="rss-sampler", daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, memory.process_rss())
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> PeakRss:
+        self.peak = memory.process_rss()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, memory.process_rss())
+
+
+def synthetic_upscaler(path: Path, scale: int = 4, features: int = 32, blocks: int = 6) -> Path:
+    """An SRVGGNetCompact-shaped stand-in (conv + PReLU body, PixelShuffle, nearest residual)."""
+    from onnx import TensorProto, helper, numpy_helper, save
+
+    rng = np.random.default_rng(0)
+    inits = []
+    nodes = []
+
+    def conv(name: str, src: str, cin: int, cout: int) -> str:
+        w = (rng.standard_normal((cout, cin, 3, 3)) * (0.5 / np.sqrt(cin * 9))).astype(np.float32)
+        b = np.zeros(cout, np.float32)
+        inits.extend([numpy_helper.from_array(w, f"{name}_w"), numpy_helper.from_array(b, f"{name}_b")])
+        nodes.append(helper.make_node("Conv", [src, f"{name}_w", f"{name}_b"], [name], pads=[1, 1, 1, 1]))
+        return name
+
+    def prelu(name: str, src: str, ch: int) -> str:
+        inits.append(numpy_helper.from_array(np.full((ch, 1, 1), 0.1, np.float32), f"{name}_s"))
+        nodes.append(helper.make_node("PRelu", [src, f"{name}_s"], [name]))
+        return name
+
+    x = prelu("p0", conv("c0", "input", 3, features), features)
+    for i in range(blocks):
+        x = prelu(f"p{i + 1}", conv(f"c{i + 1}", x, features, features), features)
+    x = conv("cout", x, features, 3 * scale * scale)
+    nodes.append(helper.make_node("DepthToSpace", [x], ["ps"], blocksize=scale, mode="CRD"))
+    inits.append(numpy_helper.from_array(np.array([1, 1, scale, scale], np.float32), "scales"))
+    nodes.append(helper.make_node("Resize", ["input", "", "scales"], ["up"], mode="nearest",
+                                  coordinate_transformation_mode="asymmetric", nearest_mode="floor"))
+    nodes.append(helper.make_node("Add", ["ps", "up"], ["output"]))
+    graph = helper.make_graph(
+        nodes, "synthetic_upscaler",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, "height", "width"])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 3, "height", "width"])],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    model.metadata_props.add(key="tessera.scale", value=str(scale))
+    save(model, str(path))
+    return path
+
+
+def test_image(path: Path, width: int, height: int, seed: int = 0) -> Path:
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
+    img = np.stack([np.sin(x / 17) * 0.5 + 0.5, np.cos(y / 23) * 0.5 + 0.5, (x + y) / (width + height)], 2)
+    img = np.clip(img * 255 + rng.normal(0, 6, img.shape), 0, 255).astype(np.uint8)
+    Image.fromarray(img).save(path)
+    return path
+
+
+@contextmanager
+def _tmp() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="tessera-bench-") as d:
+        yield Path(d)
+
+
+def _find(models_dir: Path, model_id: str) -> Path | None:
+    p = models_dir / f"{model_id}.onnx"
+    return p if p.is_file() else None
+
+
+def bare_loop(model: Path, tiles: list[np.ndarray], threads: int = 0) -> float:
+    """The same tiles through a plain ORT session: the floor the engine is measured against."""
+    from engine.providers import Device, Runtime, provider_plan
+    from engine.sessions import create_session
+
+    session = create_session(model, provider_plan(Device("cpu"), Runtime.CPU), threads=threads)
+    name = session.get_inputs()[0].name
+    session.run(None, {name: tiles[0]})  # warm-up, as the engine's probe run warms its session
+    start = time.perf_counter()
+    for t in tiles:
+        session.run(None, {name: t})
+    return time.perf_counter() - start
+
+
+def engine_tiles(engine: Engine, request: OperationRequest) -> list[np.ndarray]:
+    """Record the exact tensors the engine feeds, so the bare loop runs the same work."""
+    from engine.imaging import load_image, to_float
+    from engine.operations.upscale import UpscalerInfo, _passes, _to_tensor
+    from engine.tiling import pad_to_multiple, plan_tiles
+
+    entry = engine.sessions.entries()[0]
+    info = entry.facts["upscaler"]
+    assert isinstance(info, UpscalerInfo)
+    image = load_image(request.inputs[0], engine.settings.max_pixels)
+    frame = image.frames[0]
+    padded = pad_to_multiple(frame[..., :3], info.multiple_of)
+    plan = plan_tiles(padded.shape[0], padded.shape[1], request.tile, engine.settings.overlap, info.multiple_of)
+    passes = _passes(3, False, info.channels)
+    out = []
+    for t in plan.tiles:
+        region = padded[t.y0 : t.y1, t.x0 : t.x1]
+        model_in, _ = passes[0][0](region, None)
+        out.append(_to_tensor(to_float(model_in), info))
+    return out
+
+
+def measure_overhead(table: Table, engine: Engine, model: Path, label: str, size: tuple[int, int], tile: int,
+                     work: Path, repeats: int) -> None:
+    from engine.imaging import load_image, write_image
+
+    img = test_image(work / f"overhead-{label}.png", *size)
+    req = OperationRequest(Operation.UPSCALE, str(model), (img,), output_dir=work / "out", tile=tile)
+    engine.run(req)  # load, probe and warm the arena for this tile shape
+    tiles = engine_tiles(engine, req)
+    best_engine = float("inf")
+    best_io = float("inf")
+    for _ in range(repeats):
+        result = engine.run(req)
+        best_engine = min(best_engine, result.timings["total_s"])
+        t0 = time.perf_counter()
+        decoded = load_image(img, engine.settings.max_pixels)
+        from PIL import Image
+
+        out_arr = np.asarray(Image.open(result.products[0].path))
+        write_image(work / "io" / "x.png", out_arr, decoded.meta)
+        best_io = min(best_io, time.perf_counter() - t0)
+        for p in result.products:
+            p.path.unlink()
+    bare = min(bare_loop(model, tiles, engine.settings.threads) for _ in range(repeats))
+    compute = best_engine - best_io
+    table.add(Row(f"overhead vs bare ORT, {label} ({len(tiles)} tiles)", (compute / bare - 1) * 100, "%",
+                  "<= 5 %", (compute / bare - 1) <= 0.05,
+                  f"engine {compute:.3f}s (+{best_io:.3f}s file I/O) vs bare {bare:.3f}s"))
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    settings = EngineSettings(models_dir=getattr(args, "models_dir", None))
+    models_dir = settings.resolved_models_dir()
+    quick = bool(getattr(args, "quick", False))
+    table = Table()
+    print(f"Tessera bench on {platform.machine()} {platform.system()}, {memory.ram_snapshot().total >> 30} GiB RAM")
+    print(f"{'figure':<52} {'value':>12} {'unit':<6} {'target':<14} {'status':<8} note")
+    with _tmp() as work:
+        anime = _find(models_dir, "realesrgan-animevideov3-x4")
+        x4plus = _find(models_dir, "realesrgan-x4plus")
+        u2netp = _find(models_dir, "u2netp")
+        synthetic = None
+        if anime is None:
+            synthetic = synthetic_upscaler(work / "synthetic-x4.onnx")
+            print("(starter models not installed: a synthetic ×4 network stands in; run "
+                  "`python -m engine models fetch-starter` for the real figures)")
+        fast_model = anime or synthetic
+        assert fast_model is not None
+        engine = Engine(settings)
+
+        # Overhead of the engine against a bare ORT loop over the same tiles.
+        measure_overhead(table, engine, fast_model, "animevideov3-x4" if anime else "synthetic-x4",
+                         (256, 192) if quick else (512, 384), 128, work, 2 if quick else 3)
+        if x4plus is not None and not quick:
+            measure_overhead(table, engine, x4plus, "x4plus", (192, 128), 96, work, 1)
+        if u2netp is not None:
+            measure_u2netp(table, engine, u2netp, work)
+
+        # Cold load and cached request start.
+        cold = Engine(settings)
+        img = test_image(work / "small.png", 64, 48)
+        req = OperationRequest(Operation.UPSCALE, str(fast_model), (img,), output_dir=work / "o2")
+        r1 = cold.run(req)
+        table.add(Row("cold load (session creation)", r1.timings.get("load_s", 0.0) * 1000, "ms"))
+        starts = []
+        for _ in range(10):
+            r = cold.run(req)
+            starts.append(r.timings.get("first_run_s", float("nan")) * 1000)
+        start_ms = float(np.median(starts))
+        table.add(Row("cached request: request → first run (median of 10)", start_ms, "ms", "<= 10 ms",
+                      start_ms <= 10, f"sessions created {cold.sessions.created}, reused {cold.sessions.reused}"))
+
+        # Peak RSS of a ×4 upscale of 2048×2048 above the RSS after load.
+        side = 1024 if quick else 2048
+        measure_peak_rss(table, cold, fast_model, side, work)
+
+        measure_cancel(table, cold, fast_model, work)
+        measure_growth(table, cold, fast_model, work, 20 if quick else 50)
+        measure_tiled_vs_whole(table, cold, fast_model, work)
+
+    if getattr(args, "json", False):
+        print(json.dumps([r.__dict__ for r in table.rows], indent=2))
+    return 0
+
+
+def measure_u2netp(table: Table, engine: Engine, model: Path, work: Path) -> None:
+    img = test_image(work / "u2.png", 640, 480)
+    req = OperationRequest(Operation.REMOVE_BACKGROUND, str(model), (img,), output_dir=work / "u2out")
+    try:
+        engine.run(req)
+        best = min(engine.run(req).timings["total_s"] for _ in range(3))
+    except Exception as e:  # the family may not be there yet; say so instead of failing the table
+        table.add(Row("u2netp request", "n/a", "", note=str(e)[:80]))
+        return
+    from engine.providers import Device, Runtime, provider_plan
+    from engine.sessions import create_session
+
+    session = create_session(model, provider_plan(Device("cpu"), Runtime.CPU))
+    x = np.zeros((1, 3, 320, 320), np.float32)
+    name = session.get_inputs()[0].name
+    session.run(None, {name: x})
+    t0 = time.perf_counter()
+    for _ in range(3):
+        session.run(None, {name: x})
+    bare = (time.perf_counter() - t0) / 3
+    table.add(Row("u2netp: whole request vs one bare run", best / bare, "×", "", None,
+                  f"request {best * 1000:.0f} ms (decode, resize, 2 PNGs) vs run {bare * 1000:.0f} ms"))
+
+
+def measure_peak_rss(table: Table, engine: Engine, model: Path, side: int, work: Path) -> None:
+    img = test_image(work / f"big{side}.png", side, side)
+    warm = OperationRequest(Operation.UPSCALE, str(model), (test_image(work / "w.png", 64, 64),),
+                            output_dir=work / "o3")
+    engine.run(warm)
+    import gc
+
+    gc.collect()
+    base = memory.process_rss()
+    req = OperationRequest(Operation.UPSCALE, str(model), (img,), output_dir=work / "o3")
+    with PeakRss() as peak:
+        result = engine.run(req)
+    out_bytes = side * 4 * side * 4 * 3
+    ratio = (peak.peak - base) / out_bytes
+    table.add(Row(f"peak RSS above loaded, ×4 of {side}² / output size", ratio, "×", "< 1.5 ×", ratio < 1.5,
+                  f"+{(peak.peak - base) >> 20} MiB for a {out_bytes >> 20} MiB output, tile {result.tile}"))
+    for p in result.products:
+        p.path.unlink()
+
+
+def measure_cancel(table: Table, engine: Engine, model: Path, work: Path) -> None:
+    img = test_image(work / "cancel.png", 512, 512)
+    req = OperationRequest(Operation.UPSCALE, str(model), (img,), output_dir=work / "o4", tile=128)
+    token = CancelToken()
+    stamps: dict[str, float] = {}
+
+    def progress(p: Progress) -> None:
+        if p.kind is ProgressKind.RUN_FINISHED and p.run == 2:
+            stamps["cancel"] = time.perf_counter()
+            token.cancel()
+
+    try:
+        engine.run(req, progress, token)
+    except Cancelled:
+        stamps["end"] = time.perf_counter()
+    between = (stamps.get("end", float("nan")) - stamps.get("cancel", float("nan"))) * 1000
+    table.add(Row("cancel between runs: cancel → request ended", between, "ms", "< one run", None))
+
+    from tempfile import TemporaryDirectory
+
+    from engine.providers import Device, Runtime, provider_plan
+    from engine.sessions import create_session
+
+    with TemporaryDirectory() as d:
+        slow = _slow_model(Path(d) / "slow.onnx")
+        session = create_session(slow, provider_plan(Device("cpu"), Runtime.CPU))
+        import onnxruntime as ort
+
+        x = np.zeros((1, 3, 256, 256), np.float32)
+        t0 = time.perf_counter()
+        session.run(None, {"input": x})
+        full = time.perf_counter() - t0
+        ro = ort.RunOptions()
+        timer = threading.Timer(full / 3, lambda: (stamps.__setitem__("set", time.perf_counter()),
+                                                   setattr(ro, "terminate", True)))
+        timer.start()
+        try:
+            session.run(None, {"input": x}, ro)
+        except Exception:  # ORT raises Fail on terminate
+            stamps["stopped"] = time.perf_counter()
+        timer.join()
+    inside = (stamps.get("stopped", float("nan")) - stamps.get("set", float("nan"))) * 1000
+    table.add(Row("cancel inside a run (terminate) latency", inside, "ms", "<= 100 ms", inside <= 100,
+                  f"run of {full * 1000:.0f} ms"))
+
+
+def _slow_model(path: Path) -> Path:
+    from onnx import TensorProto, helper, numpy_helper, save
+
+    width, layers = 16, 200
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((width, 3, 1, 1)) * 0.3).astype(np.float32), "wi"),
+        numpy_helper.from_array(np.eye(width, dtype=np.float32).reshape(width, width, 1, 1), "wm"),
+        numpy_helper.from_array((rng.standard_normal((3, width, 1, 1)) * 0.1).astype(np.float32), "wo"),
+    ]
+    nodes = [helper.make_node("Conv", ["input", "wi"], ["h0"])]
+    for i in range(layers):
+        nodes.append(helper.make_node("Conv", [f"h{i}", "wm"], [f"c{i}"]))
+        nodes.append(helper.make_node("Relu", [f"c{i}"], [f"h{i + 1}"]))
+    nodes.append(helper.make_node("Conv", [f"h{layers}", "wo"], ["output"]))
+    graph = helper.make_graph(
+        nodes, "slow",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, "h", "w"])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 3, "h", "w"])],
+        initializer=inits,
+    )
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))
+    return path
+
+
+def measure_growth(table: Table, engine: Engine, model: Path, work: Path, jobs: int) -> None:
+    import gc
+
+    img = test_image(work / "growth.png", 160, 120)
+    req = OperationRequest(Operation.UPSCALE, str(model), (img,), output_dir=work / "o5", tile=64)
+    for _ in range(5):
+        for p in engine.run(req).products:
+            p.path.unlink()
+    gc.collect()
+    base = memory.process_rss()
+    for _ in range(jobs):
+        for p in engine.run(req).products:
+            p.path.unlink()
+    gc.collect()
+    growth = (memory.process_rss() - base) / (1 << 20)
+    table.add(Row(f"RSS growth over {jobs} repeated jobs after warm-up", growth, "MiB", "<= 20 MB",
+                  growth <= 20, f"sessions: {len(engine.sessions)}"))
+
+
+def measure_tiled_vs_whole(table: Table, engine: Engine, model: Path, work: Path) -> None:
+    from PIL import Image
+
+    img = test_image(work / "tvw.png", 300, 200, seed=5)
+    whole = engine.run(OperationRequest(Operation.UPSCALE, str(model), (img,), output_dir=work / "w", tile=4096))
+    tiled = engine.run(OperationRequest(Operation.UPSCALE, str(model), (img,), output_dir=work / "t"))
+    a = np.asarray(Image.open(whole.products[0].path), np.int16)
+    b = np.asarray(Image.open(tiled.products[0].path), np.int16)
+    auto_tile = tiled.tile
+    forced = engine.run(OperationRequest(Operation.UPSCALE, str(model), (img,), output_dir=work / "f", tile=96))
+    c = np.asarray(Image.open(forced.products[0].path), np.int16)
+    table.add(Row("tiled (96 px, overlap 32) vs whole: max |diff|", int(np.abs(a - c).max()), "/255", "<= 1", None,
+                  f"mean {np.abs(a - c).mean():.4f}; auto tile chose {auto_tile}: max {int(np.abs(a - b).max())}"))
+
+
+ProgressFn = Callable[[Progress], None]
+_ = Any
