@@ -1,0 +1,1387 @@
+"""Decode and encode images: EXIF orientation, ICC, 8/16-bit, alpha, frames; atomic writes.
+
+Every decoded frame is a numpy array H×W×C (C = 1 grey, 2 grey+alpha, 3 RGB, 4 RGBA) of
+uint8 or uint16, upright, with every frame of an animation composited to the full canvas.
+Pillow decodes 16-bit colour PNGs only to 8 bits, so those are decoded here (zlib + numpy
+unfiltering) and 16-bit PNGs are encoded here too. Every output goes through
+`atomic_output`: written to a hidden temp file in the target folder, then published under a
+name that did not exist (DESIGN §5: never overwrite, never half written).
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import re
+import secrets
+import stat
+import struct
+import zlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+from PIL import Image, ImageCms, PngImagePlugin, UnidentifiedImageError
+
+from engine.errors import BadInputError, ResourceError
+
+# Our own max_pixels check (before any decoding) replaces Pillow's bomb check, whose warning
+# would otherwise be raised as an error under warnings-as-errors and whose limit is not ours.
+Image.MAX_IMAGE_PIXELS = None
+
+__all__ = [
+    "DecodedImage",
+    "ImageMeta",
+    "atomic_output",
+    "from_float",
+    "image_size",
+    "list_sequence",
+    "load_image",
+    "load_sequence",
+    "to_float",
+    "unique_path",
+    "write_bytes",
+    "write_image",
+]
+
+# Formats Tessera reads; Pillow knows more (EPS, PSD, ...) but those are refused by name.
+_READ_FORMATS = (
+    "PNG",
+    "JPEG",  # also yields MPO (camera JPEGs with extra pictures)
+    "GIF",
+    "WEBP",
+    "TIFF",
+    "BMP",
+    "AVIF",
+    "JPEG2000",
+    "TGA",
+    "PPM",
+    "ICO",
+    "QOI",
+)
+_SUPPORTED_TEXT = "PNG, JPEG, GIF, WebP, TIFF, BMP, AVIF, JPEG 2000, TGA, PPM, ICO, QOI"
+_IMAGE_SUFFIXES = frozenset(
+    {
+        ".png",
+        ".apng",
+        ".jpg",
+        ".jpeg",
+        ".jpe",
+        ".jfif",
+        ".gif",
+        ".webp",
+        ".tif",
+        ".tiff",
+        ".bmp",
+        ".avif",
+        ".jp2",
+        ".j2k",
+        ".tga",
+        ".ppm",
+        ".pgm",
+        ".pbm",
+        ".pnm",
+        ".ico",
+        ".qoi",
+    }
+)
+_WRITE_FORMATS = {
+    ".png": "PNG",
+    ".apng": "PNG",
+    ".jpg": "JPEG",
+    ".jpeg": "JPEG",
+    ".gif": "GIF",
+    ".webp": "WEBP",
+    ".tif": "TIFF",
+    ".tiff": "TIFF",
+    ".bmp": "BMP",
+    ".avif": "AVIF",
+}
+_ANIMATED_FORMATS = frozenset({"PNG", "GIF", "WEBP", "AVIF"})
+_MULTI_FRAME_WRITE = frozenset({"PNG", "GIF", "WEBP", "TIFF", "AVIF"})
+_ORIENTATION = 0x0112
+_DEFAULT_DURATION_MS = 100
+# TIFF image-structure tags: Pillow reports them as "EXIF" of a TIFF, but copied into another
+# file they would describe the wrong pixels.
+_TIFF_STRUCTURE_TAGS = frozenset(
+    {254, 255, 256, 257, 258, 259, 262, 266, 273, 277, 278, 279, 284}
+    | {317, 320, 322, 323, 324, 325, 338, 339, 340, 341, 34675}
+)
+
+
+@dataclass(frozen=True)
+class ImageMeta:
+    format: str  # "PNG", "JPEG", "GIF", "WEBP", "TIFF", ...
+    mode: str  # the PIL mode of the file, before any conversion
+    bit_depth: int  # 8 or 16
+    has_alpha: bool
+    icc_profile: bytes | None  # None: sRGB (also after a CMYK file was converted to sRGB)
+    exif: bytes | None  # "Exif\0\0" + TIFF data, Orientation reset to 1 (pixels are upright)
+    durations: tuple[int, ...] = ()  # ms per frame of an animation; () for stills
+    loop: int | None = None  # 0 = forever; None = not stated by the file
+    dpi: tuple[float, float] | None = None
+
+
+@dataclass(frozen=True)
+class DecodedImage:
+    source: Path
+    frames: tuple[np.ndarray, ...]  # each H×W×C, uint8/uint16, same shape and dtype; read-only
+    meta: ImageMeta
+
+    @property
+    def is_animated(self) -> bool:
+        return len(self.frames) > 1
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(width, height) of every frame."""
+        height, width = self.frames[0].shape[:2]
+        return width, height
+
+
+# ---------------------------------------------------------------------------------------------
+# Conversions
+
+
+def to_float(frame: np.ndarray) -> np.ndarray:
+    """uint8 / uint16 → float32 in 0…1."""
+    if frame.dtype == np.uint8:
+        return frame.astype(np.float32) / np.float32(255.0)
+    if frame.dtype == np.uint16:
+        return frame.astype(np.float32) / np.float32(65535.0)
+    raise ValueError(f"to_float expects uint8 or uint16, got {frame.dtype}")
+
+
+def from_float(frame: np.ndarray, bit_depth: int) -> np.ndarray:
+    """Float 0…1 → uint8 (bit_depth 8) or uint16 (16): clipped and rounded; NaN becomes 0."""
+    dtype: type[np.unsignedinteger]
+    if bit_depth == 8:
+        top, dtype = 255.0, np.uint8
+    elif bit_depth == 16:
+        top, dtype = 65535.0, np.uint16
+    else:
+        raise ValueError(f"bit_depth must be 8 or 16, got {bit_depth}")
+    values = np.nan_to_num(np.asarray(frame, dtype=np.float32), nan=0.0, posinf=1.0, neginf=0.0)
+    return np.rint(np.clip(values, 0.0, 1.0) * np.float32(top)).astype(dtype)
+
+
+def _to_8bit(frame: np.ndarray) -> np.ndarray:
+    if frame.dtype == np.uint8:
+        return frame
+    # Exact rounding of v * 255 / 65535 in integers.
+    return ((frame.astype(np.uint32) * 255 + 32767) // 65535).astype(np.uint8)
+
+
+def _to_16bit(frame: np.ndarray) -> np.ndarray:
+    if frame.dtype == np.uint16:
+        return frame
+    return frame.astype(np.uint16) * np.uint16(257)
+
+
+# ---------------------------------------------------------------------------------------------
+# Opening and checking inputs
+
+
+def _fmt_pixels(count: int) -> str:
+    if count >= 1_000_000_000:
+        return f"{count / 1e9:.1f} gigapixels"
+    if count >= 1_000_000:
+        value = count / 1e6
+        return f"{value:.1f} megapixels" if value < 10 else f"{value:.0f} megapixels"
+    return f"{count} pixels"
+
+
+def _check_limit(path: Path, width: int, height: int, frames: int, max_pixels: int) -> None:
+    total = width * height * frames
+    if total <= max_pixels:
+        return
+    size = f"{width}×{height} pixels" + (f" × {frames} frames" if frames > 1 else "")
+    raise BadInputError(
+        f"{path.name}: the image is {size} ({_fmt_pixels(total)}); the limit is "
+        f"{_fmt_pixels(max_pixels)}. Reduce the image or raise the pixel limit in the settings."
+    )
+
+
+def _read_error(path: Path, exc: OSError) -> BadInputError:
+    if isinstance(exc, FileNotFoundError | NotADirectoryError):
+        return BadInputError(f"{path.name}: the file does not exist (looked in {path.parent}).")
+    if isinstance(exc, PermissionError):
+        return BadInputError(
+            f"{path.name}: permission denied; Tessera may not read this file. Check its permissions."
+        )
+    if isinstance(exc, IsADirectoryError):
+        return BadInputError(f"{path.name}: this is a folder, not an image file.")
+    reason = exc.strerror or str(exc)
+    return BadInputError(f"{path.name}: the file cannot be read ({reason}).")
+
+
+def _check_input_file(path: Path) -> None:
+    try:
+        info = path.stat()
+    except OSError as e:
+        raise _read_error(path, e) from e
+    if stat.S_ISDIR(info.st_mode):
+        raise BadInputError(f"{path.name}: this is a folder, not an image file.")
+    if not stat.S_ISREG(info.st_mode):
+        raise BadInputError(f"{path.name}: this is not a regular file.")
+    if info.st_size == 0:
+        raise BadInputError(f"{path.name}: the file is empty (0 bytes).")
+
+
+def _sniff_unsupported(head: bytes) -> str | None:
+    """Name of a known image format Pillow cannot read, from the first bytes of a file."""
+    if head[4:8] == b"ftyp":
+        brand = head[8:12]
+        if brand in (b"heic", b"heix", b"hevc", b"hevx", b"heim", b"heis", b"mif1", b"msf1"):
+            return "HEIC/HEIF"
+        if brand in (b"crx ",):
+            return "Canon CR3 raw"
+    if head.startswith((b"\xff\x0a", b"\x00\x00\x00\x0cJXL ")):
+        return "JPEG XL"
+    if head.startswith(b"%PDF"):
+        return "PDF"
+    if head.startswith(b"v/1\x01"):
+        return "OpenEXR"
+    if head.startswith((b"#?RADIANCE", b"#?RGBE")):
+        return "Radiance HDR"
+    if head.startswith(b"8BPS"):
+        return "Photoshop (PSD)"
+    text = head.lstrip().lower()
+    if text.startswith(b"<svg") or (text.startswith(b"<?xml") and b"<svg" in text):
+        return "SVG"
+    return None
+
+
+_KNOWN_SIGNATURES = (
+    (b"\x89PNG\r\n\x1a\n", "PNG"),
+    (b"\xff\xd8\xff", "JPEG"),
+    (b"GIF87a", "GIF"),
+    (b"GIF89a", "GIF"),
+    (b"II*\x00", "TIFF"),
+    (b"MM\x00*", "TIFF"),
+)
+
+
+def _unidentified(path: Path, fp: BinaryIO) -> BadInputError:
+    """The best message for a file that none of the readable formats recognised."""
+    fp.seek(0)
+    head = fp.read(1024)
+    unsupported = _sniff_unsupported(head)
+    if unsupported is not None:
+        return BadInputError(
+            f"{path.name}: {unsupported} images are not supported. "
+            f"Convert it to one of: {_SUPPORTED_TEXT}."
+        )
+    for signature, name in _KNOWN_SIGNATURES:
+        if head.startswith(signature):
+            return BadInputError(
+                f"{path.name}: this {name} file is damaged (its header is invalid)."
+            )
+    if head.startswith(b"RIFF") and head[8:12] == b"WEBP":
+        return BadInputError(f"{path.name}: this WebP file is damaged (its header is invalid).")
+    fp.seek(0)
+    try:
+        with Image.open(fp) as other:
+            other_format = other.format
+    except Exception:
+        other_format = None
+    if other_format:
+        return BadInputError(
+            f"{path.name}: {other_format} images are not supported. "
+            f"Convert it to one of: {_SUPPORTED_TEXT}."
+        )
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        text = ""
+    if text and all(ch.isprintable() or ch in "\r\n\t" for ch in text[:512]):
+        return BadInputError(f"{path.name}: this is not an image; the file contains text.")
+    return BadInputError(
+        f"{path.name}: this is not an image, or it is in a format Tessera does not know "
+        f"(supported: {_SUPPORTED_TEXT})."
+    )
+
+
+def _damaged(path: Path, exc: BaseException) -> BadInputError:
+    detail = str(exc).strip()
+    if "truncated" in detail.lower() or isinstance(exc, EOFError):
+        return BadInputError(
+            f"{path.name}: the file is truncated (it ends before the image data does); "
+            "it may not have been copied or downloaded completely."
+        )
+    suffix = f" ({detail})" if detail else ""
+    return BadInputError(f"{path.name}: the image data is damaged and cannot be decoded{suffix}.")
+
+
+@contextmanager
+def _opened(path: Path) -> Iterator[tuple[Image.Image, BinaryIO]]:
+    """Open `path` with Pillow (header only), mapping every failure to a readable message."""
+    _check_input_file(path)
+    try:
+        fp = open(path, "rb")
+    except OSError as e:
+        raise _read_error(path, e) from e
+    with fp:
+        try:
+            im = Image.open(fp, formats=_open_formats())
+        except UnidentifiedImageError as e:
+            raise _unidentified(path, fp) from e
+        except MemoryError as e:
+            raise ResourceError(f"{path.name}: not enough memory to open the image.") from e
+        except OSError as e:
+            if e.errno is not None:  # a read error of the file itself, not of its contents
+                raise _read_error(path, e) from e
+            raise _damaged(path, e) from e
+        except Exception as e:  # any decoder complaint is a damaged file
+            raise _damaged(path, e) from e
+        with im:
+            yield im, fp
+
+
+def _open_formats() -> list[str]:
+    Image.init()  # plugins register lazily; a build may lack one (AVIF, JPEG 2000)
+    return [name for name in _READ_FORMATS if name in Image.OPEN]
+
+
+def _format_name(im: Image.Image) -> str:
+    fmt = im.format or "UNKNOWN"
+    return "JPEG" if fmt == "MPO" else fmt
+
+
+def _frame_count(path: Path, im: Image.Image) -> int:
+    if im.format == "MPO":  # the extra pictures of a camera JPEG are previews, not frames
+        return 1
+    try:
+        return max(1, int(getattr(im, "n_frames", 1)))
+    except Exception as e:
+        raise _damaged(path, e) from e
+
+
+def _orientation(exif: Image.Exif | None) -> int:
+    if exif is None:
+        return 1
+    value = exif.get(_ORIENTATION, 1)
+    return value if isinstance(value, int) and 1 <= value <= 8 else 1
+
+
+def _cheap_exif(im: Image.Image) -> Image.Exif | None:
+    """EXIF that is available without decoding pixels (a PNG's eXIf may follow the data)."""
+    if im.format == "PNG" and "exif" not in im.info:
+        return None
+    try:
+        return im.getexif()
+    except Exception:
+        return None
+
+
+def image_size(path: Path) -> tuple[int, int, int]:
+    """(width, height, frame_count) of the upright image, read from the header only."""
+    path = Path(path)
+    with _opened(path) as (im, _fp):
+        width, height = im.size
+        frames = _frame_count(path, im)
+        if _orientation(_cheap_exif(im)) >= 5:
+            width, height = height, width
+        return width, height, frames
+
+
+# ---------------------------------------------------------------------------------------------
+# Pillow decoding
+
+
+def _apply_orientation(frame: np.ndarray, orientation: int) -> np.ndarray:
+    """What ImageOps.exif_transpose does, on an H×W×C array."""
+    if orientation == 2:
+        out = frame[:, ::-1]
+    elif orientation == 3:
+        out = frame[::-1, ::-1]
+    elif orientation == 4:
+        out = frame[::-1]
+    elif orientation == 5:
+        out = frame.transpose(1, 0, 2)
+    elif orientation == 6:
+        out = np.rot90(frame, -1)
+    elif orientation == 7:
+        out = frame[::-1, ::-1].transpose(1, 0, 2)
+    elif orientation == 8:
+        out = np.rot90(frame, 1)
+    else:
+        return frame
+    return np.ascontiguousarray(out)
+
+
+def _key_alpha(pixels: np.ndarray, key: object, top: int) -> np.ndarray | None:
+    """Alpha channel for a transparent colour key (tRNS of grey/RGB images), or None."""
+    if isinstance(key, int) and pixels.shape[2] == 1:
+        match = pixels[..., 0] == key
+    elif isinstance(key, tuple) and len(key) == pixels.shape[2]:
+        match = np.all(pixels == np.asarray(key, dtype=pixels.dtype), axis=2)
+    else:
+        return None
+    return np.where(match, 0, top).astype(pixels.dtype)[..., None]
+
+
+def _cmyk_to_rgb(im: Image.Image) -> Image.Image:
+    icc = im.info.get("icc_profile")
+    if icc:
+        try:
+            source = ImageCms.ImageCmsProfile(io.BytesIO(icc))
+            converted = ImageCms.profileToProfile(
+                im, source, ImageCms.createProfile("sRGB"), outputMode="RGB"
+            )
+            if converted is not None:
+                return converted
+        except (ImageCms.PyCMSError, OSError, ValueError):
+            pass  # an unusable profile: the plain conversion below is the best left
+    return im.convert("RGB")
+
+
+def _pixels(path: Path, im: Image.Image) -> np.ndarray:
+    """The current frame of a loaded Pillow image as an H×W×C uint8/uint16 array."""
+    mode = im.mode
+    key = im.info.get("transparency")
+    if mode == "1":
+        return np.asarray(im.convert("L"))[..., None]
+    if mode in ("P", "PA"):
+        has_alpha = mode == "PA" or key is not None
+        converted = im.convert("RGBA" if has_alpha else "RGB")
+        return np.asarray(converted)
+    if mode in ("La", "LA"):
+        return np.asarray(im.convert("LA"))
+    if mode in ("RGBa", "RGBA"):
+        return np.asarray(im.convert("RGBA"))
+    if mode == "RGBX":
+        return np.asarray(im.convert("RGB"))
+    if mode == "CMYK":
+        return np.asarray(_cmyk_to_rgb(im))
+    if mode in ("YCbCr", "HSV", "LAB"):
+        try:
+            return np.asarray(im.convert("RGB"))
+        except ValueError as e:
+            raise BadInputError(
+                f"{path.name}: images in the {mode} colour space are not supported."
+            ) from e
+    if mode in ("L", "RGB"):
+        pixels = np.asarray(im)
+        pixels = pixels[..., None] if pixels.ndim == 2 else pixels
+    elif mode.startswith("I;16"):
+        pixels = np.asarray(im).astype(np.uint16)[..., None]
+    elif mode == "I":
+        values = np.asarray(im)
+        if values.size and values.max() > 65535:  # a true 32-bit image: keep its top 16 bits
+            values = values >> 16
+        pixels = np.clip(values, 0, 65535).astype(np.uint16)[..., None]
+    elif mode == "F":
+        values = np.nan_to_num(np.asarray(im, dtype=np.float32))
+        scale = 65535.0 if values.size and values.max() <= 1.0 else 1.0  # 0…1 data, or counts
+        pixels = np.rint(np.clip(values * scale, 0, 65535)).astype(np.uint16)[..., None]
+    else:
+        raise BadInputError(f"{path.name}: images of pixel mode {mode} are not supported.")
+    if key is not None:
+        alpha = _key_alpha(pixels, key, 65535 if pixels.dtype == np.uint16 else 255)
+        if alpha is not None:
+            pixels = np.concatenate([pixels, alpha], axis=2)
+    return pixels
+
+
+def _unify(path: Path, frames: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+    """Give every frame the same channel layout and dtype (GIF frames change mode, etc.)."""
+    shapes = {f.shape[:2] for f in frames}
+    if len(shapes) > 1:
+        first = frames[0].shape
+        for index, f in enumerate(frames):
+            if f.shape[:2] != first[:2]:
+                raise BadInputError(
+                    f"{path.name}: frame {index + 1} is {f.shape[1]}×{f.shape[0]} pixels but "
+                    f"frame 1 is {first[1]}×{first[0]}; all frames must have the same size."
+                )
+    wide = any(f.dtype == np.uint16 for f in frames)
+    colour = any(f.shape[2] >= 3 for f in frames)
+    alpha = any(f.shape[2] in (2, 4) for f in frames)
+    out: list[np.ndarray] = []
+    for f in frames:
+        g = _to_16bit(f) if wide else f
+        out.append(_reshape_channels(g, colour, alpha))
+    return tuple(out)
+
+
+def _reshape_channels(frame: np.ndarray, colour: bool, alpha: bool) -> np.ndarray:
+    channels = frame.shape[2]
+    has_alpha = channels in (2, 4)
+    base = frame[..., :-1] if has_alpha else frame
+    if colour and base.shape[2] == 1:
+        base = np.repeat(base, 3, axis=2)
+    if not alpha:
+        return np.ascontiguousarray(base)
+    a = frame[..., -1:] if has_alpha else np.full((*base.shape[:2], 1), _top(frame), frame.dtype)
+    return np.concatenate([base, a], axis=2)
+
+
+def _top(frame: np.ndarray) -> int:
+    return 65535 if frame.dtype == np.uint16 else 255
+
+
+def _read_only(frames: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    # The GUI shows the decoded image as "before" while operations read it: nobody may
+    # change it in place (some frames are views of Pillow's buffer and read-only anyway).
+    for frame in frames:
+        frame.setflags(write=False)
+    return frames
+
+
+def _clean_exif(exif: Image.Exif | None, tiff: bool) -> bytes | None:
+    if exif is None or len(exif) == 0:
+        return None
+    if tiff:
+        for tag in _TIFF_STRUCTURE_TAGS:
+            exif.pop(tag, None)
+        if len(exif) == 0:
+            return None
+    if _ORIENTATION in exif:
+        exif[_ORIENTATION] = 1
+    try:
+        return exif.tobytes()
+    except Exception:
+        return None  # EXIF Pillow cannot re-serialise is dropped rather than failing the image
+
+
+def _dpi(value: object, swap: bool) -> tuple[float, float] | None:
+    if not isinstance(value, tuple) or len(value) != 2:
+        return None
+    try:
+        x, y = float(value[0]), float(value[1])
+    except (TypeError, ValueError):
+        return None
+    if not (x > 0 and y > 0):
+        return None
+    return (y, x) if swap else (x, y)
+
+
+def _is_reduced_page(im: Image.Image) -> bool:
+    """A TIFF thumbnail / reduced-resolution page (NewSubfileType bit 0), not a real page."""
+    tags = getattr(im, "tag_v2", None)
+    if tags is None:
+        return False
+    value = tags.get(254, 0)
+    return isinstance(value, int) and bool(value & 1)
+
+
+def _decode_pillow(path: Path, im: Image.Image, count: int) -> DecodedImage:
+    fmt = _format_name(im)
+    mode = im.mode
+    icc = im.info.get("icc_profile") or None
+    loop = im.info.get("loop")
+    dpi_info = im.info.get("dpi")
+    frames: list[np.ndarray] = []
+    durations: list[int] = []
+    exif: Image.Exif | None = None
+    for index in range(count):
+        if count > 1:
+            im.seek(index)
+        im.load()
+        if index == 0:
+            exif = im.getexif()
+        elif fmt == "TIFF" and _is_reduced_page(im):
+            continue
+        frames.append(_pixels(path, im))
+        duration = im.info.get("duration")
+        durations.append(max(0, round(float(duration))) if duration is not None else 0)
+    orientation = _orientation(exif)
+    unified = tuple(_apply_orientation(f, orientation) for f in _unify(path, frames))
+    animated = len(unified) > 1 and fmt in _ANIMATED_FORMATS
+    meta = ImageMeta(
+        format=fmt,
+        mode=mode,
+        bit_depth=16 if unified[0].dtype == np.uint16 else 8,
+        has_alpha=unified[0].shape[2] in (2, 4),
+        icc_profile=bytes(icc) if icc else None,
+        exif=_clean_exif(exif, tiff=fmt == "TIFF"),
+        durations=tuple(durations) if animated else (),
+        loop=int(loop) if animated and isinstance(loop, int) else None,
+        dpi=_dpi(dpi_info, swap=orientation >= 5),
+    )
+    if mode == "CMYK":  # the pixels are sRGB now; a CMYK profile would no longer describe them
+        meta = _replace_icc(meta, None)
+    return DecodedImage(source=path, frames=_read_only(unified), meta=meta)
+
+
+def _replace_icc(meta: ImageMeta, icc: bytes | None) -> ImageMeta:
+    return ImageMeta(
+        format=meta.format,
+        mode=meta.mode,
+        bit_depth=meta.bit_depth,
+        has_alpha=meta.has_alpha,
+        icc_profile=icc,
+        exif=meta.exif,
+        durations=meta.durations,
+        loop=meta.loop,
+        dpi=meta.dpi,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# 16-bit PNG: decoding (Pillow would reduce colour and grey+alpha to 8 bits)
+
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_PNG_CHANNELS = {0: 1, 2: 3, 4: 2, 6: 4}
+_PNG_COLOUR_TYPE = {1: 0, 2: 4, 3: 2, 4: 6}
+_PNG16_MODES = {0: "I;16", 2: "RGB;16", 4: "LA;16", 6: "RGBA;16"}  # Pillow has no such modes
+_ADAM7 = (
+    (0, 0, 8, 8),
+    (4, 0, 8, 8),
+    (0, 4, 4, 8),
+    (2, 0, 4, 4),
+    (0, 2, 2, 4),
+    (1, 0, 2, 2),
+    (0, 1, 1, 2),
+)
+
+
+class _PngError(Exception):
+    """A structural problem of a PNG file; `truncated` when the file simply ends too early."""
+
+    def __init__(self, message: str, truncated: bool = False) -> None:
+        super().__init__(message)
+        self.truncated = truncated
+
+
+@dataclass
+class _ApngFrame:
+    width: int
+    height: int
+    x: int
+    y: int
+    delay_ms: int
+    dispose: int
+    blend: int
+    data: list[bytes] = field(default_factory=list)
+
+
+@dataclass
+class _Png:
+    width: int
+    height: int
+    depth: int
+    colour_type: int
+    interlace: int
+    idat: list[bytes] = field(default_factory=list)
+    trns: bytes | None = None
+    icc: bytes | None = None
+    exif: bytes | None = None
+    dpi: tuple[float, float] | None = None
+    num_plays: int | None = None
+    num_frames: int = 0
+    frames: list[_ApngFrame] = field(default_factory=list)
+    idat_is_frame: bool = False
+
+
+def _png_header(head: bytes) -> tuple[int, int] | None:
+    """(bit depth, colour type) from the IHDR of a PNG's first 26 bytes."""
+    if len(head) < 26 or not head.startswith(_PNG_SIGNATURE) or head[12:16] != b"IHDR":
+        return None
+    return head[24], head[25]
+
+
+def _parse_png(data: bytes) -> _Png:
+    if not data.startswith(_PNG_SIGNATURE):
+        raise _PngError("not a PNG signature")
+    png: _Png | None = None
+    current: _ApngFrame | None = None
+    pos = len(_PNG_SIGNATURE)
+    while True:
+        if pos + 8 > len(data):
+            raise _PngError("the file ends before its IEND chunk", truncated=True)
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        end = pos + 12 + length
+        if end > len(data):
+            raise _PngError("the file ends inside a chunk", truncated=True)
+        body = data[pos + 8 : pos + 8 + length]
+        (crc,) = struct.unpack(">I", data[end - 4 : end])
+        if zlib.crc32(kind + body) != crc:
+            raise _PngError(f"checksum error in the {kind.decode('latin-1')} chunk")
+        pos = end
+        if kind == b"IHDR":
+            width, height, depth, ctype, _, _, interlace = struct.unpack(">IIBBBBB", body)
+            png = _Png(width, height, depth, ctype, interlace)
+            continue
+        if png is None:
+            raise _PngError("the IHDR chunk is missing")
+        if kind == b"IEND":
+            return png
+        if kind == b"IDAT":
+            png.idat.append(body)
+        elif kind == b"fcTL" and png.num_plays is not None:
+            _seq, w, h, x, y, num, den, dispose, blend = struct.unpack(">IIIIIHHBB", body)
+            delay = round(num * 1000 / (den or 100))
+            current = _ApngFrame(w, h, x, y, delay, dispose, blend)
+            if png.idat:  # a frame that starts after the default image: its data is fdAT
+                png.frames.append(current)
+            elif not png.frames and not png.idat_is_frame:
+                png.idat_is_frame = True
+                png.frames.append(current)
+        elif kind == b"fdAT" and current is not None:
+            current.data.append(body[4:])
+        elif kind == b"tRNS":
+            png.trns = body
+        elif kind == b"iCCP":
+            name_end = body.find(b"\0")
+            try:
+                png.icc = zlib.decompress(body[name_end + 2 :])
+            except zlib.error:
+                png.icc = None  # a broken profile is dropped; the pixels are still fine
+        elif kind == b"eXIf":
+            png.exif = body
+        elif kind == b"pHYs" and len(body) == 9:
+            ppu_x, ppu_y, unit = struct.unpack(">IIB", body)
+            if unit == 1 and ppu_x and ppu_y:
+                png.dpi = (ppu_x * 0.0254, ppu_y * 0.0254)
+        elif kind == b"acTL" and not png.idat:
+            png.num_frames, png.num_plays = struct.unpack(">II", body)
+
+
+def _inflate(parts: list[bytes], expected: int) -> bytes:
+    inflater = zlib.decompressobj()
+    out = bytearray()
+    for part in parts:
+        out += inflater.decompress(part, expected + 1 - len(out))
+        if len(out) > expected:
+            break
+    if len(out) < expected:
+        raise _PngError("the image data ends early", truncated=True)
+    return bytes(out[:expected])
+
+
+def _paeth(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """PNG's Paeth predictor on int16 arrays."""
+    pa = np.abs(b - c)
+    pb = np.abs(a - c)
+    pc = np.abs(a + b - 2 * c)
+    return np.where((pa <= pb) & (pa <= pc), a, np.where(pb <= pc, b, c))
+
+
+def _unfilter(raw: bytes, width: int, height: int, bpp: int) -> np.ndarray:
+    """Undo PNG row filters; returns (height, width * bpp) uint8.
+
+    Sub/Average/Paeth make each pixel depend on its left neighbour, so a row cannot be
+    computed in one numpy step. The pixels of one anti-diagonal (x + y = d) depend only on
+    earlier diagonals, so the loop runs over the width + height diagonals, each one vectorised.
+    Rows that use only None/Sub/Up take a faster row-by-row path.
+    """
+    stride = width * bpp
+    rows = np.frombuffer(raw, dtype=np.uint8).reshape(height, stride + 1)
+    kinds = rows[:, 0]
+    if kinds.size and int(kinds.max()) > 4:
+        raise _PngError("unknown row filter type")
+    data = rows[:, 1:]
+    if not np.any(kinds >= 3):
+        out = np.empty((height, stride), dtype=np.uint8)
+        previous = np.zeros(stride, dtype=np.uint8)
+        for y in range(height):
+            kind = kinds[y]
+            if kind == 0:
+                out[y] = data[y]
+            elif kind == 1:
+                np.cumsum(
+                    data[y].reshape(width, bpp),
+                    axis=0,
+                    dtype=np.uint8,
+                    out=out[y].reshape(width, bpp),
+                )
+            else:
+                np.add(data[y], previous, out=out[y])
+            previous = out[y]
+        return out
+    # Padded grid: a zero row above and a zero column left of the image; cell (y+1, x+1).
+    cols = width + 1
+    src = np.zeros(((height + 1) * cols, bpp), dtype=np.uint8)
+    src.reshape(height + 1, cols, bpp)[1:, 1:] = data.reshape(height, width, bpp)
+    out_cells = np.zeros_like(src)
+    kind_cells = kinds.astype(np.int16)[:, None]
+    for d in range(width + height - 1):
+        y0, y1 = max(0, d - width + 1), min(height - 1, d)
+        start = y0 * width + width + d + 2  # flat index of (y0 + 1, d - y0 + 1)
+        stop = start + (y1 - y0) * width + 1
+        here = slice(start, stop, width)
+        a = out_cells[start - 1 : stop - 1 : width].astype(np.int16)
+        b = out_cells[start - cols : stop - cols : width].astype(np.int16)
+        k = kind_cells[y0 : y1 + 1]
+        pred = np.where(k == 1, a, np.where(k == 2, b, 0))
+        if np.any(k == 3):
+            pred = np.where(k == 3, (a + b) >> 1, pred)
+        if np.any(k == 4):
+            c = out_cells[start - cols - 1 : stop - cols - 1 : width].astype(np.int16)
+            pred = np.where(k == 4, _paeth(a, b, c), pred)
+        out_cells[here] = src[here] + pred.astype(np.uint8)
+    return out_cells.reshape(height + 1, cols * bpp)[1:, bpp:].copy()
+
+
+def _decode_png_pixels(parts: list[bytes], png: _Png, width: int, height: int) -> np.ndarray:
+    channels = _PNG_CHANNELS[png.colour_type]
+    bpp = channels * 2
+    passes = _ADAM7 if png.interlace else ((0, 0, 1, 1),)
+    sizes = []
+    for x0, y0, dx, dy in passes:
+        pw, ph = (width - x0 + dx - 1) // dx, (height - y0 + dy - 1) // dy
+        sizes.append((pw, ph) if pw > 0 and ph > 0 else (0, 0))
+    raw = _inflate(parts, sum(ph * (pw * bpp + 1) for pw, ph in sizes))
+    out = np.empty((height, width, channels), dtype=np.uint16)
+    offset = 0
+    for (x0, y0, dx, dy), (pw, ph) in zip(passes, sizes, strict=True):
+        if pw == 0:
+            continue
+        length = ph * (pw * bpp + 1)
+        rows = _unfilter(raw[offset : offset + length], pw, ph, bpp)
+        offset += length
+        out[y0::dy, x0::dx] = rows.view(">u2").reshape(ph, pw, channels)
+    return out
+
+
+def _with_trns(pixels: np.ndarray, png: _Png) -> np.ndarray:
+    if png.trns is None or png.colour_type not in (0, 2):
+        return pixels
+    count = 1 if png.colour_type == 0 else 3
+    if len(png.trns) != 2 * count:
+        return pixels
+    key = struct.unpack(f">{count}H", png.trns)
+    alpha = _key_alpha(pixels, key[0] if count == 1 else key, 65535)
+    return pixels if alpha is None else np.concatenate([pixels, alpha], axis=2)
+
+
+def _composite_apng(png: _Png, channels: int) -> tuple[list[np.ndarray], list[int]]:
+    canvas = np.zeros((png.height, png.width, channels), dtype=np.uint16)
+    frames: list[np.ndarray] = []
+    delays: list[int] = []
+    has_alpha = channels in (2, 4)
+    # Only the declared frames: the pixel limit was checked against that count.
+    for index, frame in enumerate(png.frames[: png.num_frames]):
+        if frame.x + frame.width > png.width or frame.y + frame.height > png.height:
+            raise _PngError(f"animation frame {index + 1} lies outside the image")
+        parts = png.idat if index == 0 and png.idat_is_frame else frame.data
+        sub = _with_trns(_decode_png_pixels(parts, png, frame.width, frame.height), png)
+        region = (slice(frame.y, frame.y + frame.height), slice(frame.x, frame.x + frame.width))
+        dispose = 1 if index == 0 and frame.dispose == 2 else frame.dispose
+        previous = canvas[region].copy() if dispose == 2 else None
+        if frame.blend == 1 and has_alpha:
+            canvas[region] = _over(sub, canvas[region])
+        else:
+            canvas[region] = sub
+        frames.append(canvas.copy())
+        delays.append(frame.delay_ms)
+        if dispose == 1:
+            canvas[region] = 0
+        elif previous is not None:
+            canvas[region] = previous
+    return frames, delays
+
+
+def _over(top: np.ndarray, bottom: np.ndarray) -> np.ndarray:
+    """Porter-Duff 'over' of 16-bit straight-alpha pixels."""
+    ta = top[..., -1:].astype(np.float64) / 65535.0
+    ba = bottom[..., -1:].astype(np.float64) / 65535.0
+    out_a = ta + ba * (1.0 - ta)
+    colour = top[..., :-1] * ta + bottom[..., :-1] * ba * (1.0 - ta)
+    safe = np.where(out_a > 0, out_a, 1.0)
+    result = np.concatenate([colour / safe, out_a * 65535.0], axis=2)
+    return np.rint(np.clip(result, 0, 65535)).astype(np.uint16)
+
+
+def _decode_png16(path: Path, data: bytes) -> DecodedImage:
+    try:
+        png = _parse_png(data)
+        channels = _PNG_CHANNELS[png.colour_type]
+        if png.num_plays is not None and png.frames:
+            frames, delays = _composite_apng(png, channels)
+        else:
+            frames = [_with_trns(_decode_png_pixels(png.idat, png, png.width, png.height), png)]
+            delays = []
+    except _PngError as e:
+        if e.truncated:
+            raise _damaged(path, EOFError(str(e))) from e
+        raise _damaged(path, e) from e
+    except (zlib.error, ValueError, struct.error) as e:
+        raise _damaged(path, e) from e
+    exif: Image.Exif | None = None
+    if png.exif:
+        exif = Image.Exif()
+        try:
+            exif.load(png.exif)
+        except Exception:
+            exif = None  # unreadable EXIF is dropped; the pixels are still fine
+    orientation = _orientation(exif)
+    upright = tuple(_apply_orientation(f, orientation) for f in _unify(path, frames))
+    animated = len(upright) > 1
+    meta = ImageMeta(
+        format="PNG",
+        mode=_PNG16_MODES[png.colour_type],
+        bit_depth=16,
+        has_alpha=upright[0].shape[2] in (2, 4),
+        icc_profile=png.icc,
+        exif=_clean_exif(exif, tiff=False),
+        durations=tuple(delays) if animated else (),
+        loop=png.num_plays if animated else None,
+        dpi=_dpi(png.dpi, swap=orientation >= 5),
+    )
+    return DecodedImage(source=path, frames=_read_only(upright), meta=meta)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def load_image(path: Path, max_pixels: int) -> DecodedImage:
+    """Decode every frame of `path`, upright; refuses images over `max_pixels` before decoding."""
+    path = Path(path)
+    with _opened(path) as (im, fp):
+        width, height = im.size
+        _check_limit(path, width, height, 1, max_pixels)
+        count = _frame_count(path, im)
+        _check_limit(path, width, height, count, max_pixels)
+        try:
+            if im.format == "PNG":
+                fp.seek(0)
+                header = _png_header(fp.read(26))
+                if header is not None and header[0] == 16 and header[1] in (2, 4, 6):
+                    fp.seek(0)
+                    return _decode_png16(path, fp.read())
+            return _decode_pillow(path, im, count)
+        except BadInputError:
+            raise
+        except MemoryError as e:
+            raise ResourceError(
+                f"{path.name}: not enough memory to decode the image ({width}×{height} pixels)."
+            ) from e
+        except OSError as e:
+            if e.errno is not None:
+                raise _read_error(path, e) from e
+            raise _damaged(path, e) from e
+        except Exception as e:  # any decoder complaint is a damaged file
+            raise _damaged(path, e) from e
+
+
+def load_sequence(paths: Sequence[Path], max_pixels: int) -> DecodedImage:
+    """The frames of several files as one sequence; all must have the same size."""
+    files = [Path(p) for p in paths]
+    if not files:
+        raise BadInputError("The sequence has no frames: no image files were given.")
+    sizes = [image_size(p) for p in files]
+    first_w, first_h, _ = sizes[0]
+    for p, (w, h, _) in zip(files, sizes, strict=True):
+        if (w, h) != (first_w, first_h):
+            raise BadInputError(
+                f"{p.name}: this frame is {w}×{h} pixels but {files[0].name} is "
+                f"{first_w}×{first_h}; all frames of a sequence must have the same size."
+            )
+    total = sum(w * h * n for w, h, n in sizes)
+    if total > max_pixels:
+        raise BadInputError(
+            f"{files[0].parent.name or files[0].name}: the sequence of {len(files)} files has "
+            f"{_fmt_pixels(total)}; the limit is {_fmt_pixels(max_pixels)}. Use fewer frames "
+            "or raise the pixel limit in the settings."
+        )
+    images = [load_image(p, max_pixels) for p in files]
+    frames: list[np.ndarray] = []
+    for image in images:
+        if image.size != images[0].size:
+            raise BadInputError(
+                f"{image.source.name}: this frame is {image.size[0]}×{image.size[1]} pixels but "
+                f"{files[0].name} is {images[0].size[0]}×{images[0].size[1]}; all frames of a "
+                "sequence must have the same size."
+            )
+        frames.extend(image.frames)
+    unified = _unify(files[0], frames)
+    first = images[0].meta
+    all_timed = all(len(i.meta.durations) == len(i.frames) for i in images)
+    meta = ImageMeta(
+        format=first.format,
+        mode=first.mode,
+        bit_depth=16 if unified[0].dtype == np.uint16 else 8,
+        has_alpha=unified[0].shape[2] in (2, 4),
+        icc_profile=first.icc_profile,
+        exif=first.exif,
+        durations=tuple(d for i in images for d in i.meta.durations) if all_timed else (),
+        loop=first.loop,
+        dpi=first.dpi,
+    )
+    return DecodedImage(source=files[0], frames=_read_only(unified), meta=meta)
+
+
+def _natural_key(name: str) -> tuple[list[int | str], str]:
+    parts: list[int | str] = [
+        int(part) if index % 2 else part.casefold()
+        for index, part in enumerate(re.split(r"(\d+)", name))
+    ]
+    return parts, name
+
+
+def list_sequence(folder: Path) -> list[Path]:
+    """The image files of `folder` in natural order (frame2 before frame10); hidden files skipped."""
+    folder = Path(folder)
+    try:
+        entries = list(os.scandir(folder))
+    except FileNotFoundError as e:
+        raise BadInputError(
+            f"{folder.name}: the folder does not exist (looked in {folder.parent})."
+        ) from e
+    except NotADirectoryError as e:
+        raise BadInputError(f"{folder.name}: this is a file, not a folder of frames.") from e
+    except PermissionError as e:
+        raise BadInputError(
+            f"{folder.name}: permission denied; Tessera may not list this folder."
+        ) from e
+    except OSError as e:
+        raise BadInputError(f"{folder.name}: the folder cannot be read ({e.strerror or e}).") from e
+    names = [
+        entry.name
+        for entry in entries
+        if not entry.name.startswith(".")
+        and Path(entry.name).suffix.lower() in _IMAGE_SUFFIXES
+        and entry.is_file()
+    ]
+    return [folder / name for name in sorted(names, key=_natural_key)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Publishing outputs
+
+
+def _numbered(path: Path, number: int) -> Path:
+    return path if number == 0 else path.with_name(f"{path.stem}-{number}{path.suffix}")
+
+
+def unique_path(path: Path) -> Path:
+    """`path`, or name-1.ext, name-2.ext ... : the first that does not exist yet."""
+    path = Path(path)
+    number = 0
+    while os.path.lexists(_numbered(path, number)):  # a dangling link is taken as well
+        number += 1
+    return _numbered(path, number)
+
+
+def _write_error(path: Path, exc: OSError) -> Exception:
+    folder = path.parent
+    if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        return ResourceError(f"{path.name}: the disk holding {folder} is full; free some space.")
+    if isinstance(exc, PermissionError) or exc.errno in (errno.EACCES, errno.EPERM):
+        return BadInputError(
+            f"{path.name}: permission denied; Tessera may not write into the folder {folder}. "
+            "Choose another output folder."
+        )
+    if exc.errno == errno.EROFS:
+        return BadInputError(
+            f"{path.name}: the folder {folder} is on a read-only disk. Choose another output folder."
+        )
+    if isinstance(exc, FileNotFoundError):
+        return BadInputError(f"{path.name}: the output folder {folder} does not exist.")
+    if isinstance(exc, NotADirectoryError):
+        return BadInputError(f"{path.name}: the output location {folder} is not a folder.")
+    return BadInputError(f"{path.name}: cannot be written to {folder} ({exc.strerror or exc}).")
+
+
+def _fsync(path: Path) -> None:
+    with open(path, "r+b") as f:
+        os.fsync(f.fileno())
+
+
+def _publish(temp: Path, path: Path) -> Path:
+    """Give the finished temp file its final name without ever replacing an existing file."""
+    _fsync(temp)
+    for number in range(100_000):
+        target = _numbered(path, number)
+        try:
+            os.link(temp, target)  # fails if the name exists: no race with other writers
+        except FileExistsError:
+            continue
+        except OSError:
+            # Hard links unsupported (FAT, some network shares): check, then rename.
+            if os.path.lexists(target):
+                continue
+            os.replace(temp, target)
+            return target
+        os.unlink(temp)
+        return target
+    raise BadInputError(f"{path.name}: too many numbered copies already exist in {path.parent}.")
+
+
+@contextmanager
+def atomic_output(path: Path) -> Iterator[tuple[Path, Callable[[], Path]]]:
+    """Yield (temp path, publish). Write the temp file, then call publish() for the final path.
+
+    The temp file lies in the target folder under a hidden name that does not look finished;
+    it is removed when the block fails or ends without publish(). OSErrors of the block are
+    reported as write errors of `path`.
+    """
+    path = Path(path)
+    temp = path.with_name(f".{path.name[:120]}.partial-{secrets.token_hex(4)}")
+    try:
+        descriptor = os.open(
+            temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666
+        )
+    except OSError as e:
+        raise _write_error(path, e) from e
+    os.close(descriptor)
+    published: list[Path] = []
+
+    def publish() -> Path:
+        if not published:
+            try:
+                published.append(_publish(temp, path))
+            except OSError as e:
+                raise _write_error(path, e) from e
+        return published[0]
+
+    try:
+        yield temp, publish
+    except OSError as e:
+        raise _write_error(path, e) from e
+    finally:
+        try:
+            os.unlink(temp)  # already gone once published
+        except FileNotFoundError:
+            pass
+
+
+def write_bytes(path: Path, data: bytes) -> Path:
+    """Write `data` atomically under `path` or a numbered variant; returns the final path."""
+    with atomic_output(Path(path)) as (temp, publish):
+        with open(temp, "wb") as f:
+            f.write(data)
+        return publish()
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding
+
+
+def _prepare_frames(frames: np.ndarray | Sequence[np.ndarray]) -> list[np.ndarray]:
+    items = [frames] if isinstance(frames, np.ndarray) else list(frames)
+    if not items:
+        raise ValueError("write_image needs at least one frame")
+    out: list[np.ndarray] = []
+    for f in items:
+        arr = np.asarray(f)
+        if arr.ndim == 2:
+            arr = arr[..., None]
+        if arr.ndim != 3 or arr.shape[2] not in (1, 2, 3, 4):
+            raise ValueError(f"a frame must be H×W×C with C in 1…4, got shape {arr.shape}")
+        if arr.dtype not in (np.uint8, np.uint16):
+            raise ValueError(f"frames must be uint8 or uint16, got {arr.dtype}")
+        out.append(np.ascontiguousarray(arr))
+    first = out[0]
+    if any(f.shape != first.shape or f.dtype != first.dtype for f in out):
+        raise ValueError("all frames must have the same shape and dtype")
+    return out
+
+
+def _icc_fits(icc: bytes | None, channels: int) -> bytes | None:
+    """The profile if its colour space matches the pixels written (ICC header bytes 16-20)."""
+    if not icc or len(icc) < 20:
+        return None
+    space = icc[16:20]
+    grey = channels in (1, 2)
+    if (grey and space == b"GRAY") or (not grey and space == b"RGB "):
+        return icc
+    return None
+
+
+def _durations(meta: ImageMeta | None, count: int) -> list[int]:
+    if meta is not None and len(meta.durations) == count:
+        return [int(d) for d in meta.durations]
+    return [_DEFAULT_DURATION_MS] * count
+
+
+def _pil_image(frame: np.ndarray) -> Image.Image:
+    frame = _to_8bit(frame) if frame.shape[2] > 1 else frame
+    return Image.fromarray(frame[..., 0] if frame.shape[2] == 1 else frame)
+
+
+def _flatten_alpha(frame: np.ndarray) -> np.ndarray:
+    """Composite on white for formats without alpha (JPEG)."""
+    if frame.shape[2] not in (2, 4):
+        return frame
+    top = _top(frame)
+    alpha = frame[..., -1:].astype(np.float32) / top
+    colour = frame[..., :-1].astype(np.float32) * alpha + top * (1.0 - alpha)
+    return np.rint(colour).astype(frame.dtype)
+
+
+def _encode_pillow(
+    temp: Path,
+    fmt: str,
+    frames: list[np.ndarray],
+    meta: ImageMeta | None,
+    text: Mapping[str, str] | None = None,
+) -> None:
+    channels = frames[0].shape[2]
+    options: dict[str, object] = {}
+    if fmt != "TIFF" or channels > 1:  # only TIFF holds 16-bit grey through Pillow
+        frames = [_to_8bit(f) for f in frames]
+    if fmt == "JPEG":
+        frames = [_flatten_alpha(f) for f in frames]
+        options.update(quality=95, subsampling=0)
+    elif fmt in ("WEBP", "AVIF") and channels in (1, 2):
+        frames = [_reshape_channels(f, colour=True, alpha=channels == 2) for f in frames]
+    elif fmt in ("BMP", "GIF") and channels == 2:
+        frames = [_reshape_channels(f, colour=True, alpha=True) for f in frames]
+    if fmt == "WEBP":
+        options.update(lossless=True, quality=100, exact=True)  # exact: keep colour under alpha 0
+    elif fmt == "AVIF":
+        options.update(quality=90)
+    elif fmt == "TIFF":
+        options.update(compression="tiff_adobe_deflate")
+    images = [_pil_image(f) for f in frames]
+    if meta is not None and fmt != "GIF":
+        icc = _icc_fits(meta.icc_profile, frames[0].shape[2])
+        if icc:
+            options["icc_profile"] = icc
+        if meta.exif and fmt in ("PNG", "JPEG", "WEBP", "TIFF", "AVIF"):
+            options["exif"] = meta.exif
+        if meta.dpi and fmt in ("PNG", "JPEG", "TIFF", "BMP"):
+            options["dpi"] = meta.dpi
+    if len(images) > 1:
+        options.update(save_all=True, append_images=images[1:])
+        if fmt in _ANIMATED_FORMATS:
+            options["duration"] = _durations(meta, len(images))
+            loop = meta.loop if meta is not None else 0
+            if loop is not None:
+                options["loop"] = loop
+            elif fmt != "GIF":  # GIF without a loop count plays once; the others need a number
+                options["loop"] = 0
+        if fmt == "GIF" and frames[0].shape[2] in (2, 4):
+            options["disposal"] = 2  # full frames with holes: clear before drawing the next
+    if text and fmt == "PNG":
+        info = PngImagePlugin.PngInfo()
+        for key, value in text.items():
+            info.add_text(key, value)
+        options["pnginfo"] = info
+    images[0].save(temp, format=fmt, **options)
+
+
+def _filter_rows(image: np.ndarray, bpp: int, previous: np.ndarray) -> bytes:
+    """PNG-filter rows (uint8, rows × stride), choosing per row the filter with the smallest
+    sum of absolute differences (libpng's heuristic). `previous` is the row above the first."""
+    x = image.astype(np.int16)
+    b = np.concatenate([previous[None].astype(np.int16), x[:-1]], axis=0)
+    a = np.zeros_like(x)
+    a[:, bpp:] = x[:, :-bpp]
+    c = np.zeros_like(b)
+    c[:, bpp:] = b[:, :-bpp]
+    candidates = np.stack([x, x - a, x - b, x - ((a + b) >> 1), x - _paeth(a, b, c)])
+    filtered = (candidates & 0xFF).astype(np.uint8)
+    scores = np.abs(filtered.view(np.int8).astype(np.int32)).sum(axis=2)
+    choice = np.argmin(scores, axis=0)
+    chosen = filtered[choice, np.arange(image.shape[0])]
+    return np.concatenate([choice.astype(np.uint8)[:, None], chosen], axis=1).tobytes()
+
+
+def _png_chunk(kind: bytes, body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+
+def _compressed_rows(frame: np.ndarray) -> Iterator[bytes]:
+    height, width, channels = frame.shape
+    bpp = channels * 2
+    rows = frame.astype(">u2").view(np.uint8).reshape(height, width * bpp)
+    step = max(1, (1 << 21) // max(1, rows.shape[1]))  # bound the temporaries to a few MB
+    compressor = zlib.compressobj(6)
+    previous = np.zeros(rows.shape[1], dtype=np.uint8)
+    for start in range(0, height, step):
+        block = rows[start : start + step]
+        piece = compressor.compress(_filter_rows(block, bpp, previous))
+        previous = block[-1]
+        if piece:
+            yield piece
+    yield compressor.flush()
+
+
+def _text_chunk(key: str, value: str) -> bytes:
+    try:
+        return _png_chunk(b"tEXt", key.encode("latin-1") + b"\0" + value.encode("latin-1"))
+    except UnicodeEncodeError:  # iTXt: uncompressed UTF-8, no language tag
+        body = key.encode("latin-1") + b"\0\0\0\0\0" + value.encode("utf-8")
+        return _png_chunk(b"iTXt", body)
+
+
+def _encode_png16(
+    temp: Path,
+    frames: list[np.ndarray],
+    meta: ImageMeta | None,
+    text: Mapping[str, str] | None = None,
+) -> None:
+    height, width, channels = frames[0].shape
+    with open(temp, "wb") as out:
+        out.write(_PNG_SIGNATURE)
+        header = struct.pack(">IIBBBBB", width, height, 16, _PNG_COLOUR_TYPE[channels], 0, 0, 0)
+        out.write(_png_chunk(b"IHDR", header))
+        for key, value in (text or {}).items():
+            out.write(_text_chunk(key, value))
+        if meta is not None:
+            icc = _icc_fits(meta.icc_profile, channels)
+            if icc:
+                out.write(_png_chunk(b"iCCP", b"ICC Profile\0\0" + zlib.compress(icc)))
+            if meta.dpi:
+                ppm = [round(v / 0.0254) for v in meta.dpi]
+                out.write(_png_chunk(b"pHYs", struct.pack(">IIB", ppm[0], ppm[1], 1)))
+            if meta.exif:
+                exif = meta.exif[6:] if meta.exif.startswith(b"Exif\0\0") else meta.exif
+                out.write(_png_chunk(b"eXIf", exif))
+        animated = len(frames) > 1
+        sequence = 0
+        if animated:
+            loop = meta.loop if meta is not None and meta.loop is not None else 0
+            out.write(_png_chunk(b"acTL", struct.pack(">II", len(frames), loop)))
+        for index, (frame, delay) in enumerate(
+            zip(frames, _durations(meta, len(frames)), strict=True)
+        ):
+            if animated:
+                control = struct.pack(
+                    ">IIIIIHHBB", sequence, width, height, 0, 0, min(delay, 65535), 1000, 0, 0
+                )
+                out.write(_png_chunk(b"fcTL", control))
+                sequence += 1
+            for piece in _compressed_rows(frame):
+                if not piece:
+                    continue
+                if index == 0:
+                    out.write(_png_chunk(b"IDAT", piece))
+                else:
+                    out.write(_png_chunk(b"fdAT", struct.pack(">I", sequence) + piece))
+                    sequence += 1
+        out.write(_png_chunk(b"IEND", b""))
+
+
+def write_image(
+    path: Path,
+    frames: np.ndarray | Sequence[np.ndarray],
+    meta: ImageMeta | None = None,
+    *,
+    format: str | None = None,
+    text: Mapping[str, str] | None = None,
+) -> Path:
+    """Encode `frames` atomically to `path` or a numbered variant; returns the final path.
+
+    PNG keeps 8 or 16 bits, ICC, EXIF and dpi from `meta`; several frames become an animated
+    PNG/GIF/WebP (meta.durations, meta.loop) or a multi-page TIFF. Formats without 16-bit
+    colour get 8 bits; JPEG gets alpha flattened on white. `text`: PNG tEXt/iTXt entries.
+    """
+    path = Path(path)
+    fmt = (format or _WRITE_FORMATS.get(path.suffix.lower(), "")).upper()
+    if fmt == "JPG":
+        fmt = "JPEG"
+    if fmt not in _WRITE_FORMATS.values():
+        raise ValueError(f"cannot tell which image format to write for {path.name!r}")
+    prepared = _prepare_frames(frames)
+    if len(prepared) > 1 and fmt not in _MULTI_FRAME_WRITE:
+        raise ValueError(f"{fmt} holds one frame; got {len(prepared)}")
+    with atomic_output(path) as (temp, publish):
+        try:
+            if fmt == "PNG" and prepared[0].dtype == np.uint16:
+                _encode_png16(temp, prepared, meta, text)
+            else:
+                _encode_pillow(temp, fmt, prepared, meta, text)
+        except MemoryError as e:
+            raise ResourceError(f"{path.name}: not enough memory to encode the image.") from e
+        return publish()
