@@ -1,0 +1,279 @@
+"""`python -m engine models list|download ID|add PATH|verify PATH|fetch-starter`.
+
+Exit codes: 0 ok, 2 usage, 3 disk full, 4 bad model / hash mismatch / HTTP error,
+5 network unreachable, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from engine.errors import EngineError, ModelError
+from engine.models import (
+    CatalogEntry,
+    Contract,
+    Family,
+    ModelInventory,
+    Source,
+    discover,
+    install_model,
+    resolve_model,
+    sha256_file,
+)
+from engine.settings import default_models_dir
+
+EXIT_OK, EXIT_USAGE, EXIT_MODEL, EXIT_INTERRUPTED = 0, 2, 4, 130
+
+
+def add_models_parser(subparsers: argparse._SubParsersAction) -> None:
+    models = subparsers.add_parser(
+        "models", help="list, download, add and verify models",
+        description="Manage the models folder (--models-dir, else TESSERA_MODELS_DIR, else the "
+                    "user's data folder).",
+    )
+    models.add_argument("--models-dir", type=Path, default=None, help="the models folder")
+    models.set_defaults(handler=run_models_command)
+    # Accept --models-dir after the subcommand too; SUPPRESS keeps the one given before it.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--models-dir", type=Path, default=argparse.SUPPRESS,
+                        help="the models folder")
+    sub = models.add_subparsers(dest="models_command", metavar="COMMAND")
+    p = sub.add_parser("list", parents=[common], help="installed, missing and other models")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p = sub.add_parser("download", parents=[common], help="download a catalog model")
+    p.add_argument("id", metavar="ID", help="catalog id (see `models list`)")
+    p.add_argument("--timeout", type=float, default=30.0, help="network timeout in seconds")
+    p = sub.add_parser("add", parents=[common], help="validate an .onnx file and copy it in")
+    p.add_argument("path", type=Path, metavar="PATH")
+    p.add_argument("--family", choices=[f.value for f in Family], help="require this family")
+    p = sub.add_parser("verify", parents=[common], help="check a model file against its contract")
+    p.add_argument("path", metavar="PATH|ID")
+    p.add_argument("--family", choices=[f.value for f in Family], help="require this family")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    sub.add_parser("fetch-starter", parents=[common],
+                   help="build the offline starter models (Real-ESRGAN, U²-Net-p)")
+
+
+def _models_dir(args: argparse.Namespace) -> Path:
+    given: Path | None = getattr(args, "models_dir", None)
+    if given is not None:
+        return given.expanduser()
+    return default_models_dir()  # honours TESSERA_MODELS_DIR
+
+
+def run_models_command(args: argparse.Namespace) -> int:
+    command = getattr(args, "models_command", None)
+    if command is None:
+        print("error: give a models command: list, download ID, add PATH, verify PATH, "
+              "fetch-starter", file=sys.stderr)
+        return EXIT_USAGE
+    models_dir = _models_dir(args)
+    try:
+        if command == "list":
+            return _list(models_dir, args.json)
+        if command == "download":
+            return _download(args.id, models_dir, args.timeout)
+        if command == "add":
+            return _add(args.path, models_dir, args.family)
+        if command == "verify":
+            return _verify(args.path, models_dir, args.family, args.json)
+        if command == "fetch-starter":
+            return _fetch_starter(models_dir)
+    except KeyboardInterrupt:
+        print("\nInterrupted.", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except EngineError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code  # usage 2, disk 3, model/HTTP/hash 4, network 5, cancelled 130
+    print(f"error: unknown models command {command!r}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _mb(size: int | None, approx: bool = False) -> str:
+    if size is None:
+        return "size unknown"
+    return f"{'~' if approx else ''}{size / 1e6:,.1f} MB"
+
+
+def _entry_json(entry: CatalogEntry) -> dict[str, Any]:
+    return {
+        "id": entry.id, "family": entry.family.value, "name": entry.name, "file": entry.file,
+        "source": entry.source.value, "licence": entry.licence,
+        "licence_note": entry.licence_note, "homepage": entry.homepage,
+    }
+
+
+def contract_json(contract: Contract) -> dict[str, Any]:
+    return {
+        "family": contract.family.value,
+        "image_input": contract.image_input,
+        "inputs": [{"name": t.name, "dtype": t.dtype, "shape": t.shape} for t in contract.inputs],
+        "outputs": [{"name": t.name, "dtype": t.dtype, "shape": t.shape}
+                    for t in contract.outputs],
+        "scale": contract.scale, "layout": contract.layout.value, "fp16": contract.fp16,
+        "channels": contract.channels, "multiple_of": contract.multiple_of,
+        "fixed_size": contract.fixed_size, "views": contract.views,
+        "external_data": list(contract.external_data),
+    }
+
+
+def inventory_json(inv: ModelInventory) -> dict[str, Any]:
+    return {
+        "models_dir": str(inv.models_dir),
+        "installed": [
+            {**_entry_json(m.entry), "path": str(m.path), "size": m.size, "problem": m.problem}
+            for m in inv.installed
+        ],
+        "missing": [
+            {**_entry_json(e), "url": e.url, "get": e.how_to_get, "size": e.size,
+             "approx_size": e.approx_size}
+            for e in inv.missing
+        ],
+        "unknown": [
+            {"file": u.path.name, "path": str(u.path), "size": u.size,
+             "family": u.family.value if u.family else None,
+             "contract": contract_json(u.contract) if u.contract else None,
+             "reason": u.reason}
+            for u in inv.unknown
+        ],
+    }
+
+
+def _list(models_dir: Path, as_json: bool) -> int:
+    inv = discover(models_dir)
+    if as_json:
+        print(json.dumps(inventory_json(inv), indent=2))
+        return EXIT_OK
+    print(f"Models folder: {models_dir}")
+    print("\nInstalled:" if inv.installed else "\nInstalled: none")
+    for m in inv.installed:
+        e = m.entry
+        print(f"  {e.id:28} {e.family.value:10} {e.name}  [{_mb(m.size)}]  {e.licence_text}")
+        if m.problem:
+            print(f"      problem: {m.problem}")
+    if inv.missing:
+        print("\nMissing:")
+    for e in inv.missing:
+        size = _mb(e.size) if e.size is not None else _mb(e.approx_size, approx=True)
+        print(f"  {e.id:28} {e.family.value:10} {e.name}  [{size}]  {e.licence_text}")
+        where = "fetch-starter" if e.source is Source.STARTER else e.url
+        print(f"      get it: {e.how_to_get}   ({where})")
+    if inv.unknown:
+        print("\nOther .onnx files:")
+    for u in inv.unknown:
+        if u.contract is not None:
+            print(f"  {u.path.name:28} {u.contract.describe()}  [{_mb(u.size)}]  licence: "
+                  "not in the catalog, check its source")
+        else:
+            print(f"  {u.path.name:28} refused: {u.reason}")
+    return EXIT_OK
+
+
+class _ProgressBar:
+    """A plain `\\r` bar on stderr, redrawn at most ten times a second."""
+
+    def __init__(self, label: str, stream: TextIO) -> None:
+        self.label = label
+        self.stream = stream
+        self.last = 0.0
+        self.drawn = False
+
+    def __call__(self, done: int, total: int | None) -> None:
+        now = time.monotonic()
+        if now - self.last < 0.1 and (total is None or done < total):
+            return
+        self.last = now
+        if total:
+            frac = min(done / total, 1.0)
+            bar = "#" * int(frac * 30)
+            text = f"{self.label} [{bar:30}] {frac:6.1%} {done / 1e6:,.1f}/{total / 1e6:,.1f} MB"
+        else:
+            text = f"{self.label} {done / 1e6:,.1f} MB"
+        self.stream.write("\r" + text)
+        self.stream.flush()
+        self.drawn = True
+
+    def close(self) -> None:
+        if self.drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _download(entry_id: str, models_dir: Path, timeout: float) -> int:
+    from engine.downloads import download_model  # urllib and friends only when downloading
+
+    bar = _ProgressBar(entry_id, sys.stderr)
+    try:
+        path = download_model(entry_id, models_dir, progress=bar, timeout=timeout)
+    finally:
+        bar.close()
+    print(f"{entry_id}: {path}")
+    return EXIT_OK
+
+
+def _add(path: Path, models_dir: Path, family: str | None) -> int:
+    ref = install_model(path, models_dir, Family(family) if family else None)
+    print(f"Added {ref.path.name} ({ref.contract.describe()}) to {models_dir}")
+    return EXIT_OK
+
+
+def _verify(target: str, models_dir: Path, family: str | None, as_json: bool) -> int:
+    ref = resolve_model(target, models_dir)
+    if family is not None and ref.family is not Family(family):
+        raise ModelError(f"{ref.path.name} is a {ref.family.value} model, not {family}.")
+    sha_ok: bool | None = None
+    entry = ref.entry
+    mismatch = ""
+    if entry is not None and entry.sha256 is not None:
+        sha_ok = sha256_file(ref.path) == entry.sha256
+        mismatch = (f"{ref.path.name} does not match the catalog's sha256: damaged or another "
+                    f"version; `{entry.how_to_get}` replaces it.")
+    if as_json:
+        print(json.dumps({
+            "path": str(ref.path), "id": ref.id, "catalog": entry is not None,
+            "sha256_ok": sha_ok, "contract": contract_json(ref.contract),
+        }, indent=2))
+    else:
+        print(f"{ref.path}: {ref.contract.describe()}")
+        print("  inputs:  " + ", ".join(t.describe() for t in ref.contract.inputs))
+        print("  outputs: " + ", ".join(t.describe() for t in ref.contract.outputs))
+        if entry is not None:
+            print(f"  catalog: {entry.id} — {entry.name}, {entry.licence_text}")
+            if entry.unverified:
+                print(f"  not yet verified on real weights: {', '.join(entry.unverified)}")
+    if sha_ok is False:
+        print(f"error: {mismatch}", file=sys.stderr)
+        return EXIT_MODEL
+    return EXIT_OK
+
+
+def _fetch_starter(models_dir: Path) -> int:
+    try:
+        from engine.starter import fetch_starter
+    except ModuleNotFoundError as e:
+        if e.name != "engine.starter":
+            raise
+        print("error: this build has no starter-model builder (engine/starter.py).",
+              file=sys.stderr)
+        return 1
+    for model in fetch_starter(models_dir, progress=lambda msg: print(msg, file=sys.stderr)):
+        print(f"{model.id}: {model.path}")
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m engine.models_cli …` for use before engine/cli.py wires `models` in."""
+    parser = argparse.ArgumentParser(prog="python -m engine")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_models_parser(sub)
+    args = parser.parse_args(argv)
+    return run_models_command(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

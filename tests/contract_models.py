@@ -1,0 +1,379 @@
+"""Tiny ONNX models that follow the real families' contracts, built with onnx.helper.
+
+Each builder writes one file and returns its path. Names, shapes and dtypes follow
+`reference/models.md`; the weights are fixed, so outputs are deterministic and mean something:
+
+- upscaler: nearest ×scale, then a reflect-padded 3×3 binomial blur. An output pixel depends
+  on input pixels at most `UPSCALER_RADIUS` (= 1) input pixels away, so a tile overlap ≥ 1
+  input pixel reproduces the whole-image result exactly. A constant image stays constant.
+- BEN2 / U²-Net: mask = sigmoid(10·(luma − 0.5)) on the raw input values.
+- DA3: depth = exp(0.5·luma + 0.5·mean of luma over its 14×14 patch): positive, larger for
+  brighter pixels, and H, W must be multiples of 14 (other sizes fail inside the run, like the
+  real patch-based model). depth_conf = 1 + exp(luma) ≥ 1.
+- MoGe-2: a fronto-parallel pinhole scene. z = 1 + luma, points = ((u−W/2)/F·z, (v−H/2)/F·z, z)
+  at pixel centres with F = half the image diagonal, normal = (0, 0, −1), mask =
+  sigmoid(20·(0.95 − luma)) (near-white pixels are "sky"), metric_scale = 1.5 per image.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+IR_VERSION = 8  # old enough for any onnxruntime we support
+UPSCALER_RADIUS = 1  # receptive-field radius of make_upscaler, in input pixels
+LUMA = (0.299, 0.587, 0.114)
+
+Dim = int | str
+
+
+def _save(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto],
+          outputs: list[onnx.ValueInfoProto], inits: list[onnx.TensorProto],
+          path: Path, name: str) -> Path:
+    graph = helper.make_graph(nodes, name, inputs, outputs, initializer=inits)
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", OPSET)],
+        ir_version=IR_VERSION,
+        producer_name="tessera-tests",
+    )
+    onnx.checker.check_model(model)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+    return path
+
+
+def _const(name: str, value: np.ndarray) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(value), name)
+
+
+def _luma_weight(name: str) -> onnx.TensorProto:
+    return _const(name, np.array(LUMA, np.float32).reshape(1, 3, 1, 1))
+
+
+def make_upscaler(
+    path: Path,
+    scale: int = 2,
+    fp16: bool = False,
+    *,
+    layout: str = "NCHW",
+    channels: int = 3,
+    multiple_of: int = 1,
+    dynamic: bool = True,
+    dynamic_channels: bool = False,
+    size: int = 64,
+    input_name: str = "input",
+    output_name: str = "output",
+) -> Path:
+    """An upscaler: nearest ×scale then a 3×3 blur (radius `UPSCALER_RADIUS` input pixels).
+
+    `multiple_of` > 1 adds a SpaceToDepth/DepthToSpace round trip (exact identity), so H and W
+    must be multiples of it — like Real-ESRGAN x2plus's pixel-unshuffle. `dynamic=False` fixes
+    the input at size×size; `dynamic_channels=True` declares the channel dim as a name too.
+    """
+    dtype = TensorProto.FLOAT16 if fp16 else TensorProto.FLOAT
+    h: Dim = "height" if dynamic else size
+    w: Dim = "width" if dynamic else size
+    b: Dim = "batch" if dynamic else 1
+    oh: Dim = f"height*{scale}" if dynamic else size * scale
+    ow: Dim = f"width*{scale}" if dynamic else size * scale
+    c: Dim = "channels" if dynamic_channels else channels
+    if layout == "NCHW":
+        in_shape: list[Dim] = [b, c, h, w]
+        out_shape: list[Dim] = [b, c, oh, ow]
+    elif layout == "NHWC":
+        in_shape = [b, h, w, c]
+        out_shape = [b, oh, ow, c]
+    else:
+        raise ValueError(f"layout must be NCHW or NHWC, not {layout!r}")
+
+    nodes: list[onnx.NodeProto] = []
+    x = input_name
+    if fp16:  # mixed-precision graphs compute in float32 between fp16 ends
+        nodes.append(helper.make_node("Cast", [x], ["x32"], to=TensorProto.FLOAT))
+        x = "x32"
+    if layout == "NHWC":
+        nodes.append(helper.make_node("Transpose", [x], ["xchw"], perm=[0, 3, 1, 2]))
+        x = "xchw"
+    if multiple_of > 1:
+        nodes.append(helper.make_node("SpaceToDepth", [x], ["s2d"], blocksize=multiple_of))
+        nodes.append(
+            helper.make_node("DepthToSpace", ["s2d"], ["d2s"], blocksize=multiple_of, mode="DCR")
+        )
+        x = "d2s"
+    kernel = np.array([[1, 2, 1], [2, 4, 2], [1, 2, 1]], np.float32) / 16.0
+    inits = [
+        _const("scales", np.array([1, 1, scale, scale], np.float32)),
+        _const("pads", np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)),
+        _const("blur", np.tile(kernel, (channels, 1, 1, 1))),
+    ]
+    nodes += [
+        helper.make_node(
+            "Resize", [x, "", "scales"], ["up"], mode="nearest",
+            coordinate_transformation_mode="asymmetric", nearest_mode="floor",
+        ),
+        helper.make_node("Pad", ["up", "pads"], ["padded"], mode="reflect"),
+        helper.make_node("Conv", ["padded", "blur"], ["y"], group=channels),
+    ]
+    y = "y"
+    if layout == "NHWC":
+        nodes.append(helper.make_node("Transpose", [y], ["yhwc"], perm=[0, 2, 3, 1]))
+        y = "yhwc"
+    if fp16:
+        nodes.append(helper.make_node("Cast", [y], [output_name], to=TensorProto.FLOAT16))
+    else:
+        nodes.append(helper.make_node("Identity", [y], [output_name]))
+    return _save(
+        nodes,
+        [helper.make_tensor_value_info(input_name, dtype, in_shape)],
+        [helper.make_tensor_value_info(output_name, dtype, out_shape)],
+        inits, path, f"upscaler_x{scale}",
+    )
+
+
+def make_pixelshuffle_upscaler(path: Path, scale: int = 2) -> Path:
+    """A Real-ESRGAN-style tail: 3×3 conv to 3·scale² channels, then DepthToSpace (CRD).
+    The weights copy each pixel to its scale² sub-pixels, so the result is nearest ×scale;
+    its weight tensor is large enough to exercise the weight stripping before inference."""
+    weights = np.zeros((3 * scale * scale, 3, 3, 3), np.float32)
+    for c in range(3):
+        weights[c * scale * scale:(c + 1) * scale * scale, c, 1, 1] = 1.0
+    return _save(
+        [
+            helper.make_node("Conv", ["input", "w"], ["feat"], pads=[1, 1, 1, 1]),
+            helper.make_node("DepthToSpace", ["feat"], ["output"], blocksize=scale, mode="CRD"),
+        ],
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 3, "height", "width"])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", 3, "oh", "ow"])],
+        [_const("w", weights)], path, f"pixelshuffle_x{scale}",
+    )
+
+
+def _mask_nodes(src: str, dst: str) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    """dst = sigmoid(10·(luma(src) − 0.5)), shape 1×1×H×W."""
+    inits = [_luma_weight("luma_w"), _const("half", np.float32(0.5)), _const("ten", np.float32(10))]
+    nodes = [
+        helper.make_node("Conv", [src, "luma_w"], ["luma"]),
+        helper.make_node("Sub", ["luma", "half"], ["centred"]),
+        helper.make_node("Mul", ["centred", "ten"], ["logits"]),
+        helper.make_node("Sigmoid", ["logits"], [dst]),
+    ]
+    return nodes, inits
+
+
+def make_ben2(path: Path, *, size: int = 1024, output_fp16: bool = True) -> Path:
+    """BEN2_Base-like: static float32 1×3×1024×1024 in (auto-generated name), sigmoid mask
+    1×1×1024×1024 out, declared float16 like the official mixed-precision export."""
+    nodes, inits = _mask_nodes("input.1", "mask32")
+    out_type = TensorProto.FLOAT16 if output_fp16 else TensorProto.FLOAT
+    nodes.append(helper.make_node("Cast", ["mask32"], ["output"], to=out_type))
+    return _save(
+        nodes,
+        [helper.make_tensor_value_info("input.1", TensorProto.FLOAT, [1, 3, size, size])],
+        [helper.make_tensor_value_info("output", out_type, [1, 1, size, size])],
+        inits, path, "ben2_like",
+    )
+
+
+def make_u2net(path: Path, *, size: int = 320, side_outputs: int = 6) -> Path:
+    """U²-Net-p-like: static 1×3×320×320 in; seven 1×1×320×320 sigmoid maps out (d0 first)."""
+    names = ["d0"] + [f"d{i}" for i in range(1, side_outputs + 1)]
+    nodes, inits = _mask_nodes("input.1", "d0")
+    nodes += [helper.make_node("Identity", ["d0"], [n]) for n in names[1:]]
+    return _save(
+        nodes,
+        [helper.make_tensor_value_info("input.1", TensorProto.FLOAT, [1, 3, size, size])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 1, size, size]) for n in names],
+        inits, path, "u2net_like",
+    )
+
+
+def make_da3(
+    path: Path,
+    fixed: bool = True,
+    *,
+    size: tuple[int, int] = (504, 504),
+    views: int | None = None,
+    input_name: str = "image",
+    output_name: str = "depth",
+    with_conf: bool = True,
+) -> Path:
+    """Depth Anything 3-like: 1×3×H×W (or 1×N×3×H×W with `views=N`) ImageNet-normalised in,
+    `depth` 1×H×W (or 1×N×H×W) positive out; H and W must be multiples of 14."""
+    h: Dim = size[0] if fixed else "height"
+    w: Dim = size[1] if fixed else "width"
+    nodes: list[onnx.NodeProto] = []
+    inits = [
+        _luma_weight("luma_w"),
+        _const("half", np.float32(0.5)),
+        _const("one", np.float32(1.0)),
+        _const("patch_up", np.array([1, 1, 14, 14], np.float32)),
+        _const("axis1", np.array([1], np.int64)),
+    ]
+    if views is None:
+        in_shape: list[Dim] = [1, 3, h, w]
+        out_shape: list[Dim] = [1, h, w]
+        x = input_name
+    else:
+        in_shape = [1, views, 3, h, w]
+        out_shape = [1, views, h, w]
+        inits.append(_const("axis0", np.array([0], np.int64)))
+        nodes.append(helper.make_node("Squeeze", [input_name, "axis0"], ["frames"]))
+        x = "frames"
+    nodes += [
+        helper.make_node("Conv", [x, "luma_w"], ["luma"]),
+        helper.make_node("AveragePool", ["luma"], ["patch"], kernel_shape=[14, 14], strides=[14, 14]),
+        helper.make_node(
+            "Resize", ["patch", "", "patch_up"], ["patch_full"], mode="nearest",
+            coordinate_transformation_mode="asymmetric", nearest_mode="floor",
+        ),
+        helper.make_node("Add", ["luma", "patch_full"], ["mix2"]),
+        helper.make_node("Mul", ["mix2", "half"], ["mix"]),
+        helper.make_node("Exp", ["mix"], ["depth4"]),
+        helper.make_node("Exp", ["luma"], ["conf_e"]),
+        helper.make_node("Add", ["conf_e", "one"], ["conf4"]),
+    ]
+    outs = [("depth4", output_name)] + ([("conf4", "depth_conf")] if with_conf else [])
+    for src, dst in outs:
+        if views is None:
+            nodes.append(helper.make_node("Squeeze", [src, "axis1"], [dst]))
+        else:
+            nodes.append(helper.make_node("Squeeze", [src, "axis1"], [dst + "_n"]))
+            nodes.append(helper.make_node("Unsqueeze", [dst + "_n", "axis0"], [dst]))
+    outputs = [helper.make_tensor_value_info(dst, TensorProto.FLOAT, out_shape) for _, dst in outs]
+    return _save(
+        nodes,
+        [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, in_shape)],
+        outputs, inits, path, "da3_like",
+    )
+
+
+def make_moge(path: Path, *, num_tokens_rank: int = 0) -> Path:
+    """MoGe-2-like: `image` B×3×H×W float32 0…1 (dynamic) and `num_tokens` int64 (scalar by
+    default, [1] with num_tokens_rank=1) in; `points`, `normal`, `mask`, `metric_scale` out."""
+    f32 = np.float32
+    inits = [
+        _luma_weight("luma_w"),
+        _const("one", f32(1.0)),
+        _const("zero", f32(0.0)),
+        _const("half", f32(0.5)),
+        _const("minus_one", f32(-1.0)),
+        _const("white", f32(0.95)),
+        _const("twenty", f32(20.0)),
+        _const("metric", f32(1.5)),
+        _const("idx2", np.array(2, np.int64)),
+        _const("idx3", np.array(3, np.int64)),
+        _const("shape_h", np.array([1, 1, -1, 1], np.int64)),
+        _const("shape_w", np.array([1, 1, 1, -1], np.int64)),
+        _const("axis1", np.array([1], np.int64)),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["image", "luma_w"], ["luma"]),  # B×1×H×W
+        helper.make_node("Add", ["luma", "one"], ["z"]),
+        # Pixel-centre coordinates relative to the image centre, as B×1×H×1 and B×1×1×W.
+        helper.make_node("Shape", ["image"], ["shape"]),
+        helper.make_node("Gather", ["shape", "idx2"], ["h_i"]),
+        helper.make_node("Gather", ["shape", "idx3"], ["w_i"]),
+        helper.make_node("Cast", ["h_i"], ["h_f"], to=TensorProto.FLOAT),
+        helper.make_node("Cast", ["w_i"], ["w_f"], to=TensorProto.FLOAT),
+        helper.make_node("Range", ["half", "h_f", "one"], ["rows0"]),
+        helper.make_node("Range", ["half", "w_f", "one"], ["cols0"]),
+        helper.make_node("Mul", ["h_f", "half"], ["cy"]),
+        helper.make_node("Mul", ["w_f", "half"], ["cx"]),
+        helper.make_node("Sub", ["rows0", "cy"], ["rows1"]),
+        helper.make_node("Sub", ["cols0", "cx"], ["cols1"]),
+        helper.make_node("Mul", ["h_f", "h_f"], ["h2"]),
+        helper.make_node("Mul", ["w_f", "w_f"], ["w2"]),
+        helper.make_node("Add", ["h2", "w2"], ["d2"]),
+        helper.make_node("Sqrt", ["d2"], ["diag"]),
+        helper.make_node("Mul", ["diag", "half"], ["focal"]),
+        helper.make_node("Div", ["rows1", "focal"], ["rows2"]),
+        helper.make_node("Div", ["cols1", "focal"], ["cols2"]),
+        helper.make_node("Reshape", ["rows2", "shape_h"], ["v"]),
+        helper.make_node("Reshape", ["cols2", "shape_w"], ["u"]),
+        helper.make_node("Mul", ["u", "z"], ["px"]),
+        helper.make_node("Mul", ["v", "z"], ["py"]),
+        helper.make_node("Concat", ["px", "py", "z"], ["p4"], axis=1),
+        helper.make_node("Transpose", ["p4"], ["points"], perm=[0, 2, 3, 1]),
+        helper.make_node("Mul", ["z", "zero"], ["zeros"]),
+        helper.make_node("Add", ["zeros", "minus_one"], ["minus"]),
+        helper.make_node("Concat", ["zeros", "zeros", "minus"], ["n4"], axis=1),
+        helper.make_node("Transpose", ["n4"], ["normal"], perm=[0, 2, 3, 1]),
+        helper.make_node("Sub", ["white", "luma"], ["m0"]),
+        helper.make_node("Mul", ["m0", "twenty"], ["m1"]),
+        helper.make_node("Sigmoid", ["m1"], ["m2"]),
+        helper.make_node("Squeeze", ["m2", "axis1"], ["mask"]),
+        # metric_scale: 1.5 per image; num_tokens joins the graph (×0) as the real one uses it.
+        helper.make_node("Cast", ["num_tokens"], ["nt_f"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["nt_f", "zero"], ["nt0"]),
+        helper.make_node("ReduceMean", ["zeros"], ["zb"], axes=[1, 2, 3], keepdims=0),
+        helper.make_node("Add", ["zb", "metric"], ["ms0"]),
+        helper.make_node("Add", ["ms0", "nt0"], ["metric_scale"]),
+    ]
+    nt_shape: list[Dim] = [] if num_tokens_rank == 0 else [1]
+    dims: list[Dim] = ["batch", "height", "width"]
+    return _save(
+        nodes,
+        [
+            helper.make_tensor_value_info("image", TensorProto.FLOAT, ["batch", 3, "height", "width"]),
+            helper.make_tensor_value_info("num_tokens", TensorProto.INT64, nt_shape),
+        ],
+        [
+            helper.make_tensor_value_info("points", TensorProto.FLOAT, [*dims, 3]),
+            helper.make_tensor_value_info("normal", TensorProto.FLOAT, [*dims, 3]),
+            helper.make_tensor_value_info("mask", TensorProto.FLOAT, dims),
+            helper.make_tensor_value_info("metric_scale", TensorProto.FLOAT, ["batch"]),
+        ],
+        inits, path, "moge_like",
+    )
+
+
+def make_two_strings(path: Path) -> Path:
+    """A valid ONNX graph that fits no image family: two string inputs, concatenated."""
+    return _save(
+        [helper.make_node("Concat", ["a", "b"], ["c"], axis=0)],
+        [
+            helper.make_tensor_value_info("a", TensorProto.STRING, [1]),
+            helper.make_tensor_value_info("b", TensorProto.STRING, [1]),
+        ],
+        [helper.make_tensor_value_info("c", TensorProto.STRING, [2])],
+        [], path, "two_strings",
+    )
+
+
+def make_external_data(path: Path, location: str, *, write_data: bool = True) -> Path:
+    """A ×1 upscaler whose 3×3 weights live in an external file at `location` (written as
+    given, even absolute or with `..`, so tests can check the refusals)."""
+    weights = np.zeros((3, 3, 3, 3), np.float32)
+    for c in range(3):
+        weights[c, c, 1, 1] = 1.0  # identity
+    tensor = numpy_helper.from_array(weights, "w")
+    path = Path(path)
+    if write_data:
+        data_path = Path(location) if Path(location).is_absolute() else path.parent / location
+        data_path.parent.mkdir(parents=True, exist_ok=True)
+        data_path.write_bytes(tensor.raw_data)
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", "0"), ("length", str(weights.nbytes))):
+        entry = tensor.external_data.add()
+        entry.key = key
+        entry.value = value
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["input", "w"], ["output"], pads=[1, 1, 1, 1])],
+        "external",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, "height", "width"])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 3, "height", "width"])],
+        initializer=[tensor],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(model.SerializeToString())  # onnx.save would resolve the location
+    return path

@@ -1,0 +1,325 @@
+"""Downloads against a real local HTTP server: progress, resume, refusals, cancel, CLI codes."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import hashlib
+import json
+import os
+import shutil
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from engine import downloads, models
+from engine.cancel import CancelToken
+from engine.downloads import (
+    CHUNK,
+    DownloadError,
+    DownloadFailure,
+    download,
+    download_model,
+    part_path,
+)
+from engine.errors import Cancelled, ModelError, ResourceError, UsageError
+from engine.models_cli import add_models_parser, run_models_command
+from tests import contract_models as cm
+
+PAYLOAD = os.urandom(20 * CHUNK + 123)
+SHA = hashlib.sha256(PAYLOAD).hexdigest()
+
+
+@dataclass
+class ServerState:
+    files: dict[str, bytes] = field(default_factory=lambda: {"/model.onnx": PAYLOAD})
+    honour_range: bool = True
+    truncate_first: int | None = None  # the first answer stops after this many body bytes
+    ranges: list[str | None] = field(default_factory=list)  # Range header of each GET
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    state: ServerState
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # a client that hangs up mid-body (cancel tests) is expected
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        state = self.server.state
+        rng = self.headers.get("Range")
+        state.ranges.append(rng)
+        if self.path == "/redirect":
+            self.send_response(302)
+            self.send_header("Location", "/model.onnx")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        data = state.files.get(self.path)
+        if data is None:
+            self.send_error(404, "Not Found")
+            return
+        start = 0
+        if rng and state.honour_range:
+            start = int(rng.removeprefix("bytes=").split("-")[0])
+            if start >= len(data):
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{len(data)}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        else:
+            self.send_response(200)
+        self.send_header("Content-Length", str(len(data) - start))
+        self.end_headers()
+        body = data[start:]
+        if state.truncate_first is not None and len(state.ranges) == 1:
+            body = body[: state.truncate_first]  # then HTTP/1.0 closes: a broken-off transfer
+        self.wfile.write(body)
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[str, ServerState]]:
+    httpd = _Server(("127.0.0.1", 0), _Handler)
+    httpd.state = ServerState()
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.02,), name="test-http",
+                              daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}", httpd.state
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(5)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_download_verifies_and_reports_progress(server: tuple[str, ServerState], tmp_path: Path) -> None:
+    url, state = server
+    calls: list[tuple[int, int | None]] = []
+    dest = tmp_path / "m" / "model.onnx"
+    got = download(f"{url}/model.onnx", dest, sha256=SHA, size=len(PAYLOAD),
+                   progress=lambda d, t: calls.append((d, t)))
+    assert got == dest and dest.read_bytes() == PAYLOAD
+    assert not part_path(dest).exists()
+    assert calls[0] == (0, len(PAYLOAD)) and calls[-1] == (len(PAYLOAD), len(PAYLOAD))
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls) and len(calls) > 10
+    # Already there and matching: no network at all.
+    assert download(f"{url}/model.onnx", dest, sha256=SHA, size=len(PAYLOAD)) == dest
+    assert len(state.ranges) == 1
+
+
+def test_redirect_is_followed(server: tuple[str, ServerState], tmp_path: Path) -> None:
+    url, _ = server
+    dest = download(f"{url}/redirect", tmp_path / "r.onnx", sha256=SHA, size=None)
+    assert dest.read_bytes() == PAYLOAD
+
+
+def test_resume_after_a_broken_off_attempt(server: tuple[str, ServerState], tmp_path: Path) -> None:
+    url, state = server
+    state.truncate_first = 5 * CHUNK + 7
+    dest = tmp_path / "model.onnx"
+    with pytest.raises(DownloadError, match=r"broke off.*resume") as err:
+        download(f"{url}/model.onnx", dest, sha256=SHA, size=len(PAYLOAD))
+    assert err.value.failure is DownloadFailure.NETWORK and err.value.exit_code == 5
+    assert part_path(dest).stat().st_size == 5 * CHUNK + 7 and not dest.exists()
+    download(f"{url}/model.onnx", dest, sha256=SHA, size=len(PAYLOAD))
+    assert dest.read_bytes() == PAYLOAD
+    assert state.ranges == [None, f"bytes={5 * CHUNK + 7}-"]
+
+
+def test_server_ignoring_range_restarts_cleanly(server: tuple[str, ServerState], tmp_path: Path) -> None:
+    url, state = server
+    state.honour_range = False
+    dest = tmp_path / "model.onnx"
+    part_path(dest).write_bytes(b"\xff" * 1000)  # not the file's start: appending would corrupt
+    download(f"{url}/model.onnx", dest, sha256=SHA, size=len(PAYLOAD))
+    assert dest.read_bytes() == PAYLOAD and state.ranges == ["bytes=1000-"]
+
+
+def test_part_that_does_not_fit_is_started_again(server: tuple[str, ServerState], tmp_path: Path) -> None:
+    url, state = server
+    dest = tmp_path / "model.onnx"
+    part_path(dest).write_bytes(b"\0" * len(PAYLOAD))  # as long as the file: the server says 416
+    download(f"{url}/model.onnx", dest, sha256=SHA, size=None)
+    assert dest.read_bytes() == PAYLOAD and state.ranges == [f"bytes={len(PAYLOAD)}-", None]
+
+
+def test_http_404_is_readable(server: tuple[str, ServerState], tmp_path: Path) -> None:
+    url, _ = server
+    dest = tmp_path / "gone.onnx"
+    with pytest.raises(DownloadError, match="404") as err:
+        download(f"{url}/gone.onnx", dest, sha256=None, size=None)
+    assert err.value.failure is DownloadFailure.HTTP and err.value.exit_code == 4
+    assert not dest.exists() and not part_path(dest).exists()
+
+
+def test_wrong_hash_leaves_nothing(server: tuple[str, ServerState], tmp_path: Path) -> None:
+    url, _ = server
+    dest = tmp_path / "model.onnx"
+    with pytest.raises(DownloadError, match=r"sha256.*deleted") as err:
+        download(f"{url}/model.onnx", dest, sha256="0" * 64, size=len(PAYLOAD))
+    assert err.value.failure is DownloadFailure.INTEGRITY
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_size_the_catalog_does_not_expect_is_refused(server: tuple[str, ServerState], tmp_path: Path) -> None:
+    url, _ = server
+    with pytest.raises(DownloadError, match="catalog expects") as err:
+        download(f"{url}/model.onnx", tmp_path / "m.onnx", sha256=None, size=len(PAYLOAD) + 1)
+    assert err.value.failure is DownloadFailure.INTEGRITY and list(tmp_path.iterdir()) == []
+
+
+def test_connection_refused_is_readable(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{_closed_port()}/model.onnx"
+    with pytest.raises(DownloadError, match="refused the connection") as err:
+        download(url, tmp_path / "m.onnx", sha256=None, size=None, timeout=5)
+    assert err.value.failure is DownloadFailure.NETWORK and err.value.exit_code == 5
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unknown_host_is_readable(tmp_path: Path) -> None:
+    with pytest.raises(DownloadError) as err:
+        download("http://tessera-test.invalid/m.onnx", tmp_path / "m.onnx", sha256=None,
+                 size=None, timeout=5)
+    assert err.value.failure is DownloadFailure.NETWORK and "tessera-test.invalid" in str(err.value)
+
+
+def test_cancel_keeps_the_part_for_resume(server: tuple[str, ServerState], tmp_path: Path) -> None:
+    url, state = server
+    token = CancelToken()
+    dest = tmp_path / "model.onnx"
+
+    def progress(done: int, total: int | None) -> None:
+        if done >= 3 * CHUNK:
+            token.cancel()
+
+    with pytest.raises(Cancelled, match="resume"):
+        download(f"{url}/model.onnx", dest, sha256=SHA, size=len(PAYLOAD), progress=progress,
+                 cancel=token)
+    kept = part_path(dest).stat().st_size
+    assert 3 * CHUNK <= kept < len(PAYLOAD) and not dest.exists()
+    download(f"{url}/model.onnx", dest, sha256=SHA, size=len(PAYLOAD))
+    assert dest.read_bytes() == PAYLOAD and state.ranges[-1] == f"bytes={kept}-"
+
+
+def test_disk_full_is_a_resource_error(server: tuple[str, ServerState], tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    url, _ = server
+
+    def full(f: object, chunk: bytes) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(downloads, "_write_chunk", full)
+    with pytest.raises(ResourceError, match="disk is full") as err:
+        download(f"{url}/model.onnx", tmp_path / "m.onnx", sha256=SHA, size=len(PAYLOAD))
+    assert err.value.exit_code == 3
+
+
+def test_too_little_free_space_is_refused_up_front(server: tuple[str, ServerState], tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    url, _ = server
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(downloads.shutil, "disk_usage",
+                        lambda p: usage._replace(free=len(PAYLOAD) // 2))
+    with pytest.raises(ResourceError, match="disk is full"):
+        download(f"{url}/model.onnx", tmp_path / "m.onnx", sha256=None, size=None)
+
+
+# --- catalog downloads ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def local_catalog(server: tuple[str, ServerState], tmp_path: Path,
+                  monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[ServerState, Path]]:
+    """A catalog whose download entries point at the local server."""
+    url, state = server
+    model = cm.make_upscaler(tmp_path / "served.onnx", 2).read_bytes()
+    state.files["/up.onnx"] = model
+    state.files["/page.onnx"] = b"<!DOCTYPE html><html>Sign in to continue</html>"
+    base = {"family": "upscale", "licence": "MIT", "homepage": "https://example.org",
+            "source": "download", "options": {"scale": 2}}
+    entries = [
+        {**base, "id": "test-up", "name": "Test", "file": "test-up.onnx", "url": f"{url}/up.onnx",
+         "size": len(model), "sha256": hashlib.sha256(model).hexdigest()},
+        {**base, "id": "test-page", "name": "Page", "file": "test-page.onnx",
+         "url": f"{url}/page.onnx", "size": None, "sha256": None},
+        {**base, "id": "test-bad-hash", "name": "Bad", "file": "test-bad.onnx",
+         "url": f"{url}/up.onnx", "size": None, "sha256": "1" * 64},
+        {**base, "id": "test-gone", "name": "Gone", "file": "test-gone.onnx",
+         "url": f"{url}/gone.onnx", "size": None, "sha256": None},
+        {**base, "id": "test-refused", "name": "Refused", "file": "test-refused.onnx",
+         "url": f"http://127.0.0.1:{_closed_port()}/x.onnx", "size": None, "sha256": None},
+        {**base, "id": "test-starter", "name": "Starter", "file": "test-starter.onnx",
+         "url": None, "source": "starter", "size": None, "sha256": None},
+    ]
+    catalog = tmp_path / "catalog.json"
+    catalog.write_text(json.dumps({"models": entries}))
+    monkeypatch.setattr(models, "catalog_path", lambda: catalog)
+    yield state, tmp_path / "models"
+
+
+def test_download_model_validates_before_installing(local_catalog: tuple[ServerState, Path]) -> None:
+    _, models_dir = local_catalog
+    path = download_model("test-up", models_dir)
+    assert path == models_dir / "test-up.onnx"
+    assert models.resolve_model("test-up", models_dir).contract.scale == 2
+    with pytest.raises(ModelError, match="not an ONNX model"):
+        download_model("test-page", models_dir)  # an HTML page where a model should be
+    assert not (models_dir / "test-page.onnx").exists()
+    assert not part_path(models_dir / "test-page.onnx").exists()
+    with pytest.raises(UsageError, match="fetch-starter"):
+        download_model("test-starter", models_dir)
+    with pytest.raises(UsageError, match="Unknown model id"):
+        download_model("nope", models_dir)
+
+
+def _cli(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m engine")
+    add_models_parser(parser.add_subparsers(dest="command"))
+    return run_models_command(parser.parse_args(argv))
+
+
+def test_cli_download_progress_and_exit_codes(local_catalog: tuple[ServerState, Path],
+                                              capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    _, models_dir = local_catalog
+    d = ["--models-dir", str(models_dir)]
+    assert _cli(["models", "download", "test-up", *d]) == 0
+    out, err = capsys.readouterr()
+    assert "\r" in err and "100.0%" in err and str(models_dir / "test-up.onnx") in out
+    assert _cli(["models", "download", "test-bad-hash", *d]) == 4
+    assert "sha256" in capsys.readouterr().err
+    assert _cli(["models", "download", "test-gone", *d]) == 4
+    assert "404" in capsys.readouterr().err
+    assert _cli(["models", "download", "test-refused", *d]) == 5
+    assert "refused" in capsys.readouterr().err
+    assert _cli(["models", "download", "test-page", *d]) == 4
+
+    def full(f: object, chunk: bytes) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(downloads, "_write_chunk", full)
+    assert _cli(["models", "download", "test-gone-too", *d]) == 2  # unknown id: usage
+    (models_dir / "test-up.onnx").unlink()
+    assert _cli(["models", "download", "test-up", *d]) == 3
+    assert "disk is full" in capsys.readouterr().err
