@@ -30,7 +30,14 @@ from engine.requests import (
     Result,
 )
 from engine.runner import Runner
-from engine.sessions import SessionCache, SessionEntry, SessionInfo, SessionKey, SessionWrap, register_cpu_arena
+from engine.sessions import (
+    SessionCache,
+    SessionEntry,
+    SessionInfo,
+    SessionKey,
+    SessionWrap,
+    register_cpu_arena,
+)
 from engine.settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -50,12 +57,16 @@ def _noop(_: Progress) -> None:
 
 
 class Engine:
-    def __init__(self, settings: EngineSettings | None = None, *, session_wrap: SessionWrap | None = None) -> None:
+    def __init__(
+        self, settings: EngineSettings | None = None, *, session_wrap: SessionWrap | None = None
+    ) -> None:
         self.settings = settings or EngineSettings()
         if self.settings.cpu_mem_limit:
             register_cpu_arena(self.settings.cpu_mem_limit)
         self.sessions = SessionCache(
-            gpu_mem_limit=self.settings.gpu_mem_limit, threads=self.settings.threads, wrap=session_wrap
+            gpu_mem_limit=self.settings.gpu_mem_limit,
+            threads=self.settings.threads,
+            wrap=session_wrap,
         )
         self.runner = Runner()
 
@@ -101,27 +112,26 @@ class Engine:
         emit(Progress(request.id, ProgressKind.STARTED, input_count=len(groups)))
         entry, _ = self.sessions.get(key)
         self.runner.first_start = None
-        timings: dict[str, float] = {"load_s": entry.load_seconds if self.sessions.created > created_before else 0.0}
+        timings: dict[str, float] = {
+            "load_s": entry.load_seconds if self.sessions.created > created_before else 0.0
+        }
         products: list[Product] = []
         failures: list[InputFailure] = []
         options = model_options(ref)
         used_tile: int | None = None
         ctx: RunContext | None = None
+
+        def renew() -> SessionEntry:
+            self.sessions.release(key)
+            return self.sessions.get(key)[0]
+
+        def release() -> None:
+            self.sessions.release(key)
+
         for index, group in enumerate(groups):
             source = group[0] if len(group) == 1 else group[0].parent
-            holder: dict[str, SessionEntry] = {"entry": entry}
-
-            def renew() -> SessionEntry:
-                self.sessions.release(key)
-                holder["entry"] = self.sessions.get(key)[0]
-                return holder["entry"]
-
-            def release() -> None:
-                self.sessions.release(key)
-
-            if key not in self.sessions:
+            if key not in self.sessions:  # released after a resource failure (M5)
                 entry = self.sessions.get(key)[0]
-                holder["entry"] = entry
             ctx = RunContext(
                 request=request,
                 settings=self.settings,
@@ -157,7 +167,13 @@ class Engine:
             except Exception as e:  # a bug must not take the batch (or the engine thread) down
                 entry = ctx.entry
                 log.exception("unexpected error on %s", source)
-                failures.append(InputFailure(source, ErrorKind.INTERNAL, f"{source.name}: unexpected error ({e}); see the log."))
+                failures.append(
+                    InputFailure(
+                        source,
+                        ErrorKind.INTERNAL,
+                        f"{source.name}: unexpected error ({e}); see the log.",
+                    )
+                )
                 emit(ctx.progress(ProgressKind.INPUT_FAILED, str(e)))
         if ctx is not None and not ctx.last_run_shrunk:
             self._shrink_after(op, key, ctx)
@@ -225,7 +241,15 @@ class Engine:
         return out
 
 
-OPTION_FIELDS = ("normalization", "input_size", "process_res", "num_tokens", "scale", "tile", "multiple_of")
+OPTION_FIELDS = (
+    "normalization",
+    "input_size",
+    "process_res",
+    "num_tokens",
+    "scale",
+    "tile",
+    "multiple_of",
+)
 
 
 def model_options(ref: ModelRef) -> dict[str, object]:

@@ -13,11 +13,10 @@ import platform
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -47,7 +46,10 @@ class Table:
         self.rows.append(row)
         mark = {True: "met", False: "NOT met", None: ""}[row.met]
         value = f"{row.value:.3f}" if isinstance(row.value, float) else str(row.value)
-        print(f"{row.name:<52} {value:>12} {row.unit:<6} {row.target:<14} {mark:<8} {row.note}", flush=True)
+        print(
+            f"{row.name:<52} {value:>12} {row.unit:<6} {row.target:<14} {mark:<8} {row.note}",
+            flush=True,
+        )
 
 
 class PeakRss:
@@ -86,8 +88,12 @@ def synthetic_upscaler(path: Path, scale: int = 4, features: int = 32, blocks: i
     def conv(name: str, src: str, cin: int, cout: int) -> str:
         w = (rng.standard_normal((cout, cin, 3, 3)) * (0.5 / np.sqrt(cin * 9))).astype(np.float32)
         b = np.zeros(cout, np.float32)
-        inits.extend([numpy_helper.from_array(w, f"{name}_w"), numpy_helper.from_array(b, f"{name}_b")])
-        nodes.append(helper.make_node("Conv", [src, f"{name}_w", f"{name}_b"], [name], pads=[1, 1, 1, 1]))
+        inits.extend(
+            [numpy_helper.from_array(w, f"{name}_w"), numpy_helper.from_array(b, f"{name}_b")]
+        )
+        nodes.append(
+            helper.make_node("Conv", [src, f"{name}_w", f"{name}_b"], [name], pads=[1, 1, 1, 1])
+        )
         return name
 
     def prelu(name: str, src: str, ch: int) -> str:
@@ -101,11 +107,20 @@ def synthetic_upscaler(path: Path, scale: int = 4, features: int = 32, blocks: i
     x = conv("cout", x, features, 3 * scale * scale)
     nodes.append(helper.make_node("DepthToSpace", [x], ["ps"], blocksize=scale, mode="CRD"))
     inits.append(numpy_helper.from_array(np.array([1, 1, scale, scale], np.float32), "scales"))
-    nodes.append(helper.make_node("Resize", ["input", "", "scales"], ["up"], mode="nearest",
-                                  coordinate_transformation_mode="asymmetric", nearest_mode="floor"))
+    nodes.append(
+        helper.make_node(
+            "Resize",
+            ["input", "", "scales"],
+            ["up"],
+            mode="nearest",
+            coordinate_transformation_mode="asymmetric",
+            nearest_mode="floor",
+        )
+    )
     nodes.append(helper.make_node("Add", ["ps", "up"], ["output"]))
     graph = helper.make_graph(
-        nodes, "synthetic_upscaler",
+        nodes,
+        "synthetic_upscaler",
         [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, "height", "width"])],
         [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 3, "height", "width"])],
         initializer=inits,
@@ -121,7 +136,9 @@ def test_image(path: Path, width: int, height: int, seed: int = 0) -> Path:
 
     rng = np.random.default_rng(seed)
     y, x = np.mgrid[0:height, 0:width].astype(np.float32)
-    img = np.stack([np.sin(x / 17) * 0.5 + 0.5, np.cos(y / 23) * 0.5 + 0.5, (x + y) / (width + height)], 2)
+    img = np.stack(
+        [np.sin(x / 17) * 0.5 + 0.5, np.cos(y / 23) * 0.5 + 0.5, (x + y) / (width + height)], 2
+    )
     img = np.clip(img * 255 + rng.normal(0, 6, img.shape), 0, 255).astype(np.uint8)
     Image.fromarray(img).save(path)
     return path
@@ -164,7 +181,9 @@ def engine_tiles(engine: Engine, request: OperationRequest) -> list[np.ndarray]:
     image = load_image(request.inputs[0], engine.settings.max_pixels)
     frame = image.frames[0]
     padded = pad_to_multiple(frame[..., :3], info.multiple_of)
-    plan = plan_tiles(padded.shape[0], padded.shape[1], request.tile, engine.settings.overlap, info.multiple_of)
+    plan = plan_tiles(
+        padded.shape[0], padded.shape[1], request.tile, engine.settings.overlap, info.multiple_of
+    )
     passes = _passes(3, False, info.channels)
     out = []
     for t in plan.tiles:
@@ -174,12 +193,22 @@ def engine_tiles(engine: Engine, request: OperationRequest) -> list[np.ndarray]:
     return out
 
 
-def measure_overhead(table: Table, engine: Engine, model: Path, label: str, size: tuple[int, int], tile: int,
-                     work: Path, repeats: int) -> None:
+def measure_overhead(
+    table: Table,
+    engine: Engine,
+    model: Path,
+    label: str,
+    size: tuple[int, int],
+    tile: int,
+    work: Path,
+    repeats: int,
+) -> None:
     from engine.imaging import load_image, write_image
 
     img = test_image(work / f"overhead-{label}.png", *size)
-    req = OperationRequest(Operation.UPSCALE, str(model), (img,), output_dir=work / "out", tile=tile)
+    req = OperationRequest(
+        Operation.UPSCALE, str(model), (img,), output_dir=work / "out", tile=tile
+    )
     engine.run(req)  # load, probe and warm the arena for this tile shape
     tiles = engine_tiles(engine, req)
     best_engine = float("inf")
@@ -192,15 +221,25 @@ def measure_overhead(table: Table, engine: Engine, model: Path, label: str, size
         from PIL import Image
 
         out_arr = np.asarray(Image.open(result.products[0].path))
-        write_image(work / "io" / "x.png", out_arr, decoded.meta)
+        (work / "io").mkdir(exist_ok=True)
+        write_image(work / "io" / "x.png", out_arr, decoded.meta).unlink()
         best_io = min(best_io, time.perf_counter() - t0)
         for p in result.products:
             p.path.unlink()
+    # Unload first: two live sessions' spinning thread pools would slow each other down.
+    engine.unload_all()
     bare = min(bare_loop(model, tiles, engine.settings.threads) for _ in range(repeats))
     compute = best_engine - best_io
-    table.add(Row(f"overhead vs bare ORT, {label} ({len(tiles)} tiles)", (compute / bare - 1) * 100, "%",
-                  "<= 5 %", (compute / bare - 1) <= 0.05,
-                  f"engine {compute:.3f}s (+{best_io:.3f}s file I/O) vs bare {bare:.3f}s"))
+    table.add(
+        Row(
+            f"overhead vs bare ORT, {label} ({len(tiles)} tiles)",
+            (compute / bare - 1) * 100,
+            "%",
+            "<= 5 %",
+            (compute / bare - 1) <= 0.05,
+            f"engine {compute:.3f}s (+{best_io:.3f}s file I/O) vs bare {bare:.3f}s",
+        )
+    )
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -208,7 +247,9 @@ def run_bench(args: argparse.Namespace) -> int:
     models_dir = settings.resolved_models_dir()
     quick = bool(getattr(args, "quick", False))
     table = Table()
-    print(f"Tessera bench on {platform.machine()} {platform.system()}, {memory.ram_snapshot().total >> 30} GiB RAM")
+    print(
+        f"Tessera bench on {platform.machine()} {platform.system()}, {memory.ram_snapshot().total >> 30} GiB RAM"
+    )
     print(f"{'figure':<52} {'value':>12} {'unit':<6} {'target':<14} {'status':<8} note")
     with _tmp() as work:
         anime = _find(models_dir, "realesrgan-animevideov3-x4")
@@ -217,15 +258,25 @@ def run_bench(args: argparse.Namespace) -> int:
         synthetic = None
         if anime is None:
             synthetic = synthetic_upscaler(work / "synthetic-x4.onnx")
-            print("(starter models not installed: a synthetic ×4 network stands in; run "
-                  "`python -m engine models fetch-starter` for the real figures)")
+            print(
+                "(starter models not installed: a synthetic ×4 network stands in; run "
+                "`python -m engine models fetch-starter` for the real figures)"
+            )
         fast_model = anime or synthetic
         assert fast_model is not None
         engine = Engine(settings)
 
         # Overhead of the engine against a bare ORT loop over the same tiles.
-        measure_overhead(table, engine, fast_model, "animevideov3-x4" if anime else "synthetic-x4",
-                         (256, 192) if quick else (512, 384), 128, work, 2 if quick else 3)
+        measure_overhead(
+            table,
+            engine,
+            fast_model,
+            "animevideov3-x4" if anime else "synthetic-x4",
+            (256, 192) if quick else (512, 384),
+            128,
+            work,
+            2 if quick else 3,
+        )
         if x4plus is not None and not quick:
             measure_overhead(table, engine, x4plus, "x4plus", (192, 128), 96, work, 1)
         if u2netp is not None:
@@ -242,8 +293,16 @@ def run_bench(args: argparse.Namespace) -> int:
             r = cold.run(req)
             starts.append(r.timings.get("first_run_s", float("nan")) * 1000)
         start_ms = float(np.median(starts))
-        table.add(Row("cached request: request → first run (median of 10)", start_ms, "ms", "<= 10 ms",
-                      start_ms <= 10, f"sessions created {cold.sessions.created}, reused {cold.sessions.reused}"))
+        table.add(
+            Row(
+                "cached request: request → first run (median of 10)",
+                start_ms,
+                "ms",
+                "<= 10 ms",
+                start_ms <= 10,
+                f"sessions created {cold.sessions.created}, reused {cold.sessions.reused}",
+            )
+        )
 
         # Peak RSS of a ×4 upscale of 2048×2048 above the RSS after load.
         side = 1024 if quick else 2048
@@ -260,7 +319,9 @@ def run_bench(args: argparse.Namespace) -> int:
 
 def measure_u2netp(table: Table, engine: Engine, model: Path, work: Path) -> None:
     img = test_image(work / "u2.png", 640, 480)
-    req = OperationRequest(Operation.REMOVE_BACKGROUND, str(model), (img,), output_dir=work / "u2out")
+    req = OperationRequest(
+        Operation.REMOVE_BACKGROUND, str(model), (img,), output_dir=work / "u2out"
+    )
     try:
         engine.run(req)
         best = min(engine.run(req).timings["total_s"] for _ in range(3))
@@ -278,14 +339,23 @@ def measure_u2netp(table: Table, engine: Engine, model: Path, work: Path) -> Non
     for _ in range(3):
         session.run(None, {name: x})
     bare = (time.perf_counter() - t0) / 3
-    table.add(Row("u2netp: whole request vs one bare run", best / bare, "×", "", None,
-                  f"request {best * 1000:.0f} ms (decode, resize, 2 PNGs) vs run {bare * 1000:.0f} ms"))
+    table.add(
+        Row(
+            "u2netp: whole request vs one bare run",
+            best / bare,
+            "×",
+            "",
+            None,
+            f"request {best * 1000:.0f} ms (decode, resize, 2 PNGs) vs run {bare * 1000:.0f} ms",
+        )
+    )
 
 
 def measure_peak_rss(table: Table, engine: Engine, model: Path, side: int, work: Path) -> None:
     img = test_image(work / f"big{side}.png", side, side)
-    warm = OperationRequest(Operation.UPSCALE, str(model), (test_image(work / "w.png", 64, 64),),
-                            output_dir=work / "o3")
+    warm = OperationRequest(
+        Operation.UPSCALE, str(model), (test_image(work / "w.png", 64, 64),), output_dir=work / "o3"
+    )
     engine.run(warm)
     import gc
 
@@ -296,8 +366,16 @@ def measure_peak_rss(table: Table, engine: Engine, model: Path, side: int, work:
         result = engine.run(req)
     out_bytes = side * 4 * side * 4 * 3
     ratio = (peak.peak - base) / out_bytes
-    table.add(Row(f"peak RSS above loaded, ×4 of {side}² / output size", ratio, "×", "< 1.5 ×", ratio < 1.5,
-                  f"+{(peak.peak - base) >> 20} MiB for a {out_bytes >> 20} MiB output, tile {result.tile}"))
+    table.add(
+        Row(
+            f"peak RSS above loaded, ×4 of {side}² / output size",
+            ratio,
+            "×",
+            "< 1.5 ×",
+            ratio < 1.5,
+            f"+{(peak.peak - base) >> 20} MiB for a {out_bytes >> 20} MiB output, tile {result.tile}",
+        )
+    )
     for p in result.products:
         p.path.unlink()
 
@@ -335,8 +413,12 @@ def measure_cancel(table: Table, engine: Engine, model: Path, work: Path) -> Non
         session.run(None, {"input": x})
         full = time.perf_counter() - t0
         ro = ort.RunOptions()
-        timer = threading.Timer(full / 3, lambda: (stamps.__setitem__("set", time.perf_counter()),
-                                                   setattr(ro, "terminate", True)))
+
+        def terminate() -> None:
+            stamps["set"] = time.perf_counter()
+            ro.terminate = True
+
+        timer = threading.Timer(full / 3, terminate)
         timer.start()
         try:
             session.run(None, {"input": x}, ro)
@@ -344,8 +426,16 @@ def measure_cancel(table: Table, engine: Engine, model: Path, work: Path) -> Non
             stamps["stopped"] = time.perf_counter()
         timer.join()
     inside = (stamps.get("stopped", float("nan")) - stamps.get("set", float("nan"))) * 1000
-    table.add(Row("cancel inside a run (terminate) latency", inside, "ms", "<= 100 ms", inside <= 100,
-                  f"run of {full * 1000:.0f} ms"))
+    table.add(
+        Row(
+            "cancel inside a run (terminate) latency",
+            inside,
+            "ms",
+            "<= 100 ms",
+            inside <= 100,
+            f"run of {full * 1000:.0f} ms",
+        )
+    )
 
 
 def _slow_model(path: Path) -> Path:
@@ -354,9 +444,13 @@ def _slow_model(path: Path) -> Path:
     width, layers = 16, 200
     rng = np.random.default_rng(0)
     inits = [
-        numpy_helper.from_array((rng.standard_normal((width, 3, 1, 1)) * 0.3).astype(np.float32), "wi"),
+        numpy_helper.from_array(
+            (rng.standard_normal((width, 3, 1, 1)) * 0.3).astype(np.float32), "wi"
+        ),
         numpy_helper.from_array(np.eye(width, dtype=np.float32).reshape(width, width, 1, 1), "wm"),
-        numpy_helper.from_array((rng.standard_normal((3, width, 1, 1)) * 0.1).astype(np.float32), "wo"),
+        numpy_helper.from_array(
+            (rng.standard_normal((3, width, 1, 1)) * 0.1).astype(np.float32), "wo"
+        ),
     ]
     nodes = [helper.make_node("Conv", ["input", "wi"], ["h0"])]
     for i in range(layers):
@@ -364,12 +458,16 @@ def _slow_model(path: Path) -> Path:
         nodes.append(helper.make_node("Relu", [f"c{i}"], [f"h{i + 1}"]))
     nodes.append(helper.make_node("Conv", [f"h{layers}", "wo"], ["output"]))
     graph = helper.make_graph(
-        nodes, "slow",
+        nodes,
+        "slow",
         [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, "h", "w"])],
         [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 3, "h", "w"])],
         initializer=inits,
     )
-    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))
+    save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+        str(path),
+    )
     return path
 
 
@@ -388,24 +486,42 @@ def measure_growth(table: Table, engine: Engine, model: Path, work: Path, jobs: 
             p.path.unlink()
     gc.collect()
     growth = (memory.process_rss() - base) / (1 << 20)
-    table.add(Row(f"RSS growth over {jobs} repeated jobs after warm-up", growth, "MiB", "<= 20 MB",
-                  growth <= 20, f"sessions: {len(engine.sessions)}"))
+    table.add(
+        Row(
+            f"RSS growth over {jobs} repeated jobs after warm-up",
+            growth,
+            "MiB",
+            "<= 20 MB",
+            growth <= 20,
+            f"sessions: {len(engine.sessions)}",
+        )
+    )
 
 
 def measure_tiled_vs_whole(table: Table, engine: Engine, model: Path, work: Path) -> None:
     from PIL import Image
 
     img = test_image(work / "tvw.png", 300, 200, seed=5)
-    whole = engine.run(OperationRequest(Operation.UPSCALE, str(model), (img,), output_dir=work / "w", tile=4096))
-    tiled = engine.run(OperationRequest(Operation.UPSCALE, str(model), (img,), output_dir=work / "t"))
+    whole = engine.run(
+        OperationRequest(Operation.UPSCALE, str(model), (img,), output_dir=work / "w", tile=4096)
+    )
+    tiled = engine.run(
+        OperationRequest(Operation.UPSCALE, str(model), (img,), output_dir=work / "t")
+    )
     a = np.asarray(Image.open(whole.products[0].path), np.int16)
     b = np.asarray(Image.open(tiled.products[0].path), np.int16)
     auto_tile = tiled.tile
-    forced = engine.run(OperationRequest(Operation.UPSCALE, str(model), (img,), output_dir=work / "f", tile=96))
+    forced = engine.run(
+        OperationRequest(Operation.UPSCALE, str(model), (img,), output_dir=work / "f", tile=96)
+    )
     c = np.asarray(Image.open(forced.products[0].path), np.int16)
-    table.add(Row("tiled (96 px, overlap 32) vs whole: max |diff|", int(np.abs(a - c).max()), "/255", "<= 1", None,
-                  f"mean {np.abs(a - c).mean():.4f}; auto tile chose {auto_tile}: max {int(np.abs(a - b).max())}"))
-
-
-ProgressFn = Callable[[Progress], None]
-_ = Any
+    table.add(
+        Row(
+            "tiled (96 px, overlap 32) vs whole: max |diff|",
+            int(np.abs(a - c).max()),
+            "/255",
+            "<= 1",
+            None,
+            f"mean {np.abs(a - c).mean():.4f}; auto tile chose {auto_tile}: max {int(np.abs(a - b).max())}",
+        )
+    )

@@ -56,13 +56,26 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("inputs", nargs="+", type=Path, metavar="INPUT")
     run.add_argument("--model", required=True, help="catalog id or path of an .onnx file")
     run.add_argument("--device", default="cpu", help="cpu or gpu:N (default cpu)")
-    run.add_argument("--runtime", default="auto", help="auto, cpu, cuda, tensorrt, directml, coreml")
-    run.add_argument("--out", type=Path, default=None, help="output folder (default: beside each input)")
-    run.add_argument("--tile", type=_tile, default=None, help="tile edge in pixels, or auto (default)")
+    run.add_argument(
+        "--runtime", default="auto", help="auto, cpu, cuda, tensorrt, directml, coreml"
+    )
+    run.add_argument(
+        "--out", type=Path, default=None, help="output folder (default: beside each input)"
+    )
+    run.add_argument(
+        "--tile", type=_tile, default=None, help="tile edge in pixels, or auto (default)"
+    )
     run.add_argument("--max-tile", type=int, default=None, help="largest tile auto may choose")
-    run.add_argument("--sequence", action="store_true", help="treat all inputs as frames of one sequence")
-    run.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                     help="family option, e.g. num_tokens=2400 or refine_foreground=true")
+    run.add_argument(
+        "--sequence", action="store_true", help="treat all inputs as frames of one sequence"
+    )
+    run.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="family option, e.g. num_tokens=2400 or refine_foreground=true",
+    )
     run.add_argument("--cpu-mem-limit", type=_megabytes, default=None, metavar="MB")
     run.add_argument("--gpu-mem-limit", type=_megabytes, default=None, metavar="MB")
     run.add_argument("--models-dir", type=Path, default=None)
@@ -123,7 +136,9 @@ class ProgressBar:
                 label += f" · frame {p.frame + 1}/{p.frame_count}"
             if p.run_count > 1:
                 label += f" · tile {p.run}/{p.run_count}"
-            sys.stderr.write(f"\r[{'#' * done}{'.' * (width - done)}] {p.fraction * 100:5.1f}% {label}   ")
+            sys.stderr.write(
+                f"\r[{'#' * done}{'.' * (width - done)}] {p.fraction * 100:5.1f}% {label}   "
+            )
             sys.stderr.flush()
         elif p.kind is ProgressKind.INPUT_FAILED:
             sys.stderr.write("\n")
@@ -141,7 +156,8 @@ def _result_json(result: Result) -> dict[str, Any]:
             for p in result.products
         ],
         "failures": [
-            {"source": str(f.source), "kind": f.kind.value, "message": f.message} for f in result.failures
+            {"source": str(f.source), "kind": f.kind.value, "message": f.message}
+            for f in result.failures
         ],
         "runs": result.runs,
         "shrinks": result.shrinks,
@@ -155,7 +171,13 @@ def exit_code_for(result: Result) -> int:
     kinds = {f.kind for f in result.failures}
     if not kinds:
         return 0
-    for kind in (ErrorKind.RESOURCE, ErrorKind.DEVICE, ErrorKind.BAD_INPUT, ErrorKind.BAD_MODEL, ErrorKind.INFERENCE):
+    for kind in (
+        ErrorKind.RESOURCE,
+        ErrorKind.DEVICE,
+        ErrorKind.BAD_INPUT,
+        ErrorKind.BAD_MODEL,
+        ErrorKind.INFERENCE,
+    ):
         if kind in kinds:
             return EXIT_CODES[kind]
     return 1
@@ -168,7 +190,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.max_tile:
         options["max_tile"] = args.max_tile
     settings = EngineSettings(
-        models_dir=args.models_dir, cpu_mem_limit=args.cpu_mem_limit, gpu_mem_limit=args.gpu_mem_limit
+        models_dir=args.models_dir,
+        cpu_mem_limit=args.cpu_mem_limit,
+        gpu_mem_limit=args.gpu_mem_limit,
     )
     request = OperationRequest(
         operation=Operation(args.operation),
@@ -212,10 +236,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     error = outcome.get("error")
     if error is not None:
         code = error.exit_code if isinstance(error, EngineError) else 1
-        message = str(error) if isinstance(error, EngineError) else f"unexpected error: {error} (details in the log)"
+        message = (
+            str(error)
+            if isinstance(error, EngineError)
+            else f"unexpected error: {error} (details in the log)"
+        )
         if args.json:
-            print(json.dumps({"error": {"kind": getattr(getattr(error, "kind", None), "value", "internal"),
-                                        "message": message}, "exit_code": code}))
+            print(
+                json.dumps(
+                    {
+                        "error": {
+                            "kind": getattr(getattr(error, "kind", None), "value", "internal"),
+                            "message": message,
+                        },
+                        "exit_code": code,
+                    }
+                )
+            )
         print(f"error: {message}", file=sys.stderr)
         return code
     result: Result = outcome["result"]

@@ -112,8 +112,11 @@ def gpu_snapshots() -> tuple[GpuSnapshot, ...]:
                     own = used
                 else:
                     others.append(ProcessUsage(p.pid, _process_name(p.pid), used))
-            out.append(GpuSnapshot(i, str(name), int(mem.total), int(mem.used), int(mem.free), own,
-                                   tuple(others)))
+            out.append(
+                GpuSnapshot(
+                    i, str(name), int(mem.total), int(mem.used), int(mem.free), own, tuple(others)
+                )
+            )
     except pynvml.NVMLError as e:
         log.warning("NVML query failed: %s", e)
     return tuple(out)

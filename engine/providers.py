@@ -129,12 +129,16 @@ def resolve_runtime(device: Device, runtime: Runtime) -> Runtime:
     return Runtime.CUDA  # nothing GPU-capable compiled in: fail later with the CUDA diagnosis
 
 
-def provider_plan(device: Device, runtime: Runtime, gpu_mem_limit: int | None = None) -> ProviderPlan:
+def provider_plan(
+    device: Device, runtime: Runtime, gpu_mem_limit: int | None = None
+) -> ProviderPlan:
     runtime = resolve_runtime(device, runtime)
     cpu: tuple[str, Mapping[str, str]] = (CPU_EP, {})
     if runtime is Runtime.CPU:
         if device.is_gpu:
-            raise UsageError(f"The cpu runtime cannot run on {device}; choose device cpu or a GPU runtime.")
+            raise UsageError(
+                f"The cpu runtime cannot run on {device}; choose device cpu or a GPU runtime."
+            )
         return ProviderPlan((cpu,), CPU_EP)
     if not device.is_gpu:
         raise UsageError(
@@ -155,7 +159,9 @@ def provider_plan(device: Device, runtime: Runtime, gpu_mem_limit: int | None = 
     return ProviderPlan(((COREML_EP, {}), cpu), COREML_EP)
 
 
-def shrink_target(providers: Sequence[str], provider_options: Mapping[str, Mapping[str, Any]]) -> str | None:
+def shrink_target(
+    providers: Sequence[str], provider_options: Mapping[str, Mapping[str, Any]]
+) -> str | None:
     """The arena-shrink value for a session, from its actual providers (M2, M3).
 
     Only when the session's first provider has a GPU arena; the device id is the session's own,
@@ -201,13 +207,19 @@ def missing_requirement(runtime: Runtime) -> str | None:
         return None
     if sys.platform.startswith("linux"):
         driver = ["libcuda.so.1"]
-        libs = [("libcudart.so.13", "CUDA 13 runtime"), ("libcublasLt.so.13", "cuBLAS 13"),
-                ("libcudnn.so.9", "cuDNN 9")]
+        libs = [
+            ("libcudart.so.13", "CUDA 13 runtime"),
+            ("libcublasLt.so.13", "cuBLAS 13"),
+            ("libcudnn.so.9", "cuDNN 9"),
+        ]
         trt = ["libnvinfer.so.10"]
     elif os.name == "nt":
         driver = ["nvcuda.dll"]
-        libs = [("cudart64_13.dll", "CUDA 13 runtime"), ("cublasLt64_13.dll", "cuBLAS 13"),
-                ("cudnn64_9.dll", "cuDNN 9")]
+        libs = [
+            ("cudart64_13.dll", "CUDA 13 runtime"),
+            ("cublasLt64_13.dll", "cuBLAS 13"),
+            ("cudnn64_9.dll", "cuDNN 9"),
+        ]
         trt = ["nvinfer_10.dll"]
     else:
         return "CUDA is not available on this operating system"
@@ -241,7 +253,10 @@ def _preload_cuda_wheels() -> None:
             import contextlib
             import io
 
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            with (
+                contextlib.redirect_stdout(io.StringIO()),
+                contextlib.redirect_stderr(io.StringIO()),
+            ):
                 ort.preload_dlls()
     except Exception:  # best effort: the library check that follows gives the reason
         pass
@@ -249,7 +264,10 @@ def _preload_cuda_wheels() -> None:
 
 def diagnose(runtime: Runtime) -> str:
     """Why a runtime did not come up on this machine, as far as can be told without ORT's log."""
-    return missing_requirement(runtime) or "the provider failed to start (see the log for ONNX Runtime's message)"
+    return (
+        missing_requirement(runtime)
+        or "the provider failed to start (see the log for ONNX Runtime's message)"
+    )
 
 
 @dataclass(frozen=True)
@@ -261,8 +279,13 @@ class RuntimeReport:
     detail: str  # why not, or what was found
 
     def as_dict(self) -> dict[str, object]:
-        return {"runtime": self.runtime, "device": self.device, "ok": self.ok,
-                "provider": self.provider, "detail": self.detail}
+        return {
+            "runtime": self.runtime,
+            "device": self.device,
+            "ok": self.ok,
+            "provider": self.provider,
+            "detail": self.detail,
+        }
 
 
 def _probe_model() -> bytes:
@@ -301,11 +324,20 @@ def probe(gpu_indices: Sequence[int] | None = None) -> list[RuntimeReport]:
             actual = list(session.get_providers())
             del session
         except Exception as e:  # a provider may fail to load in many ways; report, never raise
-            reports.append(RuntimeReport(runtime.value, str(device), False, None, str(e).splitlines()[0]))
+            reports.append(
+                RuntimeReport(runtime.value, str(device), False, None, str(e).splitlines()[0])
+            )
             continue
         if actual and actual[0] == plan.expected:
             reports.append(RuntimeReport(runtime.value, str(device), True, actual[0], ""))
         else:
-            reports.append(RuntimeReport(runtime.value, str(device), False, actual[0] if actual else None,
-                                         f"falls back to {actual[0] if actual else 'nothing'}: {diagnose(runtime)}"))
+            reports.append(
+                RuntimeReport(
+                    runtime.value,
+                    str(device),
+                    False,
+                    actual[0] if actual else None,
+                    f"falls back to {actual[0] if actual else 'nothing'}: {diagnose(runtime)}",
+                )
+            )
     return reports

@@ -92,7 +92,9 @@ class Progress:
         done_runs = self.run / max(self.run_count, 1)
         if self.kind in (ProgressKind.INPUT_FINISHED, ProgressKind.INPUT_FAILED):
             return min(1.0, (self.input_index + 1) * per_input)
-        return min(1.0, self.input_index * per_input + self.frame * per_frame + done_runs * per_frame)
+        return min(
+            1.0, self.input_index * per_input + self.frame * per_frame + done_runs * per_frame
+        )
 
 
 class ProductKind(Enum):

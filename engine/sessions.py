@@ -93,7 +93,9 @@ def register_cpu_arena(limit: int) -> None:
                     limit,
                 )
             return
-        info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+        info = ort.OrtMemoryInfo(
+            "Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT
+        )
         # kSameAsRequested (1) so a shrink can return every region, and max_mem for the cap.
         cfg = ort.OrtArenaCfg({"max_mem": int(limit), "arena_extend_strategy": 1})
         ort.create_and_register_allocator(info, cfg)
@@ -122,7 +124,9 @@ def create_session(
         so.add_session_config_entry(USE_ENV_ALLOCATORS, "1")
     source: str | bytes = model if isinstance(model, bytes) else str(model)
     try:
-        session = ort.InferenceSession(source, so, providers=plan.names, provider_options=plan.options)
+        session = ort.InferenceSession(
+            source, so, providers=plan.names, provider_options=plan.options
+        )
     except Exception as e:  # ORT's exceptions are not RuntimeError subclasses
         text = str(e)
         if is_out_of_memory(text):
@@ -130,9 +134,17 @@ def create_session(
                 f"Not enough memory to load {name}. Close other programs using the device, "
                 "or pick a smaller model."
             ) from e
-        if "NO_SUCHFILE" in text or "No such file" in text or "Load model from" in text and "failed" in text:
+        if (
+            "NO_SUCHFILE" in text
+            or "No such file" in text
+            or ("Load model from" in text and "failed" in text)
+        ):
             raise ModelError(f"{name}: the model file cannot be read ({_first_line(text)}).") from e
-        if "INVALID_PROTOBUF" in text or "INVALID_GRAPH" in text or "Protobuf parsing failed" in text:
+        if (
+            "INVALID_PROTOBUF" in text
+            or "INVALID_GRAPH" in text
+            or "Protobuf parsing failed" in text
+        ):
             raise ModelError(f"{name} is not a valid ONNX model ({_first_line(text)}).") from e
         raise ModelError(f"ONNX Runtime could not load {name}: {_first_line(text)}") from e
     # A request for a device must never be run silently on another one (M7).
@@ -170,7 +182,9 @@ class SessionCache:
         if self._owner is None:
             self._owner = me
         elif self._owner != me:
-            raise RuntimeError("The session cache is owned by the engine thread; use it only there.")
+            raise RuntimeError(
+                "The session cache is owned by the engine thread; use it only there."
+            )
 
     def __len__(self) -> int:
         return len(self._entries)

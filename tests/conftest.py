@@ -22,7 +22,9 @@ def _no_threads_left_behind() -> Iterator[None]:
         extra = [
             t
             for t in threading.enumerate()
-            if t.ident not in before and t.is_alive() and not t.name.startswith(("pydevd", "asyncio"))
+            if t.ident not in before
+            and t.is_alive()
+            and not t.name.startswith(("pydevd", "asyncio"))
         ]
         if not extra or time.monotonic() > deadline:
             break
@@ -31,7 +33,9 @@ def _no_threads_left_behind() -> Iterator[None]:
 
 
 @pytest.fixture
-def models_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[os.PathLike[str]]:
+def models_dir(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[os.PathLike[str]]:
     path = tmp_path_factory.mktemp("models")
     monkeypatch.setenv("TESSERA_MODELS_DIR", str(path))
     yield path

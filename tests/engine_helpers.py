@@ -69,7 +69,9 @@ def photo(path: Path, width: int = 40, height: int = 30, mode: str = "RGB", seed
     """A smooth test picture with some detail, saved with Pillow."""
     rng = np.random.default_rng(seed)
     y, x = np.mgrid[0:height, 0:width].astype(np.float32)
-    base = np.stack([x / max(width - 1, 1), y / max(height - 1, 1), 0.5 + 0.5 * np.sin(x / 3 + y / 5)], axis=2)
+    base = np.stack(
+        [x / max(width - 1, 1), y / max(height - 1, 1), 0.5 + 0.5 * np.sin(x / 3 + y / 5)], axis=2
+    )
     noise = rng.uniform(-0.05, 0.05, base.shape).astype(np.float32)
     rgb = np.clip((base + noise) * 255, 0, 255).astype(np.uint8)
     if mode == "RGBA":
@@ -82,7 +84,9 @@ def photo(path: Path, width: int = 40, height: int = 30, mode: str = "RGB", seed
     return path
 
 
-def gif3(path: Path, width: int = 24, height: int = 16, durations: tuple[int, ...] = (80, 120, 200)) -> Path:
+def gif3(
+    path: Path, width: int = 24, height: int = 16, durations: tuple[int, ...] = (80, 120, 200)
+) -> Path:
     frames = []
     for i, _ in enumerate(durations):
         arr = np.zeros((height, width, 3), np.uint8)

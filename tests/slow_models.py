@@ -13,9 +13,15 @@ def make_slow_upscaler(path: Path, layers: int = 300, width: int = 16) -> Path:
     """input 1×3×H×W → 1×1 conv to `width` channels → `layers` × (1×1 conv + Relu) → 3 channels."""
     rng = np.random.default_rng(0)
     inits = [
-        numpy_helper.from_array((rng.standard_normal((width, 3, 1, 1)) * 0.3).astype(np.float32), "w_in"),
-        numpy_helper.from_array((np.eye(width, dtype=np.float32).reshape(width, width, 1, 1)), "w_mid"),
-        numpy_helper.from_array((rng.standard_normal((3, width, 1, 1)) * 0.1).astype(np.float32), "w_out"),
+        numpy_helper.from_array(
+            (rng.standard_normal((width, 3, 1, 1)) * 0.3).astype(np.float32), "w_in"
+        ),
+        numpy_helper.from_array(
+            (np.eye(width, dtype=np.float32).reshape(width, width, 1, 1)), "w_mid"
+        ),
+        numpy_helper.from_array(
+            (rng.standard_normal((3, width, 1, 1)) * 0.1).astype(np.float32), "w_out"
+        ),
     ]
     nodes = [helper.make_node("Conv", ["input", "w_in"], ["h0"])]
     for i in range(layers):

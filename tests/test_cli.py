@@ -25,19 +25,31 @@ def png_header_only(path: Path, width: int, height: int) -> Path:
     import zlib
 
     def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
 
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
-    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 64))
-                     + chunk(b"IEND", b""))
+    path.write_bytes(
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", ihdr)
+        + chunk(b"IDAT", zlib.compress(b"\0" * 64))
+        + chunk(b"IEND", b"")
+    )
     return path
 
 
-def engine_cli(*args: str | Path, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def engine_cli(
+    *args: str | Path, cwd: Path | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.run(
         [sys.executable, "-m", "engine", *map(str, args)],
-        capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd or ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=cwd or ROOT,
     )
 
 
@@ -53,8 +65,20 @@ def big(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_m5_real_oom_exits_3_with_a_readable_message(up4: Path, big: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    p = engine_cli("run", "upscale", big, "--model", up4, "--out", out, "--tile", "256",
-                   "--cpu-mem-limit", "8", "--json")
+    p = engine_cli(
+        "run",
+        "upscale",
+        big,
+        "--model",
+        up4,
+        "--out",
+        out,
+        "--tile",
+        "256",
+        "--cpu-mem-limit",
+        "8",
+        "--json",
+    )
     assert p.returncode == 3, p.stderr
     assert "Out of memory" in p.stderr and "big.png" in p.stderr and "Traceback" not in p.stderr
     data = json.loads(p.stdout)
@@ -62,7 +86,9 @@ def test_m5_real_oom_exits_3_with_a_readable_message(up4: Path, big: Path, tmp_p
     assert not out.exists() or not list(out.iterdir())
 
 
-def test_m5_failed_session_is_released_and_the_next_request_creates_one(up4: Path, big: Path, tmp_path: Path) -> None:
+def test_m5_failed_session_is_released_and_the_next_request_creates_one(
+    up4: Path, big: Path, tmp_path: Path
+) -> None:
     # The CPU arena limit is registered once per process, so this runs in its own process.
     script = textwrap.dedent(
         f"""
@@ -83,17 +109,49 @@ def test_m5_failed_session_is_released_and_the_next_request_creates_one(up4: Pat
         print("OK", e.sessions.created, e.sessions.released)
         """
     )
-    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    p = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.split() == ["OK", "2", "1"]
 
 
-def test_m5_auto_tile_halves_and_matches_the_untiled_result(up4: Path, big: Path, tmp_path: Path) -> None:
-    whole = engine_cli("run", "upscale", big, "--model", up4, "--out", tmp_path / "whole", "--tile", "4096", "--json")
+def test_m5_auto_tile_halves_and_matches_the_untiled_result(
+    up4: Path, big: Path, tmp_path: Path
+) -> None:
+    whole = engine_cli(
+        "run",
+        "upscale",
+        big,
+        "--model",
+        up4,
+        "--out",
+        tmp_path / "whole",
+        "--tile",
+        "4096",
+        "--json",
+    )
     assert whole.returncode == 0, whole.stderr
-    auto = engine_cli("run", "upscale", big, "--model", up4, "--out", tmp_path / "auto", "--tile", "auto",
-                      "--option", "auto_start=256", "--cpu-mem-limit", "16", "--json")
+    auto = engine_cli(
+        "run",
+        "upscale",
+        big,
+        "--model",
+        up4,
+        "--out",
+        tmp_path / "auto",
+        "--tile",
+        "auto",
+        "--option",
+        "auto_start=256",
+        "--cpu-mem-limit",
+        "16",
+        "--json",
+    )
     assert auto.returncode == 0, auto.stderr
     data = json.loads(auto.stdout)
     assert data["tile"] < 256 and data["sessions"]["created"] >= 2
@@ -103,16 +161,32 @@ def test_m5_auto_tile_halves_and_matches_the_untiled_result(up4: Path, big: Path
     assert np.abs(a - b).max() <= 1
 
 
-def test_m7_cuda_on_this_machine_exits_5_naming_the_cause(up4: Path, big: Path, tmp_path: Path) -> None:
+def test_m7_cuda_on_this_machine_exits_5_naming_the_cause(
+    up4: Path, big: Path, tmp_path: Path
+) -> None:
     if "CUDAExecutionProvider" in __import__("engine.providers").providers.available_providers():
         from engine.providers import Runtime, missing_requirement
 
         if missing_requirement(Runtime.CUDA) is None:
             pytest.skip("this machine has a working CUDA provider")
     out = tmp_path / "out"
-    p = engine_cli("run", "upscale", big, "--model", up4, "--out", out, "--runtime", "cuda", "--device", "gpu:0")
+    p = engine_cli(
+        "run",
+        "upscale",
+        big,
+        "--model",
+        up4,
+        "--out",
+        out,
+        "--runtime",
+        "cuda",
+        "--device",
+        "gpu:0",
+    )
     assert p.returncode == 5
-    assert "cuda" in p.stderr and ("driver" in p.stderr or "library" in p.stderr or "build" in p.stderr)
+    assert "cuda" in p.stderr and (
+        "driver" in p.stderr or "library" in p.stderr or "build" in p.stderr
+    )
     assert not out.exists() or not list(out.iterdir())
 
 
@@ -128,8 +202,22 @@ def test_bad_inputs_exit_4_and_the_rest_of_the_batch_is_produced(up4: Path, tmp_
     truncated.write_bytes(good1.read_bytes()[:60])
     bomb = png_header_only(tmp_path / "bomb.png", 30000, 30000)
     out = tmp_path / "out"
-    p = engine_cli("run", "upscale", good1, missing, empty, text, truncated, bomb, good2,
-                   "--model", up4, "--out", out, "--json")
+    p = engine_cli(
+        "run",
+        "upscale",
+        good1,
+        missing,
+        empty,
+        text,
+        truncated,
+        bomb,
+        good2,
+        "--model",
+        up4,
+        "--out",
+        out,
+        "--json",
+    )
     assert p.returncode == 4, p.stderr
     data = json.loads(p.stdout)
     failed = {Path(f["source"]).name: f["message"] for f in data["failures"]}

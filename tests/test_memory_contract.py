@@ -66,7 +66,11 @@ def _shrinks(log: list[str | None]) -> list[int]:
 def test_m2_single_run_shrinks_at_its_only_run(upscaler: Path, tmp_path: Path) -> None:
     recorder = Recorder(CUDA_EP)
     engine = Engine(EngineSettings(models_dir=tmp_path), session_wrap=recorder)
-    result = engine.run(_request(upscaler, [photo(tmp_path / "a.png")], tmp_path / "o", device="gpu:0", runtime="cuda"))
+    result = engine.run(
+        _request(
+            upscaler, [photo(tmp_path / "a.png")], tmp_path / "o", device="gpu:0", runtime="cuda"
+        )
+    )
     assert result.ok and result.shrinks == 1
     assert _shrinks(recorder.log) == [len(recorder.log) - 1]
     assert recorder.log[-1] == "gpu:0"
@@ -75,14 +79,24 @@ def test_m2_single_run_shrinks_at_its_only_run(upscaler: Path, tmp_path: Path) -
 def test_m2_only_the_last_frame_shrinks(upscaler: Path, tmp_path: Path) -> None:
     recorder = Recorder(CUDA_EP)
     engine = Engine(EngineSettings(models_dir=tmp_path), session_wrap=recorder)
-    engine.run(_request(upscaler, [photo(tmp_path / "warm.png")], tmp_path / "o", device="gpu:0", runtime="cuda"))
+    engine.run(
+        _request(
+            upscaler, [photo(tmp_path / "warm.png")], tmp_path / "o", device="gpu:0", runtime="cuda"
+        )
+    )
     recorder.log.clear()
-    result = engine.run(_request(upscaler, [gif3(tmp_path / "anim.gif")], tmp_path / "o", device="gpu:0", runtime="cuda"))
+    result = engine.run(
+        _request(
+            upscaler, [gif3(tmp_path / "anim.gif")], tmp_path / "o", device="gpu:0", runtime="cuda"
+        )
+    )
     assert result.ok and result.runs == 3
     assert recorder.log == [None, None, "gpu:0"]
 
 
-def test_m2_tiles_of_two_frames_shrink_only_at_the_very_last(upscaler: Path, tmp_path: Path) -> None:
+def test_m2_tiles_of_two_frames_shrink_only_at_the_very_last(
+    upscaler: Path, tmp_path: Path
+) -> None:
     recorder = Recorder(CUDA_EP)
     engine = Engine(EngineSettings(models_dir=tmp_path, overlap=8), session_wrap=recorder)
     frames = []
@@ -92,19 +106,27 @@ def test_m2_tiles_of_two_frames_shrink_only_at_the_very_last(upscaler: Path, tmp
     recorder.log.clear()
     # 80×48 with 32-px tiles and overlap 8: 3 columns × 2 rows = 6 tiles per frame.
     result = engine.run(
-        _request(upscaler, frames, tmp_path / "o", device="gpu:1", runtime="cuda", tile=32, sequence=True)
+        _request(
+            upscaler, frames, tmp_path / "o", device="gpu:1", runtime="cuda", tile=32, sequence=True
+        )
     )
     assert result.ok and result.runs == 12
     assert recorder.log == [None] * 11 + ["gpu:1"]  # gpu:1 named for device gpu:1
 
 
 @pytest.mark.parametrize("provider", [CPU_EP, DIRECTML_EP, COREML_EP])
-def test_m3_other_providers_never_get_the_shrink(upscaler: Path, tmp_path: Path, provider: str) -> None:
+def test_m3_other_providers_never_get_the_shrink(
+    upscaler: Path, tmp_path: Path, provider: str
+) -> None:
     recorder = Recorder(provider)
     engine = Engine(EngineSettings(models_dir=tmp_path), session_wrap=recorder)
     runtime = {CPU_EP: "cpu", DIRECTML_EP: "directml", COREML_EP: "coreml"}[provider]
     device = "cpu" if provider == CPU_EP else "gpu:0"
-    result = engine.run(_request(upscaler, [photo(tmp_path / "a.png")], tmp_path / "o", device=device, runtime=runtime))
+    result = engine.run(
+        _request(
+            upscaler, [photo(tmp_path / "a.png")], tmp_path / "o", device=device, runtime=runtime
+        )
+    )
     assert result.ok and result.shrinks == 0
     assert recorder.log and all(v is None for v in recorder.log)
     plan = provider_plan(Device.parse(device), Runtime(runtime))
@@ -113,7 +135,13 @@ def test_m3_other_providers_never_get_the_shrink(upscaler: Path, tmp_path: Path,
 
 def test_m3_shrink_target_comes_from_actual_providers() -> None:
     assert shrink_target([CUDA_EP, CPU_EP], {CUDA_EP: {"device_id": "3"}}) == "gpu:3"
-    assert shrink_target(["TensorrtExecutionProvider", CUDA_EP], {"TensorrtExecutionProvider": {"device_id": "1"}}) == "gpu:1"
+    assert (
+        shrink_target(
+            ["TensorrtExecutionProvider", CUDA_EP],
+            {"TensorrtExecutionProvider": {"device_id": "1"}},
+        )
+        == "gpu:1"
+    )
     # A CUDA request that ORT silently put on the CPU gets nothing.
     assert shrink_target([CPU_EP], {CPU_EP: {}}) is None
     assert shrink_target([DIRECTML_EP, CPU_EP], {DIRECTML_EP: {"device_id": "0"}}) is None
@@ -142,8 +170,12 @@ def test_m7_cuda_request_is_refused_not_run_on_cpu(upscaler: Path, tmp_path: Pat
     engine = Engine(EngineSettings(models_dir=tmp_path))
     out = tmp_path / "o"
     with pytest.raises(DeviceUnavailable) as info:
-        engine.run(_request(upscaler, [photo(tmp_path / "a.png")], out, device="gpu:0", runtime="cuda"))
-    assert "cuda" in str(info.value) and ("driver" in str(info.value) or "library" in str(info.value))
+        engine.run(
+            _request(upscaler, [photo(tmp_path / "a.png")], out, device="gpu:0", runtime="cuda")
+        )
+    assert "cuda" in str(info.value) and (
+        "driver" in str(info.value) or "library" in str(info.value)
+    )
     assert engine.runner.runs == 0
     assert not out.exists() or not any(out.iterdir())
 
@@ -172,29 +204,39 @@ def test_m8_cancel_between_tiles_runs_no_further_tile(upscaler: Path, tmp_path: 
 
 
 def test_m8_terminate_interrupts_a_long_run(tmp_path: Path) -> None:
+    import time
+
     from tests.slow_models import make_slow_upscaler
 
     model = make_slow_upscaler(tmp_path / "slow.onnx", layers=300)
     engine = Engine(EngineSettings(models_dir=tmp_path))
-    img = photo(tmp_path / "a.png", width=192, height=192)
-    token = CancelToken()
-    # Warm-up: load and learn the model's scale, so the cancelled request starts its run at once.
+    # Warm-up: load and learn the model's scale, so the next request starts its one run at once.
     engine.run(_request(model, [photo(tmp_path / "tiny.png", 8, 8)], tmp_path / "w"))
-    started = threading.Event()
+    t0 = time.perf_counter()
+    engine.run(_request(model, [photo(tmp_path / "mid.png", 96, 96)], tmp_path / "w"))
+    small = time.perf_counter() - t0  # a run on 1/16 of the pixels of the cancelled one
+    img = photo(tmp_path / "a.png", width=384, height=384)
+    token = CancelToken()
+    engine.runner.first_start = None
 
-    def progress(p: Progress) -> None:
-        if p.kind is ProgressKind.STARTED:
-            started.set()
+    def cancel_when_running() -> None:
+        while engine.runner.first_start is None:
+            time.sleep(0.005)
+        time.sleep(0.05)
+        token.cancel()
 
-    timer = threading.Timer(0.3, token.cancel)
-    timer.start()
+    watcher = threading.Thread(target=cancel_when_running)
+    watcher.start()
+    runs_before = engine.runner.runs
+    t1 = time.perf_counter()
     try:
         with pytest.raises(Cancelled):
-            engine.run(_request(model, [img], tmp_path / "o", tile=None), progress, token)
+            engine.run(_request(model, [img], tmp_path / "o", tile=4096), cancel=token)
     finally:
-        timer.cancel()
-        timer.join()
-    assert started.is_set()
+        watcher.join()
+    elapsed = time.perf_counter() - t1
+    print(f"cancelled after {elapsed:.3f}s; a run on 1/16 of the pixels takes {small:.3f}s")
+    assert engine.runner.runs == runs_before  # the run did not complete: it was terminated
     assert len(engine.sessions) == 1
     assert not (tmp_path / "o").exists() or not list((tmp_path / "o").iterdir())
 

@@ -47,7 +47,12 @@ class RunContext:
     used_tile: int | None = None  # tile edge finally used, reported in the result
 
     def start_frame(self, frame: int, frame_count: int, run_count: int) -> None:
-        self.frame, self.frame_count, self.run_count, self.runs_done = frame, frame_count, run_count, 0
+        self.frame, self.frame_count, self.run_count, self.runs_done = (
+            frame,
+            frame_count,
+            run_count,
+            0,
+        )
 
     def is_last_run(self) -> bool:
         """True for the request's final run: last run of the last frame of the final input."""

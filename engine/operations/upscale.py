@@ -47,8 +47,9 @@ def _dims(shape: list[Any]) -> list[int | None]:
     return [d if isinstance(d, int) and d > 0 else None for d in shape]
 
 
-def describe(entry: SessionEntry, runner_probe: Callable[[np.ndarray], np.ndarray],
-             hints: dict[str, Any]) -> UpscalerInfo:
+def describe(
+    entry: SessionEntry, runner_probe: Callable[[np.ndarray], np.ndarray], hints: dict[str, Any]
+) -> UpscalerInfo:
     """Read the model's I/O from the session; probe only what the graph leaves open."""
     cached = entry.facts.get("upscaler")
     if isinstance(cached, UpscalerInfo):
@@ -58,7 +59,9 @@ def describe(entry: SessionEntry, runner_probe: Callable[[np.ndarray], np.ndarra
     out = session.get_outputs()[0]
     shape = _dims(list(inp.shape))
     if len(shape) != 4:
-        raise ModelError(f"{entry.key.model.name} is not an image upscaler: its input has rank {len(shape)}, not 4.")
+        raise ModelError(
+            f"{entry.key.model.name} is not an image upscaler: its input has rank {len(shape)}, not 4."
+        )
     if shape[1] in (1, 3, 4):
         layout, channels, fixed_hw = "NCHW", int(shape[1] or 3), (shape[2], shape[3])
     elif shape[3] in (1, 3, 4):
@@ -67,7 +70,9 @@ def describe(entry: SessionEntry, runner_probe: Callable[[np.ndarray], np.ndarra
         layout, channels, fixed_hw = "NCHW", 3, (shape[2], shape[3])
     fp16 = "float16" in inp.type
     if "float" not in inp.type:
-        raise ModelError(f"{entry.key.model.name} takes {inp.type}; an upscaler takes float or float16 pixels.")
+        raise ModelError(
+            f"{entry.key.model.name} takes {inp.type}; an upscaler takes float or float16 pixels."
+        )
     fixed = (fixed_hw[0], fixed_hw[1]) if fixed_hw[0] and fixed_hw[1] else None
     meta: dict[str, str] = {}
     try:
@@ -75,7 +80,9 @@ def describe(entry: SessionEntry, runner_probe: Callable[[np.ndarray], np.ndarra
     except Exception:  # metadata is optional; a wrapped session may not have it
         meta = {}
     scale = _int_or_none(meta.get("tessera.scale")) or _int_or_none(hints.get("scale"))
-    multiple_of = _int_or_none(meta.get("tessera.multiple_of")) or _int_or_none(hints.get("multiple_of"))
+    multiple_of = _int_or_none(meta.get("tessera.multiple_of")) or _int_or_none(
+        hints.get("multiple_of")
+    )
 
     def make(h: int, w: int) -> np.ndarray:
         dims = (1, channels, h, w) if layout == "NCHW" else (1, h, w, channels)
@@ -104,14 +111,18 @@ def describe(entry: SessionEntry, runner_probe: Callable[[np.ndarray], np.ndarra
                     scale = oh // size
                 break
             else:
-                raise ModelError(f"{entry.key.model.name} did not run on any small test image; is it an upscaler?")
+                raise ModelError(
+                    f"{entry.key.model.name} did not run on any small test image; is it an upscaler?"
+                )
         if scale is None:
             size = max(multiple_of, 16) * max(1, math.ceil(16 / max(multiple_of, 16)))
             oh, _ = out_hw(runner_probe(make(size, size)))
             scale = oh // size
     if not scale or scale < 1:
         raise ModelError(f"{entry.key.model.name}: could not work out the upscale factor.")
-    info = UpscalerInfo(inp.name, out.name, layout, channels, fp16, int(scale), int(multiple_of or 1), fixed)
+    info = UpscalerInfo(
+        inp.name, out.name, layout, channels, fp16, int(scale), int(multiple_of or 1), fixed
+    )
     entry.facts["upscaler"] = info
     return info
 
@@ -133,8 +144,9 @@ def auto_tile(ctx: RunContext, info: UpscalerInfo) -> int:
     if start:
         return max(int(start), ctx.settings.min_tile)
     weights = max(ctx.entry.file_size, 1)
-    # Bytes of live activations per input pixel: grows with the network's width and depth.
-    per_pixel = min(max(weights // 16_000, 256), 8192) * info.scale
+    # Live activation bytes per input pixel grow with the network's width and depth (weights as
+    # a proxy), plus the float output tile and its copy.
+    per_pixel = min(max(weights // 16_000, 512), 8192) + info.scale * info.scale * 3 * 4 * 2
     device = ctx.entry.key.device
     budget: float
     if device.is_gpu:
@@ -146,7 +158,8 @@ def auto_tile(ctx: RunContext, info: UpscalerInfo) -> int:
         from engine.sessions import cpu_arena_limit
 
         limit = cpu_arena_limit() or ctx.settings.cpu_mem_limit
-        budget = 0.5 * limit if limit else min(0.25 * memory.ram_snapshot().available, 2 << 30)
+        # On the CPU a bigger tile barely runs faster, while its arena stays in RSS: keep it lean.
+        budget = 0.5 * limit if limit else min(memory.ram_snapshot().available / 8, 128 << 20)
     cap = int(ctx.option("max_tile", MAX_AUTO_TILE))
     tile = cap
     while tile > ctx.settings.min_tile and tile * tile * per_pixel > budget:
@@ -188,18 +201,33 @@ class Upscale(OperationBase):
                     if not auto or next_tile < ctx.settings.min_tile or info.fixed is not None:
                         ctx.release_session()
                         raise
-                    log.warning("out of memory at tile %d; retrying at %d on a fresh session", tile, next_tile)
+                    log.warning(
+                        "out of memory at tile %d; retrying at %d on a fresh session",
+                        tile,
+                        next_tile,
+                    )
                     ctx.entry = ctx.renew_session()
                     tile = next_tile
                     info = self._info(ctx)
             ctx.emit(ctx.progress(ProgressKind.FRAME_FINISHED))
-        ctx.used_tile = None if info.fixed is None and tile >= max(image.frames[0].shape[:2]) else tile
+        ctx.used_tile = (
+            None if info.fixed is None and tile >= max(image.frames[0].shape[:2]) else tile
+        )
         target = ctx.out_dir / output_name(image.source, f"x{info.scale}", _extension(image))
-        path = write_image(target, frames_out if image.is_animated or n > 1 else frames_out[0], image.meta)
+        path = write_image(
+            target, frames_out if image.is_animated or n > 1 else frames_out[0], image.meta
+        )
         return [Product(path, ProductKind.IMAGE, image.source, frames=n)]
 
-    def _frame(self, frame: np.ndarray, info: UpscalerInfo, tile: int, index: int, count: int,
-               ctx: RunContext) -> np.ndarray:
+    def _frame(
+        self,
+        frame: np.ndarray,
+        info: UpscalerInfo,
+        tile: int,
+        index: int,
+        count: int,
+        ctx: RunContext,
+    ) -> np.ndarray:
         h, w, c = frame.shape
         colour = frame[..., :3] if c >= 3 else frame[..., :1]
         alpha = frame[..., c - 1 :] if c in (2, 4) else None
@@ -218,11 +246,15 @@ class Upscale(OperationBase):
         ctx.start_frame(index, count, plan.count * len(passes))
         maxval = 65535.0 if frame.dtype == np.uint16 else 255.0
         dtype = frame.dtype
-        assemblers = [TileAssembler(plan, info.scale, width, np.dtype(dtype)) for _, width in passes]
+        assemblers = [
+            TileAssembler(plan, info.scale, width, np.dtype(dtype)) for _, width in passes
+        ]
         for t in plan.tiles:
             for (build, _), asm in zip(passes, assemblers, strict=True):
                 region_c = padded_colour[t.y0 : t.y1, t.x0 : t.x1]
-                region_a = padded_alpha[t.y0 : t.y1, t.x0 : t.x1] if padded_alpha is not None else None
+                region_a = (
+                    padded_alpha[t.y0 : t.y1, t.x0 : t.x1] if padded_alpha is not None else None
+                )
                 model_in, reduce = build(region_c, region_a)
                 tensor = _to_tensor(model_in.astype(np.float32) / maxval, info)
                 result = ctx.run({info.input_name: tensor}, outputs=[info.output_name])[0]
@@ -233,7 +265,12 @@ class Upscale(OperationBase):
         return np.ascontiguousarray(full[: h * info.scale, : w * info.scale])
 
 
-Pass = tuple[Callable[[np.ndarray, np.ndarray | None], tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]], int]
+Pass = tuple[
+    Callable[
+        [np.ndarray, np.ndarray | None], tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]
+    ],
+    int,
+]
 
 
 def _passes(colour_channels: int, has_alpha: bool, model_channels: int) -> list[Pass]:
@@ -257,7 +294,7 @@ def _passes(colour_channels: int, has_alpha: bool, model_channels: int) -> list[
         if model_channels == 1:
             return x, first
         # four-channel model: feed opaque alpha
-        ones = np.full(x.shape[:2] + (1,), 255 if x.dtype == np.uint8 else 65535, x.dtype)
+        ones = np.full((*x.shape[:2], 1), 255 if x.dtype == np.uint8 else 65535, x.dtype)
         rgb = np.repeat(x, 3, axis=2) if x.shape[2] == 1 else x
         return np.concatenate([rgb, ones], axis=2), (take3 if x.shape[2] == 3 else mean_of3)
 
@@ -267,12 +304,25 @@ def _passes(colour_channels: int, has_alpha: bool, model_channels: int) -> list[
     passes: list[Pass] = []
     if model_channels == 1 and colour_channels == 3:
         for ch in range(3):
-            passes.append((lambda c, a, ch=ch: (c[..., ch : ch + 1], first), 1))
+            passes.append((_channel_pass(ch, first), 1))
     else:
         passes.append((lambda c, a: as_model(c), colour_channels))
     if has_alpha:
         passes.append((lambda c, a: as_model(a if a is not None else c[..., :1]), 1))
     return passes
+
+
+def _channel_pass(
+    ch: int, reduce: Callable[[np.ndarray], np.ndarray]
+) -> Callable[
+    [np.ndarray, np.ndarray | None], tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]
+]:
+    def build(
+        c: np.ndarray, _a: np.ndarray | None
+    ) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]:
+        return c[..., ch : ch + 1], reduce
+
+    return build
 
 
 def _to_tensor(x: np.ndarray, info: UpscalerInfo) -> np.ndarray:
