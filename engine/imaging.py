@@ -1283,13 +1283,18 @@ def _png_chunk(kind: bytes, body: bytes) -> bytes:
 
 def _compressed_rows(frame: np.ndarray) -> Iterator[bytes]:
     height, width, channels = frame.shape
-    bpp = channels * 2
-    rows = frame.astype(">u2").view(np.uint8).reshape(height, width * bpp)
-    step = max(1, (1 << 21) // max(1, rows.shape[1]))  # bound the temporaries to a few MB
+    depth = frame.dtype.itemsize
+    bpp = channels * depth
+    stride = width * bpp
+    step = max(1, (1 << 18) // max(1, stride))  # bound the filter temporaries to a few MB
     compressor = zlib.compressobj(6)
-    previous = np.zeros(rows.shape[1], dtype=np.uint8)
+    previous = np.zeros(stride, dtype=np.uint8)
     for start in range(0, height, step):
-        block = rows[start : start + step]
+        # Big-endian bytes block by block: never a second copy of the whole frame.
+        part = frame[start : start + step]
+        if depth == 2:
+            part = part.astype(">u2")
+        block = np.ascontiguousarray(part).view(np.uint8).reshape(-1, stride)
         piece = compressor.compress(_filter_rows(block, bpp, previous))
         previous = block[-1]
         if piece:
@@ -1305,16 +1310,17 @@ def _text_chunk(key: str, value: str) -> bytes:
         return _png_chunk(b"iTXt", body)
 
 
-def _encode_png16(
+def _encode_png(
     temp: Path,
     frames: list[np.ndarray],
     meta: ImageMeta | None,
     text: Mapping[str, str] | None = None,
 ) -> None:
     height, width, channels = frames[0].shape
+    bits = 8 * frames[0].dtype.itemsize
     with open(temp, "wb") as out:
         out.write(_PNG_SIGNATURE)
-        header = struct.pack(">IIBBBBB", width, height, 16, _PNG_COLOUR_TYPE[channels], 0, 0, 0)
+        header = struct.pack(">IIBBBBB", width, height, bits, _PNG_COLOUR_TYPE[channels], 0, 0, 0)
         out.write(_png_chunk(b"IHDR", header))
         for key, value in (text or {}).items():
             out.write(_text_chunk(key, value))
@@ -1353,6 +1359,9 @@ def _encode_png16(
         out.write(_png_chunk(b"IEND", b""))
 
 
+_encode_png16 = _encode_png  # transitional name, until postprocess uses write_image(text=...)
+
+
 def write_image(
     path: Path,
     frames: np.ndarray | Sequence[np.ndarray],
@@ -1378,8 +1387,10 @@ def write_image(
         raise ValueError(f"{fmt} holds one frame; got {len(prepared)}")
     with atomic_output(path) as (temp, publish):
         try:
-            if fmt == "PNG" and prepared[0].dtype == np.uint16:
-                _encode_png16(temp, prepared, meta, text)
+            # Our own streaming encoder for 16-bit (Pillow drops to 8) and for 8-bit stills: Pillow
+            # would first copy the frame into its own 4-byte-per-pixel image, doubling the peak.
+            if fmt == "PNG" and (prepared[0].dtype == np.uint16 or len(prepared) == 1):
+                _encode_png(temp, prepared, meta, text)
             else:
                 _encode_pillow(temp, fmt, prepared, meta, text)
         except MemoryError as e:

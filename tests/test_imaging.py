@@ -754,7 +754,7 @@ def test_encoder_failure_leaves_nothing(
         Path(temp).write_bytes(b"\x89PNG half")
         raise RuntimeError("encoder crashed")
 
-    monkeypatch.setattr(imaging, "_encode_png16", half_written)
+    monkeypatch.setattr(imaging, "_encode_png", half_written)
     monkeypatch.setattr(imaging, "_encode_pillow", half_written)
     with pytest.raises(RuntimeError, match="encoder crashed"):
         write_image(tmp_path / "x.png", _random((4, 4, 3), dtype))

@@ -159,7 +159,7 @@ def auto_tile(ctx: RunContext, info: UpscalerInfo) -> int:
 
         limit = cpu_arena_limit() or ctx.settings.cpu_mem_limit
         # On the CPU a bigger tile barely runs faster, while its arena stays in RSS: keep it lean.
-        budget = 0.5 * limit if limit else min(memory.ram_snapshot().available / 8, 128 << 20)
+        budget = 0.5 * limit if limit else min(memory.ram_snapshot().available / 8, 96 << 20)
     cap = int(ctx.option("max_tile", MAX_AUTO_TILE))
     tile = cap
     while tile > ctx.settings.min_tile and tile * tile * per_pixel > budget:
