@@ -250,3 +250,44 @@ def test_tiled_equals_whole_image(upscaler: Path, tmp_path: Path) -> None:
     b = np.asarray(Image.open(tiled), np.int16)
     assert a.shape == b.shape == (134, 202, 4)
     assert np.abs(a - b).max() <= 1
+
+
+def test_m10_cancelled_job_still_hands_back_its_peak(upscaler: Path, tmp_path: Path) -> None:
+    recorder = Recorder(CUDA_EP)
+    engine = Engine(EngineSettings(models_dir=tmp_path, overlap=8), session_wrap=recorder)
+    engine.run(
+        _request(
+            upscaler, [photo(tmp_path / "w.png")], tmp_path / "o", device="gpu:0", runtime="cuda"
+        )
+    )
+    recorder.log.clear()
+    token = CancelToken()
+
+    def progress(p: Progress) -> None:
+        if p.kind is ProgressKind.RUN_FINISHED and p.run == 2:
+            token.cancel()
+
+    img = photo(tmp_path / "a.png", width=96, height=64)
+    with pytest.raises(Cancelled):
+        engine.run(
+            _request(upscaler, [img], tmp_path / "c", tile=32, device="gpu:0", runtime="cuda"),
+            progress,
+            token,
+        )
+    # Two tile runs without the shrink, then one smallest run that asks for it.
+    assert recorder.log == [None, None, "gpu:0"]
+
+
+def test_m10_batch_whose_last_input_fails_still_shrinks(upscaler: Path, tmp_path: Path) -> None:
+    recorder = Recorder(CUDA_EP)
+    engine = Engine(EngineSettings(models_dir=tmp_path), session_wrap=recorder)
+    good = photo(tmp_path / "good.png")
+    bad = tmp_path / "bad.png"
+    bad.write_text("not an image")
+    engine.run(_request(upscaler, [good], tmp_path / "o", device="gpu:0", runtime="cuda"))
+    recorder.log.clear()
+    result = engine.run(
+        _request(upscaler, [good, bad], tmp_path / "o", device="gpu:0", runtime="cuda")
+    )
+    assert len(result.products) == 1 and len(result.failures) == 1
+    assert recorder.log == [None, "gpu:0"]
