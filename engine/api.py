@@ -146,6 +146,7 @@ class Engine:
                 input_index=index,
                 input_count=len(groups),
                 final_input=index == len(groups) - 1,
+                sequence=len(group) > 1 or group[0].is_dir(),
             )
             try:
                 if cancel is not None:

@@ -1359,9 +1359,6 @@ def _encode_png(
         out.write(_png_chunk(b"IEND", b""))
 
 
-_encode_png16 = _encode_png  # transitional name, until postprocess uses write_image(text=...)
-
-
 def write_image(
     path: Path,
     frames: np.ndarray | Sequence[np.ndarray],
@@ -1387,9 +1384,10 @@ def write_image(
         raise ValueError(f"{fmt} holds one frame; got {len(prepared)}")
     with atomic_output(path) as (temp, publish):
         try:
-            # Our own streaming encoder for 16-bit (Pillow drops to 8) and for 8-bit stills: Pillow
-            # would first copy the frame into its own 4-byte-per-pixel image, doubling the peak.
-            if fmt == "PNG" and (prepared[0].dtype == np.uint16 or len(prepared) == 1):
+            # Our own streaming PNG encoder: Pillow drops 16-bit colour to 8 bits, first copies
+            # a frame into its own 4-byte-per-pixel image (doubling the peak), and merges
+            # identical animation frames (a 3-frame input must give a 3-frame product).
+            if fmt == "PNG":
                 _encode_png(temp, prepared, meta, text)
             else:
                 _encode_pillow(temp, fmt, prepared, meta, text)

@@ -38,6 +38,7 @@ class RunContext:
     input_index: int = 0
     input_count: int = 1
     final_input: bool = True  # this input's last run is the request's last run
+    sequence: bool = False  # the frames come from several files (a folder or --sequence)
     out_dir: Path = Path()
     frame: int = 0
     frame_count: int = 1

@@ -19,8 +19,9 @@ import numpy as np
 
 from engine import memory
 from engine.errors import ModelError, ResourceError
-from engine.imaging import DecodedImage, write_image
-from engine.operations.base import OperationBase, RunContext, output_name
+from engine.imaging import DecodedImage
+from engine.operations.base import OperationBase, RunContext
+from engine.operations.postprocess import write_frames
 from engine.requests import Operation, Product, ProductKind, ProgressKind
 from engine.sessions import SessionEntry
 from engine.tiling import TileAssembler, pad_to_multiple, plan_tiles
@@ -213,11 +214,7 @@ class Upscale(OperationBase):
         ctx.used_tile = (
             None if info.fixed is None and tile >= max(image.frames[0].shape[:2]) else tile
         )
-        target = ctx.out_dir / output_name(image.source, f"x{info.scale}", _extension(image))
-        path = write_image(
-            target, frames_out if image.is_animated or n > 1 else frames_out[0], image.meta
-        )
-        return [Product(path, ProductKind.IMAGE, image.source, frames=n)]
+        return write_frames(ctx, image, f"x{info.scale}", frames_out, ProductKind.IMAGE, image.meta)
 
     def _frame(
         self,
@@ -347,9 +344,3 @@ def _fixed_plan(h: int, w: int, fixed: tuple[int, int], overlap: int) -> Any:
 
     fh, fw = fixed
     return TilePlan(h, w, fh, fw, overlap, axis_spans(h, fh, overlap), axis_spans(w, fw, overlap))
-
-
-def _extension(image: DecodedImage) -> str:
-    if image.is_animated:
-        return {"GIF": ".gif", "WEBP": ".webp", "TIFF": ".tif"}.get(image.meta.format, ".png")
-    return ".png"

@@ -1,0 +1,213 @@
+"""Depth with Depth Anything 3 (community ONNX exports).
+
+Input: 1×3×H×W or 1×N×3×H×W float32 RGB with ImageNet normalisation (the `normalization`
+option), H and W multiples of 14; read from the session whether H×W is fixed or dynamic.
+- Dynamic: the longest side goes to `process_res` (default 504) with the aspect kept, then
+  each side to the nearest multiple of 14 (upstream `upper_bound_resize`); box filter when
+  shrinking, bicubic when enlarging (upstream: INTER_AREA / INTER_CUBIC).
+- Fixed: the image is resized to fit inside, centred, padded with the ImageNet mean colour (0
+  after normalisation); the valid region of the result is cropped back.
+A fixed view count N > 1 gets the frame in every view; view 0's depth is kept.
+Every map is resized back to the input size bilinearly.
+
+DA3 depth is positive depth (exp activation): far is large. Products:
+- `<stem>-depth.tif`: float32, the raw depth values.
+- `<stem>-depth.png`: 16-bit grey, **near is bright**, linear in depth over the request's
+  range: v = 1 + round((max − d) / (max − min) · 65534), v = 0 reserved for "no depth"
+  (never used here). min and max are in the PNG's `tessera` tEXt chunk (JSON), so
+  d = max − (v − 1) / 65534 · (max − min).
+- `<stem>-depth-preview.png`: Turbo colours of the same normalised value (near is red).
+- `<stem>-depth-conf.tif` (float32) when the model has `depth_conf`, `<stem>-sky.png` (255
+  where sky ≥ 0.5) when it has `sky`.
+All frames of one request share one depth range, so a sequence does not flicker: the maps
+are kept at the model's resolution until every frame ran, then resized and encoded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+from PIL import Image
+
+from engine.errors import ModelError
+from engine.imaging import DecodedImage
+from engine.operations.base import OperationBase, RunContext
+from engine.operations.postprocess import (
+    data_meta,
+    depth_range,
+    depth_text,
+    encode_depth16,
+    input_dtype,
+    nearness,
+    normalise,
+    normalization,
+    plane,
+    resize_bilinear,
+    resize_image,
+    rgb_float,
+    turbo,
+    write_float_tiff,
+    write_frames,
+)
+from engine.requests import Operation, Product, ProductKind, ProgressKind
+from engine.sessions import SessionEntry
+
+PATCH = 14
+DEFAULT_PROCESS_RES = 504
+
+
+@dataclass(frozen=True)
+class DepthModel:
+    input_name: str
+    views: int | None  # None: a 1×3×H×W input; else N of 1×N×3×H×W (1 when N is dynamic)
+    fixed: tuple[int, int] | None  # (H, W) of a static input
+    dtype: type
+    depth: str
+    conf: str | None
+    sky: str | None
+
+    @property
+    def outputs(self) -> list[str]:
+        return [n for n in (self.depth, self.conf, self.sky) if n is not None]
+
+    def feed(self, chw: np.ndarray) -> np.ndarray:
+        """1×3×H×W, or the frame in every view of 1×N×3×H×W."""
+        tensor = chw[None] if self.views is None else np.repeat(chw[None, None], self.views, axis=1)
+        return np.ascontiguousarray(tensor, dtype=self.dtype)
+
+
+def describe(entry: SessionEntry) -> DepthModel:
+    session = entry.session
+    name = entry.key.model.name
+    inputs = session.get_inputs()
+    images = [i for i in inputs if len(i.shape) in (4, 5) and "float" in i.type]
+    if not images:
+        raise ModelError(
+            f"{name} is not a depth model: it has no 1×3×H×W or 1×N×3×H×W float input."
+        )
+    x = images[0]
+    if len(inputs) > 1:
+        extra = ", ".join(i.name for i in inputs if i is not x)
+        raise ModelError(f"{name} also needs {extra}; Tessera runs depth-only exports.")
+    shape = list(x.shape)
+    views = None
+    if len(shape) == 5:
+        views = shape[1] if isinstance(shape[1], int) and shape[1] > 0 else 1
+    h, w = shape[-2], shape[-1]
+    fixed = (h, w) if isinstance(h, int) and isinstance(w, int) and h > 0 and w > 0 else None
+    names = [o.name for o in session.get_outputs()]
+    depth = next((n for n in names if n.lower() in ("depth", "predicted_depth")), names[0])
+    conf = next((n for n in names if "conf" in n.lower() and n != depth), None)
+    sky = next((n for n in names if "sky" in n.lower() and n != depth), None)
+    return DepthModel(x.name, views, fixed, input_dtype(x.type), depth, conf, sky)
+
+
+def _nearest_multiple(x: int, p: int = PATCH) -> int:
+    down = (x // p) * p
+    up = down + p
+    return max(p, up if up - x <= x - down else down)
+
+
+def upper_bound_size(height: int, width: int, process_res: int) -> tuple[int, int]:
+    """Upstream upper_bound_resize: longest side to process_res, then multiples of 14."""
+    longest = max(height, width)
+    if longest != process_res:
+        scale = process_res / longest
+        height, width = max(1, round(height * scale)), max(1, round(width * scale))
+    return _nearest_multiple(height), _nearest_multiple(width)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the resized image lies in the model input: size (h, w) at offset (y, x)."""
+
+    model_hw: tuple[int, int]
+    image_hw: tuple[int, int]
+    offset: tuple[int, int]
+
+
+def placement(info: DepthModel, height: int, width: int, process_res: int) -> Placement:
+    if info.fixed is None:
+        hw = upper_bound_size(height, width, process_res)
+        return Placement(hw, hw, (0, 0))
+    fh, fw = info.fixed
+    scale = min(fh / height, fw / width)
+    h = min(fh, max(1, round(height * scale)))
+    w = min(fw, max(1, round(width * scale)))
+    return Placement(info.fixed, (h, w), ((fh - h) // 2, (fw - w) // 2))
+
+
+def _model_input(rgb: np.ndarray, place: Placement, norm: str) -> np.ndarray:
+    h, w = place.image_hw
+    grows = h > rgb.shape[0] or w > rgb.shape[1]
+    resized = resize_image(rgb, h, w, Image.Resampling.BICUBIC if grows else Image.Resampling.BOX)
+    # Pad value 0 after normalisation is the ImageNet mean colour.
+    chw = np.zeros((3, *place.model_hw), np.float32)
+    y, x = place.offset
+    chw[:, y : y + h, x : x + w] = normalise(np.clip(resized, 0.0, 1.0), norm).transpose(2, 0, 1)
+    return chw
+
+
+class Depth(OperationBase):
+    operation: ClassVar[Operation] = Operation.DEPTH
+
+    def minimal_feeds(self, entry: SessionEntry) -> dict[str, np.ndarray] | None:
+        info = describe(entry)
+        if info.fixed is not None:
+            return None
+        return {info.input_name: info.feed(np.zeros((3, PATCH, PATCH), np.float32))}
+
+    def process(self, image: DecodedImage, ctx: RunContext) -> list[Product]:
+        info = describe(ctx.entry)
+        norm = normalization(ctx)
+        process_res = int(ctx.option("process_res", DEFAULT_PROCESS_RES))
+        height, width = image.frames[0].shape[:2]
+        place = placement(info, height, width, process_res)
+        y, x = place.offset
+        h, w = place.image_hw
+        maps: dict[str, list[np.ndarray]] = {name: [] for name in info.outputs}
+        n = len(image.frames)
+        for index, frame in enumerate(image.frames):
+            ctx.start_frame(index, n, 1)
+            chw = _model_input(rgb_float(frame), place, norm)
+            results = ctx.run({info.input_name: info.feed(chw)}, outputs=info.outputs)
+            for name, result in zip(info.outputs, results, strict=True):
+                # Kept at the model's resolution: small, and resized once the range is known.
+                maps[name].append(plane(result)[y : y + h, x : x + w].copy())
+            ctx.emit(ctx.progress(ProgressKind.FRAME_FINISHED))
+
+        def full(m: np.ndarray) -> np.ndarray:
+            return resize_bilinear(m, height, width)
+
+        floats = [full(d) for d in maps[info.depth]]
+        lo, hi = depth_range(floats)
+        meta = data_meta(image)
+        products = [
+            *write_float_tiff(ctx, image, "depth", floats, ProductKind.DEPTH_FLOAT),
+            *write_frames(
+                ctx,
+                image,
+                "depth",
+                [encode_depth16(d, lo, hi) for d in floats],
+                ProductKind.DEPTH16,
+                meta,
+                text=depth_text(lo, hi, "relative"),
+            ),
+            *write_frames(
+                ctx,
+                image,
+                "depth-preview",
+                [turbo(nearness(d, lo, hi)) for d in floats],
+                ProductKind.DEPTH_PREVIEW,
+                meta,
+            ),
+        ]
+        if info.conf is not None:
+            conf = [full(c) for c in maps[info.conf]]
+            products += write_float_tiff(ctx, image, "depth-conf", conf, ProductKind.CONFIDENCE)
+        if info.sky is not None:
+            sky = [np.where(full(s) >= 0.5, 255, 0).astype(np.uint8) for s in maps[info.sky]]
+            products += write_frames(ctx, image, "sky", sky, ProductKind.SKY, meta)
+        return products
