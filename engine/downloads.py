@@ -81,8 +81,10 @@ def _network_error(url: str, reason: object, timeout: float, done: int = 0) -> D
     host = _host(url)
     resume = " Run it again to resume." if done else ""
     if isinstance(reason, socket.gaierror):
-        msg = (f"Cannot find the server {host} (DNS lookup failed): are you offline? "
-               "Check the internet connection.")
+        msg = (
+            f"Cannot find the server {host} (DNS lookup failed): are you offline? "
+            "Check the internet connection."
+        )
     elif isinstance(reason, ConnectionRefusedError):
         msg = f"The server {host} refused the connection: it may be down, or a firewall blocks it."
     elif isinstance(reason, TimeoutError):
@@ -100,11 +102,15 @@ def _network_error(url: str, reason: object, timeout: float, done: int = 0) -> D
 
 def _http_error(url: str, code: int, reason: str) -> DownloadError:
     if code == 404:
-        msg = (f"The server has no file at {url} (HTTP 404 Not Found): it may have moved. "
-               "Check the model's home page.")
+        msg = (
+            f"The server has no file at {url} (HTTP 404 Not Found): it may have moved. "
+            "Check the model's home page."
+        )
     elif code in (401, 403):
-        msg = (f"The server refused access to {url} (HTTP {code}): the file may need a log-in "
-               "or an accepted licence on its page.")
+        msg = (
+            f"The server refused access to {url} (HTTP {code}): the file may need a log-in "
+            "or an accepted licence on its page."
+        )
     elif code == 429:
         msg = f"The server at {_host(url)} is limiting requests (HTTP 429): try again later."
     elif code >= 500:
@@ -139,8 +145,14 @@ def _content_range(value: str | None) -> tuple[int, int | None] | None:
         return None
 
 
-def _fetch(url: str, part: Path, size: int | None, progress: Progress | None,
-           cancel: CancelToken | None, timeout: float) -> None:
+def _fetch(
+    url: str,
+    part: Path,
+    size: int | None,
+    progress: Progress | None,
+    cancel: CancelToken | None,
+    timeout: float,
+) -> None:
     """Bring `part` to the whole file, resuming from what it already holds."""
     offset = part.stat().st_size if part.exists() else 0
     if size is not None and offset > size:
@@ -181,7 +193,8 @@ def _fetch(url: str, part: Path, size: int | None, progress: Progress | None,
             raise DownloadError(
                 f"The server offers {total} bytes at {url}, but the catalog expects {size}: "
                 "the file has changed there. Not downloading it.",
-                DownloadFailure.INTEGRITY, url,
+                DownloadFailure.INTEGRITY,
+                url,
             )
         total = total if total is not None else size
         need = None if total is None else total - offset
@@ -232,7 +245,8 @@ def _verify(url: str, part: Path, sha256: str | None, size: int | None) -> None:
         part.unlink(missing_ok=True)
         raise DownloadError(
             f"The download from {url} has {got} bytes instead of {size}; it was deleted.",
-            DownloadFailure.INTEGRITY, url,
+            DownloadFailure.INTEGRITY,
+            url,
         )
     if sha256 is not None:
         digest = sha256_file(part)
@@ -242,7 +256,8 @@ def _verify(url: str, part: Path, sha256: str | None, size: int | None) -> None:
                 f"The file downloaded from {url} is not the expected one (sha256 {digest[:12]}… "
                 f"instead of {sha256[:12]}…); it was deleted. The server may hold a different "
                 "version.",
-                DownloadFailure.INTEGRITY, url,
+                DownloadFailure.INTEGRITY,
+                url,
             )
 
 
@@ -282,7 +297,8 @@ def download(
         else:
             raise DownloadError(
                 f"The server at {_host(url)} sent the file inconsistently; try again later.",
-                DownloadFailure.NETWORK, url,
+                DownloadFailure.NETWORK,
+                url,
             )
         _verify(url, part, sha256, size)
         if check is not None:
@@ -312,9 +328,7 @@ def download_model(
     catalog = load_catalog()
     entry = catalog.get(entry_id)
     if entry is None:
-        raise UsageError(
-            f"Unknown model id {entry_id!r}. Known ids: {', '.join(sorted(catalog))}."
-        )
+        raise UsageError(f"Unknown model id {entry_id!r}. Known ids: {', '.join(sorted(catalog))}.")
     if entry.source is Source.STARTER or entry.url is None:
         raise UsageError(
             f"{entry.id} ({entry.name}) is a starter model built on this machine, not "
@@ -325,5 +339,13 @@ def download_model(
     def check(path: Path) -> None:  # a server's error page saved as .onnx must not install
         inspect_model(path, entry.family)
 
-    return download(entry.url, dest, sha256=entry.sha256, size=entry.size, progress=progress,
-                    cancel=cancel, timeout=timeout, check=check)
+    return download(
+        entry.url,
+        dest,
+        sha256=entry.sha256,
+        size=entry.size,
+        progress=progress,
+        cancel=cancel,
+        timeout=timeout,
+        check=check,
+    )

@@ -58,8 +58,12 @@ IMAGENET_PATCH = 14  # DA3's ViT patch size: depth inputs are multiples of it
 _PROBE_SIZES = (16, 64, 256)  # fixed probe sizes for an upscaler's scale, as chaiNNer does
 _DEPTH_PROBE = (56, 84)  # two different multiples of 14, so swapped H/W would show
 _STRIP_ELEMENTS = 256  # float tensors above this lose their data before shape inference
-_FLOAT_TYPES = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16,
-                "bfloat16": TensorProto.BFLOAT16, "float64": TensorProto.DOUBLE}
+_FLOAT_TYPES = {
+    "float32": TensorProto.FLOAT,
+    "float16": TensorProto.FLOAT16,
+    "bfloat16": TensorProto.BFLOAT16,
+    "float64": TensorProto.DOUBLE,
+}
 _OPTION_KEYS = {
     Family.BACKGROUND: {"normalization", "input_size"},
     Family.DEPTH: {"normalization", "process_res"},
@@ -113,8 +117,10 @@ class CatalogEntry:
 def catalog_path() -> Path:
     """The bundled catalog: beside the package, or in PyInstaller's unpack folder when frozen."""
     bundle = getattr(sys, "_MEIPASS", None)
-    root = Path(bundle) if getattr(sys, "frozen", False) and bundle else (
-        Path(__file__).resolve().parent.parent
+    root = (
+        Path(bundle)
+        if getattr(sys, "frozen", False) and bundle
+        else (Path(__file__).resolve().parent.parent)
     )
     return root / "resources" / "models" / "catalog.json"
 
@@ -219,8 +225,10 @@ class TensorSpec:
         return self.dtype in _FLOAT_TYPES
 
     def describe(self) -> str:
-        dims = "?" if self.shape is None else "×".join(
-            str(d) if isinstance(d, int) else (d or "?") for d in self.shape
+        dims = (
+            "?"
+            if self.shape is None
+            else "×".join(str(d) if isinstance(d, int) else (d or "?") for d in self.shape)
         )
         return f"{self.name}: {self.dtype}[{dims}]"
 
@@ -349,8 +357,12 @@ def _check_external_data(model: onnx.ModelProto, path: Path) -> tuple[str, ...]:
         where = f"{path.name}: weights {tensor.name!r} are stored in an external file"
         if not loc:
             raise ModelError(f"{where} but the model does not say which.")
-        if (PurePosixPath(loc).is_absolute() or PureWindowsPath(loc).is_absolute()
-                or PureWindowsPath(loc).drive or loc.startswith(("/", "\\"))):
+        if (
+            PurePosixPath(loc).is_absolute()
+            or PureWindowsPath(loc).is_absolute()
+            or PureWindowsPath(loc).drive
+            or loc.startswith(("/", "\\"))
+        ):
             raise ModelError(
                 f"{where} at the absolute path {loc!r}. Refused: external data must sit "
                 "beside the model, named relative to its folder."
@@ -370,7 +382,9 @@ def _check_external_data(model: onnx.ModelProto, path: Path) -> tuple[str, ...]:
         except ValueError as e:
             raise ModelError(f"{where} with an unreadable offset or length.") from e
         if end > target.stat().st_size:
-            raise ModelError(f"{where} at {loc!r}, which is shorter than the model says: truncated?")
+            raise ModelError(
+                f"{where} at {loc!r}, which is shorter than the model says: truncated?"
+            )
         locations.append(loc)
     return tuple(dict.fromkeys(locations))
 
@@ -402,8 +416,7 @@ def _load(path: Path) -> onnx.ModelProto:
         model = onnx.load(str(path), load_external_data=False)
     except DecodeError as e:
         raise ModelError(
-            f"{path.name} is not an ONNX model, or it is truncated (an interrupted "
-            f"download?): {e}."
+            f"{path.name} is not an ONNX model, or it is truncated (an interrupted download?): {e}."
         ) from e
     except OSError as e:
         raise ModelError(f"Cannot read model file {path}: {e.strerror or e}.") from e
@@ -433,7 +446,8 @@ class _Graph:
             self.outputs = declared
         else:  # prefer what inference knows where the declaration is vaguer
             self.outputs = tuple(
-                i if d.shape is None or (i.shape is not None and _known(i.shape) > _known(d.shape))
+                i
+                if d.shape is None or (i.shape is not None and _known(i.shape) > _known(d.shape))
                 else d
                 for d, i in zip(declared, inferred, strict=True)
             )
@@ -477,8 +491,9 @@ def _fixed(hw: tuple[Dim, Dim]) -> tuple[int, int] | None:
     return (h, w) if isinstance(h, int) and isinstance(w, int) and h > 0 and w > 0 else None
 
 
-def _with_size(spec: TensorSpec, h: int, w: int, layout: Layout = Layout.NCHW,
-               channels: int = 3) -> tuple[int, ...]:
+def _with_size(
+    spec: TensorSpec, h: int, w: int, layout: Layout = Layout.NCHW, channels: int = 3
+) -> tuple[int, ...]:
     """The spec's shape with H and W set, a dynamic channel dim set to `channels` and other
     dynamic dims (batch, views) set to 1."""
     assert spec.shape is not None
@@ -505,12 +520,22 @@ def _match_geometry(g: _Graph) -> Match:
         return f"`image` is {image.describe()}, not a float B×3×H×W tensor"
     if tokens.dtype != "int64" or (tokens.rank is not None and tokens.rank > 1):
         return f"`num_tokens` is {tokens.describe()}, not an int64 scalar or [1]"
-    missing = [n for n in ("points", "normal", "mask", "metric_scale")
-               if n not in {t.name for t in g.outputs}]
+    missing = [
+        n
+        for n in ("points", "normal", "mask", "metric_scale")
+        if n not in {t.name for t in g.outputs}
+    ]
     if missing:
         return f"outputs lack {', '.join(missing)}"
-    return Contract(Family.GEOMETRY, g.inputs, g.outputs, "image", fp16=image.dtype == "float16",
-                    fixed_size=_fixed(_hw(image.shape)), opset=g.opset)
+    return Contract(
+        Family.GEOMETRY,
+        g.inputs,
+        g.outputs,
+        "image",
+        fp16=image.dtype == "float16",
+        fixed_size=_fixed(_hw(image.shape)),
+        opset=g.opset,
+    )
 
 
 def _match_background(g: _Graph, auto: bool) -> Match:
@@ -522,8 +547,10 @@ def _match_background(g: _Graph, auto: bool) -> Match:
         return f"input {x.describe()} is not 1×3×S×S"
     size = _fixed(_hw(shape))
     if size is None:
-        return (f"input {x.describe()} has a dynamic size; background models take a static "
-                "square (1024 for BEN2, 320 for U²-Net)")
+        return (
+            f"input {x.describe()} has a dynamic size; background models take a static "
+            "square (1024 for BEN2, 320 for U²-Net)"
+        )
     if shape[0] != 1 or size[0] != size[1]:
         return f"input {x.describe()} is not 1×3×S×S"
     if auto and size[0] % IMAGENET_PATCH == 0:
@@ -534,8 +561,15 @@ def _match_background(g: _Graph, auto: bool) -> Match:
     ohw = _hw(out.shape)
     if _fixed(ohw) is not None and _fixed(ohw) != size:
         return f"mask {out.describe()} differs in size from the input {x.describe()}"
-    return Contract(Family.BACKGROUND, g.inputs, g.outputs, x.name, fp16=x.dtype == "float16",
-                    fixed_size=size, opset=g.opset)
+    return Contract(
+        Family.BACKGROUND,
+        g.inputs,
+        g.outputs,
+        x.name,
+        fp16=x.dtype == "float16",
+        fixed_size=size,
+        opset=g.opset,
+    )
 
 
 def _match_depth(g: _Graph, named_only: bool) -> Match:
@@ -569,9 +603,17 @@ def _match_depth(g: _Graph, named_only: bool) -> Match:
     views: int | None = None
     if len(x.shape) == 5:
         views = x.shape[1] if isinstance(x.shape[1], int) else 1
-    return Contract(Family.DEPTH, g.inputs, g.outputs, x.name, fp16=x.dtype == "float16",
-                    multiple_of=IMAGENET_PATCH, fixed_size=_fixed(_hw(x.shape)), views=views,
-                    opset=g.opset)
+    return Contract(
+        Family.DEPTH,
+        g.inputs,
+        g.outputs,
+        x.name,
+        fp16=x.dtype == "float16",
+        multiple_of=IMAGENET_PATCH,
+        fixed_size=_fixed(_hw(x.shape)),
+        views=views,
+        opset=g.opset,
+    )
 
 
 def _match_upscale(g: _Graph) -> Match:
@@ -607,15 +649,26 @@ def _match_upscale(g: _Graph) -> Match:
         if out_hw is not None:
             scale = _ratio(fixed, out_hw)
             if scale is None:
-                return (f"output {out.describe()} is not a whole multiple of the input "
-                        f"{x.describe()}")
+                return (
+                    f"output {out.describe()} is not a whole multiple of the input {x.describe()}"
+                )
     else:
         scale, multiple_of, refusal = _probe_scale(g, x, layout, channels)
         if refusal:
             return refusal
-    return Contract(Family.UPSCALE, g.inputs, g.outputs, x.name, scale=scale, layout=layout,
-                    fp16=x.dtype == "float16", channels=channels, multiple_of=multiple_of,
-                    fixed_size=fixed, opset=g.opset)
+    return Contract(
+        Family.UPSCALE,
+        g.inputs,
+        g.outputs,
+        x.name,
+        scale=scale,
+        layout=layout,
+        fp16=x.dtype == "float16",
+        channels=channels,
+        multiple_of=multiple_of,
+        fixed_size=fixed,
+        opset=g.opset,
+    )
 
 
 def _ratio(inp: tuple[int, int], out: tuple[int, int]) -> int | None:
@@ -625,8 +678,9 @@ def _ratio(inp: tuple[int, int], out: tuple[int, int]) -> int | None:
     return oh // ih
 
 
-def _probe_scale(g: _Graph, x: TensorSpec, layout: Layout,
-                 channels: int) -> tuple[int | None, int, str | None]:
+def _probe_scale(
+    g: _Graph, x: TensorSpec, layout: Layout, channels: int
+) -> tuple[int | None, int, str | None]:
     """Scale and multiple_of of a dynamic upscaler by shape inference at fixed sizes."""
 
     def out_hw(size: int) -> tuple[int, int] | None:
@@ -844,8 +898,10 @@ def discover(models_dir: Path) -> ModelInventory:
         size = path.stat().st_size
         problem = None
         if entry.size is not None and size != entry.size:
-            problem = (f"{size} bytes where the catalog says {entry.size}: damaged or another "
-                       f"version; `{entry.how_to_get}` replaces it")
+            problem = (
+                f"{size} bytes where the catalog says {entry.size}: damaged or another "
+                f"version; `{entry.how_to_get}` replaces it"
+            )
         installed.append(InstalledModel(entry, path, size, problem))
     unknown: list[UnknownModel] = []
     for path in files.values():

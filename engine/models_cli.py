@@ -32,16 +32,18 @@ EXIT_OK, EXIT_USAGE, EXIT_MODEL, EXIT_INTERRUPTED = 0, 2, 4, 130
 
 def add_models_parser(subparsers: argparse._SubParsersAction) -> None:
     models = subparsers.add_parser(
-        "models", help="list, download, add and verify models",
+        "models",
+        help="list, download, add and verify models",
         description="Manage the models folder (--models-dir, else TESSERA_MODELS_DIR, else the "
-                    "user's data folder).",
+        "user's data folder).",
     )
     models.add_argument("--models-dir", type=Path, default=None, help="the models folder")
     models.set_defaults(handler=run_models_command)
     # Accept --models-dir after the subcommand too; SUPPRESS keeps the one given before it.
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--models-dir", type=Path, default=argparse.SUPPRESS,
-                        help="the models folder")
+    common.add_argument(
+        "--models-dir", type=Path, default=argparse.SUPPRESS, help="the models folder"
+    )
     sub = models.add_subparsers(dest="models_command", metavar="COMMAND")
     p = sub.add_parser("list", parents=[common], help="installed, missing and other models")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -55,8 +57,11 @@ def add_models_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("path", metavar="PATH|ID")
     p.add_argument("--family", choices=[f.value for f in Family], help="require this family")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    sub.add_parser("fetch-starter", parents=[common],
-                   help="build the offline starter models (Real-ESRGAN, U²-Net-p)")
+    sub.add_parser(
+        "fetch-starter",
+        parents=[common],
+        help="build the offline starter models (Real-ESRGAN, U²-Net-p)",
+    )
 
 
 def _models_dir(args: argparse.Namespace) -> Path:
@@ -69,8 +74,10 @@ def _models_dir(args: argparse.Namespace) -> Path:
 def run_models_command(args: argparse.Namespace) -> int:
     command = getattr(args, "models_command", None)
     if command is None:
-        print("error: give a models command: list, download ID, add PATH, verify PATH, "
-              "fetch-starter", file=sys.stderr)
+        print(
+            "error: give a models command: list, download ID, add PATH, verify PATH, fetch-starter",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     models_dir = _models_dir(args)
     try:
@@ -102,9 +109,14 @@ def _mb(size: int | None, approx: bool = False) -> str:
 
 def _entry_json(entry: CatalogEntry) -> dict[str, Any]:
     return {
-        "id": entry.id, "family": entry.family.value, "name": entry.name, "file": entry.file,
-        "source": entry.source.value, "licence": entry.licence,
-        "licence_note": entry.licence_note, "homepage": entry.homepage,
+        "id": entry.id,
+        "family": entry.family.value,
+        "name": entry.name,
+        "file": entry.file,
+        "source": entry.source.value,
+        "licence": entry.licence,
+        "licence_note": entry.licence_note,
+        "homepage": entry.homepage,
     }
 
 
@@ -113,11 +125,14 @@ def contract_json(contract: Contract) -> dict[str, Any]:
         "family": contract.family.value,
         "image_input": contract.image_input,
         "inputs": [{"name": t.name, "dtype": t.dtype, "shape": t.shape} for t in contract.inputs],
-        "outputs": [{"name": t.name, "dtype": t.dtype, "shape": t.shape}
-                    for t in contract.outputs],
-        "scale": contract.scale, "layout": contract.layout.value, "fp16": contract.fp16,
-        "channels": contract.channels, "multiple_of": contract.multiple_of,
-        "fixed_size": contract.fixed_size, "views": contract.views,
+        "outputs": [{"name": t.name, "dtype": t.dtype, "shape": t.shape} for t in contract.outputs],
+        "scale": contract.scale,
+        "layout": contract.layout.value,
+        "fp16": contract.fp16,
+        "channels": contract.channels,
+        "multiple_of": contract.multiple_of,
+        "fixed_size": contract.fixed_size,
+        "views": contract.views,
         "external_data": list(contract.external_data),
     }
 
@@ -130,15 +145,24 @@ def inventory_json(inv: ModelInventory) -> dict[str, Any]:
             for m in inv.installed
         ],
         "missing": [
-            {**_entry_json(e), "url": e.url, "get": e.how_to_get, "size": e.size,
-             "approx_size": e.approx_size}
+            {
+                **_entry_json(e),
+                "url": e.url,
+                "get": e.how_to_get,
+                "size": e.size,
+                "approx_size": e.approx_size,
+            }
             for e in inv.missing
         ],
         "unknown": [
-            {"file": u.path.name, "path": str(u.path), "size": u.size,
-             "family": u.family.value if u.family else None,
-             "contract": contract_json(u.contract) if u.contract else None,
-             "reason": u.reason}
+            {
+                "file": u.path.name,
+                "path": str(u.path),
+                "size": u.size,
+                "family": u.family.value if u.family else None,
+                "contract": contract_json(u.contract) if u.contract else None,
+                "reason": u.reason,
+            }
             for u in inv.unknown
         ],
     }
@@ -167,8 +191,10 @@ def _list(models_dir: Path, as_json: bool) -> int:
         print("\nOther .onnx files:")
     for u in inv.unknown:
         if u.contract is not None:
-            print(f"  {u.path.name:28} {u.contract.describe()}  [{_mb(u.size)}]  licence: "
-                  "not in the catalog, check its source")
+            print(
+                f"  {u.path.name:28} {u.contract.describe()}  [{_mb(u.size)}]  licence: "
+                "not in the catalog, check its source"
+            )
         else:
             print(f"  {u.path.name:28} refused: {u.reason}")
     return EXIT_OK
@@ -231,13 +257,23 @@ def _verify(target: str, models_dir: Path, family: str | None, as_json: bool) ->
     mismatch = ""
     if entry is not None and entry.sha256 is not None:
         sha_ok = sha256_file(ref.path) == entry.sha256
-        mismatch = (f"{ref.path.name} does not match the catalog's sha256: damaged or another "
-                    f"version; `{entry.how_to_get}` replaces it.")
+        mismatch = (
+            f"{ref.path.name} does not match the catalog's sha256: damaged or another "
+            f"version; `{entry.how_to_get}` replaces it."
+        )
     if as_json:
-        print(json.dumps({
-            "path": str(ref.path), "id": ref.id, "catalog": entry is not None,
-            "sha256_ok": sha_ok, "contract": contract_json(ref.contract),
-        }, indent=2))
+        print(
+            json.dumps(
+                {
+                    "path": str(ref.path),
+                    "id": ref.id,
+                    "catalog": entry is not None,
+                    "sha256_ok": sha_ok,
+                    "contract": contract_json(ref.contract),
+                },
+                indent=2,
+            )
+        )
     else:
         print(f"{ref.path}: {ref.contract.describe()}")
         print("  inputs:  " + ", ".join(t.describe() for t in ref.contract.inputs))
@@ -258,8 +294,9 @@ def _fetch_starter(models_dir: Path) -> int:
     except ModuleNotFoundError as e:
         if e.name != "engine.starter":
             raise
-        print("error: this build has no starter-model builder (engine/starter.py).",
-              file=sys.stderr)
+        print(
+            "error: this build has no starter-model builder (engine/starter.py).", file=sys.stderr
+        )
         return 1
     for model in fetch_starter(models_dir, progress=lambda msg: print(msg, file=sys.stderr)):
         print(f"{model.id}: {model.path}")
