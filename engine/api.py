@@ -158,7 +158,7 @@ class Engine:
                 used_tile = ctx.used_tile if ctx.used_tile is not None else used_tile
                 emit(ctx.progress(ProgressKind.INPUT_FINISHED))
             except Cancelled:
-                self._shrink_after(op, key, ctx)
+                self._shrink_after(op, key)
                 raise
             except EngineError as e:
                 entry = ctx.entry
@@ -177,7 +177,7 @@ class Engine:
                 )
                 emit(ctx.progress(ProgressKind.INPUT_FAILED, str(e)))
         if ctx is not None and not ctx.last_run_shrunk:
-            self._shrink_after(op, key, ctx)
+            self._shrink_after(op, key)
         if self.runner.first_start is not None:
             timings["first_run_s"] = self.runner.first_start - started
         timings["total_s"] = time.perf_counter() - started
@@ -193,13 +193,10 @@ class Engine:
             tile=used_tile,
         )
 
-    def _shrink_after(self, op: OperationBase, key: SessionKey, ctx: RunContext | None) -> None:
+    def _shrink_after(self, op: OperationBase, key: SessionKey) -> None:
         """One smallest run with the shrink so a cancelled or failed job does not keep its peak (M10)."""
-        if key not in self.sessions:
-            return
-        entry, _ = self.sessions.get(key)
-        self.sessions.reused -= 1  # bookkeeping run, not a request
-        if entry.shrink_target is None or entry.runs == 0:
+        entry = self.sessions.peek(key)
+        if entry is None or entry.shrink_target is None or entry.runs == 0:
             return
         feeds = op.minimal_feeds(entry)
         if feeds is None:
