@@ -2,13 +2,16 @@
 
 Every figure is a ratio, a count or a time measured now on this machine; nothing is asserted.
 Real starter models are used when installed (fetch-starter); otherwise a synthetic network of
-the same shape family stands in and the table says so.
+the same shape family stands in and the table says so. `--gpu` measures instead the device
+memory of one upscale on an NVIDIA GPU, with and without the arena shrink (DESIGN §7), or says
+why it cannot here.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import tempfile
 import threading
@@ -243,6 +246,8 @@ def measure_overhead(
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    if getattr(args, "gpu", False):
+        return run_gpu_bench(args)
     settings = EngineSettings(models_dir=getattr(args, "models_dir", None))
     models_dir = settings.resolved_models_dir()
     quick = bool(getattr(args, "quick", False))
@@ -525,3 +530,272 @@ def measure_tiled_vs_whole(table: Table, engine: Engine, model: Path, work: Path
             f"mean {np.abs(a - c).mean():.4f}; auto tile chose {auto_tile}: max {int(np.abs(a - b).max())}",
         )
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# `bench --gpu`: device memory of one operation on an NVIDIA GPU (DESIGN §7, M2)
+
+GPU_TARGET = 64 << 20  # after an operation, within 64 MB of the level right after loading
+
+
+class GpuMeter:
+    """Device memory through NVML: this process's own usage when the driver reports it (not
+    on Windows WDDM, nor where the process is not listed, e.g. in another PID namespace),
+    else the whole device's used memory. The source is fixed when the meter is made."""
+
+    def __init__(self, index: int) -> None:
+        import pynvml
+
+        if memory.nvml_status() != "ok":
+            raise RuntimeError(f"NVML is not available: {memory.nvml_status()}")
+        self.index = index
+        self._nvml = pynvml
+        self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        self.source = "process" if self._own() is not None else "device"
+
+    def _own(self) -> int | None:
+        me = os.getpid()
+        nv = self._nvml
+        try:
+            procs = list(nv.nvmlDeviceGetComputeRunningProcesses(self._handle))
+        except nv.NVMLError:
+            return None
+        for p in procs:
+            if p.pid == me and isinstance(p.usedGpuMemory, int):
+                return int(p.usedGpuMemory)
+        return None
+
+    def read(self) -> int:
+        if self.source == "process":
+            own = self._own()
+            if own is not None:
+                return own
+        return int(self._nvml.nvmlDeviceGetMemoryInfo(self._handle).used)
+
+
+class PeakGpu:
+    """Samples a GpuMeter on a side thread while an operation runs."""
+
+    def __init__(self, meter: GpuMeter, interval: float = 0.002) -> None:
+        self.meter = meter
+        self.interval = interval
+        self.peak = 0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="gpu-sampler", daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.meter.read())
+            self.samples += 1
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> PeakGpu:
+        self.peak = self.meter.read()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.meter.read())
+
+
+def gpu_unavailable(index: int = 0) -> str | None:
+    """Why the GPU figures cannot be measured here, or None when they can."""
+    from engine.providers import Runtime, missing_requirement
+
+    reason = missing_requirement(Runtime.CUDA)
+    if reason is not None:
+        return f"CUDA is not usable: {reason}"
+    if memory.nvml_status() != "ok":
+        return f"GPU memory cannot be read: {memory.nvml_status()}"
+    if not any(g.index == index for g in memory.gpu_snapshots()):
+        return f"NVML sees no GPU {index}"
+    return None
+
+
+@dataclass
+class GpuRun:
+    """Device memory around one operation: right after load, at the peak, after it."""
+
+    shrink: bool
+    load: int
+    peak: int
+    after: int
+    samples: int
+    providers: tuple[str, ...]
+    shrinks: int
+    runs: int
+    tile: int | None
+    frames: list[np.ndarray] = field(repr=False)  # the products' pixels, for M4
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "shrink": self.shrink,
+            "after_load_bytes": self.load,
+            "peak_bytes": self.peak,
+            "after_operation_bytes": self.after,
+            "samples": self.samples,
+            "providers": list(self.providers),
+            "shrinks": self.shrinks,
+            "runs": self.runs,
+            "tile": self.tile,
+        }
+
+
+def measure_gpu_run(
+    settings: EngineSettings, request: OperationRequest, *, shrink: bool, index: int = 0
+) -> GpuRun:
+    """Load the request's model on a fresh engine, then run it once while sampling memory.
+
+    `shrink=False` suppresses the arena shrink on that one session (its shrink target is
+    cleared after loading), the same job without M2, for the comparison of DESIGN §7.
+    """
+    import gc
+
+    from engine.imaging import load_image
+
+    engine = Engine(settings)
+    try:
+        _, key = engine.resolve(request)
+        entry, _ = engine.sessions.get(key)  # load only: no run yet
+        if not shrink:
+            entry.shrink_target = None
+        gc.collect()
+        meter = GpuMeter(index)
+        load = meter.read()
+        with PeakGpu(meter) as peak:
+            result = engine.run(request)
+        after = meter.read()
+        if not result.ok:
+            raise RuntimeError("; ".join(f.message for f in result.failures))
+        frames = [np.asarray(load_image(p.path, 1 << 31).frames[0]) for p in result.products]
+        for p in result.products:
+            p.path.unlink()
+        return GpuRun(
+            shrink,
+            load,
+            peak.peak,
+            after,
+            peak.samples,
+            entry.providers,
+            result.shrinks,
+            result.runs,
+            result.tile,
+            frames,
+        )
+    finally:
+        engine.unload_all()
+        del engine
+        gc.collect()
+
+
+def run_gpu_bench(args: argparse.Namespace) -> int:
+    as_json = bool(getattr(args, "json", False))
+    index = 0
+    reason = gpu_unavailable(index)
+    if reason is not None:
+        print(f"GPU figures: unrun. {reason}")
+        if as_json:
+            print(json.dumps({"gpu": {"run": False, "reason": reason}}, indent=2))
+        return 0
+    settings = EngineSettings(models_dir=getattr(args, "models_dir", None))
+    quick = bool(getattr(args, "quick", False))
+    gpu = memory.gpu_snapshots()[index]
+    print(f"Tessera bench --gpu on {gpu.name} ({gpu.total >> 30} GiB), GPU {index}")
+    print(f"{'figure':<52} {'value':>12} {'unit':<6} {'target':<14} {'status':<8} note")
+    table = Table()
+    mib = float(1 << 20)
+    with _tmp() as work:
+        model = _find(settings.resolved_models_dir(), "realesrgan-animevideov3-x4")
+        label = "animevideov3-x4"
+        if model is None:
+            model, label = synthetic_upscaler(work / "synthetic-x4.onnx"), "synthetic-x4"
+        side = 512 if quick else 1024
+        img = test_image(work / "gpu.png", side, side)
+
+        def request(device: str, runtime: str) -> OperationRequest:
+            return OperationRequest(
+                Operation.UPSCALE,
+                str(model),
+                (img,),
+                device=device,
+                runtime=runtime,
+                output_dir=work / "out",
+                tile=512,
+            )
+
+        gpu_request = request(f"gpu:{index}", "cuda")
+        runs = {
+            shrink: measure_gpu_run(settings, gpu_request, shrink=shrink, index=index)
+            for shrink in (True, False)
+        }
+        source = GpuMeter(index).source
+        for shrink, run in runs.items():
+            mode = "with shrink" if shrink else "without shrink"
+            held = run.after - run.load
+            grown = run.peak - run.load
+            if shrink:
+                target, met = "<= 64 MB", held <= GPU_TARGET
+            else:
+                target, met = "stays high", held >= grown / 2
+            table.add(Row(f"GPU after load, {mode}", run.load / mib, "MiB", note=source))
+            table.add(
+                Row(
+                    f"GPU peak above load, {mode}",
+                    grown / mib,
+                    "MiB",
+                    note=f"{run.samples} samples, {run.runs} runs, tile {run.tile}",
+                )
+            )
+            table.add(
+                Row(
+                    f"GPU after operation above load, {mode}",
+                    held / mib,
+                    "MiB",
+                    target,
+                    met,
+                    f"{label} ×4 of {side}², providers {', '.join(run.providers[:1])}, "
+                    f"shrinks {run.shrinks}",
+                )
+            )
+        cpu = measure_cpu_frames(settings, request("cpu", "cpu"))
+        same = all(
+            np.array_equal(a, b) for a, b in zip(runs[True].frames, runs[False].frames, strict=True)
+        )
+        table.add(
+            Row("GPU result with vs without shrink identical (M4)", str(same), "", "True", same)
+        )
+        diff = max(
+            int(np.abs(a.astype(np.int32) - b.astype(np.int32)).max())
+            for a, b in zip(runs[True].frames, cpu, strict=True)
+        )
+        table.add(Row("GPU vs CPU result: max |diff|", diff, "/255", "<= 1", diff <= 1))
+    if as_json:
+        data = {
+            "gpu": {
+                "run": True,
+                "device": gpu.name,
+                "memory_source": source,
+                "model": label,
+                "runs": {
+                    ("with_shrink" if k else "without_shrink"): v.as_dict() for k, v in runs.items()
+                },
+            },
+            "rows": [r.__dict__ for r in table.rows],
+        }
+        print(json.dumps(data, indent=2))
+    return 0
+
+
+def measure_cpu_frames(settings: EngineSettings, request: OperationRequest) -> list[np.ndarray]:
+    from engine.imaging import load_image
+
+    result = Engine(settings).run(request)
+    if not result.ok:
+        raise RuntimeError("; ".join(f.message for f in result.failures))
+    frames = [np.asarray(load_image(p.path, 1 << 31).frames[0]) for p in result.products]
+    for p in result.products:
+        p.path.unlink()
+    return frames

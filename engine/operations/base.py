@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from engine.cancel import CancelToken
-from engine.errors import UsageError
+from engine.errors import ResourceError, UsageError
 from engine.imaging import DecodedImage
 from engine.requests import Operation, OperationRequest, Product, Progress, ProgressKind
 from engine.runner import Runner
@@ -72,7 +72,15 @@ class RunContext:
     ) -> list[Any]:
         """One counted model run of the current frame, with progress after it."""
         last = count and self.is_last_run()
-        result = self.runner.run(self.entry, feeds, last=last, cancel=self.cancel, outputs=outputs)
+        try:
+            result = self.runner.run(
+                self.entry, feeds, last=last, cancel=self.cancel, outputs=outputs
+            )
+        except ResourceError:
+            # M5 for every family, not only upscale: the session that ran out of memory is
+            # destroyed with its arena, so the next request starts on a fresh one.
+            self.release_session()
+            raise
         self.last_run_shrunk = last and self.entry.shrink_target is not None
         if count:
             self.runs_done += 1
