@@ -29,6 +29,7 @@ from google.protobuf.message import DecodeError
 from onnx import TensorProto, shape_inference
 
 from engine.errors import ModelError, ResourceError, UsageError
+from engine.settings import bundled_models_dir
 
 
 class Family(Enum):
@@ -817,13 +818,21 @@ def _same_dir(a: Path, b: Path) -> bool:
         return False
 
 
+def _installed_path(entry: CatalogEntry, models_dir: Path) -> Path | None:
+    """The user's copy of a catalog model, else the copy shipped inside a packaged build."""
+    for folder in (models_dir, bundled_models_dir()):
+        if folder is not None and (folder / entry.file).is_file():
+            return folder / entry.file
+    return None
+
+
 def resolve_model(id_or_path: str, models_dir: Path) -> ModelRef:
     """A catalog id, a file in the models folder (with or without .onnx) or a path → ModelRef."""
     catalog = load_catalog()
     entry = catalog.get(id_or_path)
     if entry is not None:
-        path = models_dir / entry.file
-        if not path.is_file():
+        path = _installed_path(entry, models_dir)
+        if path is None:
             raise ModelError(
                 f"Model {entry.id} ({entry.name}) is not installed in {models_dir}; get it with "
                 f"`{entry.how_to_get}`."
@@ -890,8 +899,11 @@ def discover(models_dir: Path) -> ModelInventory:
                 files[p.name] = p
     installed: list[InstalledModel] = []
     missing: list[CatalogEntry] = []
+    bundled = bundled_models_dir()
     for entry in catalog.values():
         path = files.pop(entry.file, None)
+        if path is None and bundled is not None and (bundled / entry.file).is_file():
+            path = bundled / entry.file
         if path is None:
             missing.append(entry)
             continue

@@ -20,6 +20,20 @@ def default_data_dir() -> Path:
     return base / "tessera"
 
 
+def bundled_models_dir() -> Path | None:
+    """The starter models shipped inside a packaged build (None when running from source).
+
+    They are read-only and only looked at for catalog models missing from the user's folder.
+    """
+    import sys
+
+    bundle = getattr(sys, "_MEIPASS", None)
+    if not getattr(sys, "frozen", False) or not bundle:
+        return None
+    path = Path(bundle) / "models"
+    return path if path.is_dir() else None
+
+
 def default_models_dir() -> Path:
     env = os.environ.get("TESSERA_MODELS_DIR")
     return Path(env).expanduser() if env else default_data_dir() / "models"

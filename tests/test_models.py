@@ -431,3 +431,29 @@ def test_cli_fetch_starter_is_wired(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert _cli(["models", "fetch-starter", "--models-dir", str(tmp_path)]) == 0
     assert calls == [tmp_path]
 
+
+
+def test_a_packaged_build_uses_its_bundled_starter_models(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from engine.models import discover, resolve_model
+    from tests.contract_models import make_upscaler
+
+    import shutil
+
+    from engine.models import catalog_path
+
+    bundle = tmp_path / "bundle"
+    make_upscaler(bundle / "models" / "realesrgan-animevideov3-x2.onnx", scale=2)
+    (bundle / "resources" / "models").mkdir(parents=True)
+    shutil.copy(catalog_path(), bundle / "resources" / "models" / "catalog.json")
+    user = tmp_path / "user"
+    user.mkdir()
+    with pytest.raises(ModelError):
+        resolve_model("realesrgan-animevideov3-x2", user)
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.setattr(sys, "_MEIPASS", str(bundle), raising=False)
+    ref = resolve_model("realesrgan-animevideov3-x2", user)
+    assert ref.path == bundle / "models" / "realesrgan-animevideov3-x2.onnx"
+    inventory = discover(user)
+    assert "realesrgan-animevideov3-x2" in {m.entry.id for m in inventory.installed}

@@ -1,0 +1,299 @@
+"""One running Tessera per user (DESIGN M6): a second launch hands its files over and exits.
+
+The first instance listens on a per-user local socket (QLocalServer). A later launch connects,
+sends the absolute paths of its files as one length-prefixed JSON message, waits for the
+acknowledgement and exits; the running instance emits `filesReceived` and the app opens the
+files and raises its window. A socket left by a crashed instance (nobody answers) is removed
+and the new launch becomes the first instance.
+
+Wiring in `main()` (after the QApplication exists, before any model is loaded):
+
+    instance = hand_off_or_listen(files)
+    if instance is None:
+        return 0  # the running instance has the files
+    instance.filesReceived.connect(window.open_files_and_raise)
+
+`TESSERA_INSTANCE_NAME` adds a suffix to the socket name (tests use it so they never meet a
+running app).
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import json
+import logging
+import os
+import stat
+import struct
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from PySide6.QtCore import QCoreApplication, QDir, QLockFile, QObject, QTimer, Signal
+from PySide6.QtNetwork import QLocalServer, QLocalSocket
+
+log = logging.getLogger(__name__)
+
+NAME_ENV = "TESSERA_INSTANCE_NAME"
+PROTOCOL = 1
+HEADER = struct.Struct(">I")  # payload length, big-endian
+MAX_MESSAGE = 16 * 1024 * 1024  # thousands of long paths fit; anything larger is not ours
+DEFAULT_TIMEOUT_MS = 5000
+CONNECTION_TIMEOUT_MS = 10_000  # a client that never finishes its message is dropped
+
+
+def _user_key() -> str:
+    try:
+        user = getpass.getuser()
+    except Exception:  # getuser raises when no name is known (containers without passwd)
+        user = ""
+    uid = str(os.getuid()) if hasattr(os, "getuid") else os.environ.get("USERDOMAIN", "")
+    return f"{uid}|{user}"
+
+
+def server_name(suffix: str | None = None) -> str:
+    """The per-user socket name; a hash, so neither user names nor odd characters leak into it.
+
+    On Linux the socket goes into $XDG_RUNTIME_DIR when there is one: that folder belongs to
+    the user alone, so another user cannot even create a file of that name to block us.
+    """
+    if suffix is None:
+        suffix = os.environ.get(NAME_ENV, "")
+    digest = hashlib.sha256(f"tessera|{_user_key()}|{suffix}".encode()).hexdigest()[:16]
+    name = f"tessera-{digest}"
+    runtime_dir = _private_runtime_dir()
+    return str(runtime_dir / name) if runtime_dir is not None else name
+
+
+def _private_runtime_dir() -> Path | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    value = os.environ.get("XDG_RUNTIME_DIR")
+    if not value:
+        return None
+    path = Path(value)
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        return None  # not a private folder of ours: fall back to Qt's per-user-named socket
+    return path
+
+
+def _lock_path(name: str) -> str:
+    if os.path.isabs(name):
+        return name + ".lock"
+    return os.path.join(QDir.tempPath(), name + ".lock")
+
+
+def encode_message(payload: dict[str, object]) -> bytes:
+    data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    return HEADER.pack(len(data)) + data
+
+
+def decode_message(buffer: bytes) -> tuple[dict[str, object] | None, int]:
+    """(message, bytes used) once `buffer` holds a whole message, else (None, 0).
+
+    Raises ValueError for a message that is too large or not a JSON object.
+    """
+    if len(buffer) < HEADER.size:
+        return None, 0
+    (length,) = HEADER.unpack_from(buffer)
+    if length > MAX_MESSAGE:
+        raise ValueError(f"message of {length} bytes is too large")
+    end = HEADER.size + length
+    if len(buffer) < end:
+        return None, 0
+    message = json.loads(buffer[HEADER.size : end].decode("utf-8"))
+    if not isinstance(message, dict):
+        raise ValueError("message is not a JSON object")
+    return message, end
+
+
+def _files_of(message: dict[str, object]) -> list[str]:
+    files = message.get("files")
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        raise ValueError("message has no list of file paths")
+    return list(files)
+
+
+class SingleInstance(QObject):
+    """The per-user socket: listen as the first instance, or hand files to the one running."""
+
+    filesReceived = Signal(list)  # absolute paths (str) handed over by a later launch
+
+    def __init__(self, name: str | None = None, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.server_name = name if name is not None else server_name()
+        self._server: QLocalServer | None = None
+        self._peer: QLocalSocket | None = None
+        self._buffers: dict[QLocalSocket, bytearray] = {}
+
+    @property
+    def is_listening(self) -> bool:
+        return self._server is not None and self._server.isListening()
+
+    def try_acquire(self, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> bool:
+        """True: this process is the first instance (and listens). False: another one answers.
+
+        A lock file serialises launches started at the same moment; without it two could both
+        find nobody listening and both listen (Qt's listen replaces an existing socket file).
+        """
+        lock = QLockFile(_lock_path(self.server_name))
+        locked = lock.tryLock(timeout_ms)
+        if not locked:
+            log.warning("single instance: lock %s is held; going on without it", lock.fileName())
+        try:
+            if self._connect(timeout_ms):
+                return False
+            # nobody answers: whatever socket file is there was left by a crashed instance
+            QLocalServer.removeServer(self.server_name)
+            self._listen()
+            return True
+        finally:
+            if locked:
+                lock.unlock()
+
+    def send(
+        self, files: Sequence[str | os.PathLike[str]], timeout_ms: int = DEFAULT_TIMEOUT_MS
+    ) -> bool:
+        """Hand `files` (made absolute here, against this process's folder) to the running instance.
+
+        True once the running instance acknowledged the message.
+        """
+        socket = self._peer
+        if socket is None or socket.state() != QLocalSocket.LocalSocketState.ConnectedState:
+            if not self._connect(timeout_ms):
+                return False
+            socket = self._peer
+        assert socket is not None
+        paths = [os.path.abspath(os.fspath(f)) for f in files]
+        try:
+            socket.write(encode_message({"v": PROTOCOL, "files": paths}))
+            if not socket.waitForBytesWritten(timeout_ms) and socket.bytesToWrite() > 0:
+                log.warning("single instance: sending failed: %s", socket.errorString())
+                return False
+            reply = bytearray()
+            while True:
+                ack, _ = decode_message(bytes(reply))
+                if ack is not None:
+                    return ack.get("ok") is True
+                if not socket.waitForReadyRead(timeout_ms):
+                    log.warning("single instance: no acknowledgement: %s", socket.errorString())
+                    return False
+                reply += bytes(socket.readAll().data())
+        except ValueError as exc:
+            log.warning("single instance: bad acknowledgement: %s", exc)
+            return False
+        finally:
+            self._drop_peer()
+
+    def close(self) -> None:
+        """Stop listening (removes the socket file) and drop any connection."""
+        self._drop_peer()
+        for socket in list(self._buffers):
+            socket.abort()
+            socket.deleteLater()
+        self._buffers.clear()
+        if self._server is not None:
+            self._server.close()
+            self._server.deleteLater()
+            self._server = None
+
+    # -- client side -----------------------------------------------------------------------
+    def _connect(self, timeout_ms: int) -> bool:
+        self._drop_peer()
+        socket = QLocalSocket()
+        socket.connectToServer(self.server_name)
+        if socket.waitForConnected(timeout_ms):
+            self._peer = socket
+            return True
+        log.debug("single instance: no server at %s (%s)", self.server_name, socket.errorString())
+        socket.abort()
+        return False
+
+    def _drop_peer(self) -> None:
+        if self._peer is not None:
+            self._peer.abort()
+            self._peer = None
+
+    # -- server side -----------------------------------------------------------------------
+    def _listen(self) -> None:
+        if QCoreApplication.instance() is None:
+            raise RuntimeError("create the QApplication before SingleInstance listens")
+        server = QLocalServer(self)
+        # the socket file (or pipe) is accessible to this user only
+        server.setSocketOptions(QLocalServer.SocketOption.UserAccessOption)
+        if not server.listen(self.server_name):
+            log.warning(
+                "single instance: cannot listen on %s (%s); later launches will start their own",
+                self.server_name,
+                server.errorString(),
+            )
+            server.deleteLater()
+            return
+        server.newConnection.connect(self._on_new_connection)
+        self._server = server
+
+    def _on_new_connection(self) -> None:
+        server = self._server
+        while server is not None and server.hasPendingConnections():
+            socket = server.nextPendingConnection()
+            if socket is None:
+                break
+            self._buffers[socket] = bytearray()
+            socket.readyRead.connect(lambda s=socket: self._on_ready_read(s))
+            socket.disconnected.connect(lambda s=socket: self._forget(s))
+            QTimer.singleShot(CONNECTION_TIMEOUT_MS, socket, lambda s=socket: self._forget(s))
+            if socket.bytesAvailable() > 0:
+                self._on_ready_read(socket)
+
+    def _on_ready_read(self, socket: QLocalSocket) -> None:
+        buffer = self._buffers.get(socket)
+        if buffer is None:
+            return
+        buffer += bytes(socket.readAll().data())
+        try:
+            message, used = decode_message(bytes(buffer))
+            if message is None:
+                return
+            files = _files_of(message)
+        except (ValueError, UnicodeDecodeError) as exc:
+            log.warning("single instance: dropped a bad message: %s", exc)
+            self._forget(socket)
+            return
+        del buffer[:used]
+        socket.write(encode_message({"ok": True, "count": len(files)}))
+        socket.flush()
+        socket.disconnectFromServer()  # closes once the acknowledgement is written
+        # after the ack, so the second launch exits without waiting for the window's work
+        self.filesReceived.emit(files)
+
+    def _forget(self, socket: QLocalSocket) -> None:
+        if self._buffers.pop(socket, None) is None:
+            return
+        if socket.state() != QLocalSocket.LocalSocketState.UnconnectedState:
+            socket.abort()
+        socket.deleteLater()
+
+
+def hand_off_or_listen(
+    files: Sequence[str | os.PathLike[str]], timeout_ms: int = DEFAULT_TIMEOUT_MS
+) -> SingleInstance | None:
+    """None: `files` went to the running instance and this launch should exit with 0.
+
+    Otherwise this process is the first instance and the returned object listens; connect its
+    `filesReceived`. When a running instance connects but never acknowledges (it hangs), this
+    launch runs on its own without listening rather than leave the person with no window.
+    """
+    instance = SingleInstance()
+    if instance.try_acquire(timeout_ms):
+        return instance
+    if instance.send(files, timeout_ms):
+        instance.close()
+        instance.deleteLater()
+        return None
+    log.warning("single instance: the running instance did not answer; starting another one")
+    return instance
