@@ -31,9 +31,14 @@ LUMA = (0.299, 0.587, 0.114)
 Dim = int | str
 
 
-def _save(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto],
-          outputs: list[onnx.ValueInfoProto], inits: list[onnx.TensorProto],
-          path: Path, name: str) -> Path:
+def _save(
+    nodes: list[onnx.NodeProto],
+    inputs: list[onnx.ValueInfoProto],
+    outputs: list[onnx.ValueInfoProto],
+    inits: list[onnx.TensorProto],
+    path: Path,
+    name: str,
+) -> Path:
     graph = helper.make_graph(nodes, name, inputs, outputs, initializer=inits)
     model = helper.make_model(
         graph,
@@ -114,8 +119,12 @@ def make_upscaler(
     ]
     nodes += [
         helper.make_node(
-            "Resize", [x, "", "scales"], ["up"], mode="nearest",
-            coordinate_transformation_mode="asymmetric", nearest_mode="floor",
+            "Resize",
+            [x, "", "scales"],
+            ["up"],
+            mode="nearest",
+            coordinate_transformation_mode="asymmetric",
+            nearest_mode="floor",
         ),
         helper.make_node("Pad", ["up", "pads"], ["padded"], mode="reflect"),
         helper.make_node("Conv", ["padded", "blur"], ["y"], group=channels),
@@ -132,7 +141,9 @@ def make_upscaler(
         nodes,
         [helper.make_tensor_value_info(input_name, dtype, in_shape)],
         [helper.make_tensor_value_info(output_name, dtype, out_shape)],
-        inits, path, f"upscaler_x{scale}",
+        inits,
+        path,
+        f"upscaler_x{scale}",
     )
 
 
@@ -142,15 +153,21 @@ def make_pixelshuffle_upscaler(path: Path, scale: int = 2) -> Path:
     its weight tensor is large enough to exercise the weight stripping before inference."""
     weights = np.zeros((3 * scale * scale, 3, 3, 3), np.float32)
     for c in range(3):
-        weights[c * scale * scale:(c + 1) * scale * scale, c, 1, 1] = 1.0
+        weights[c * scale * scale : (c + 1) * scale * scale, c, 1, 1] = 1.0
     return _save(
         [
             helper.make_node("Conv", ["input", "w"], ["feat"], pads=[1, 1, 1, 1]),
             helper.make_node("DepthToSpace", ["feat"], ["output"], blocksize=scale, mode="CRD"),
         ],
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 3, "height", "width"])],
+        [
+            helper.make_tensor_value_info(
+                "input", TensorProto.FLOAT, ["batch", 3, "height", "width"]
+            )
+        ],
         [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", 3, "oh", "ow"])],
-        [_const("w", weights)], path, f"pixelshuffle_x{scale}",
+        [_const("w", weights)],
+        path,
+        f"pixelshuffle_x{scale}",
     )
 
 
@@ -176,7 +193,9 @@ def make_ben2(path: Path, *, size: int = 1024, output_fp16: bool = True) -> Path
         nodes,
         [helper.make_tensor_value_info("input.1", TensorProto.FLOAT, [1, 3, size, size])],
         [helper.make_tensor_value_info("output", out_type, [1, 1, size, size])],
-        inits, path, "ben2_like",
+        inits,
+        path,
+        "ben2_like",
     )
 
 
@@ -189,7 +208,9 @@ def make_u2net(path: Path, *, size: int = 320, side_outputs: int = 6) -> Path:
         nodes,
         [helper.make_tensor_value_info("input.1", TensorProto.FLOAT, [1, 3, size, size])],
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 1, size, size]) for n in names],
-        inits, path, "u2net_like",
+        inits,
+        path,
+        "u2net_like",
     )
 
 
@@ -227,10 +248,16 @@ def make_da3(
         x = "frames"
     nodes += [
         helper.make_node("Conv", [x, "luma_w"], ["luma"]),
-        helper.make_node("AveragePool", ["luma"], ["patch"], kernel_shape=[14, 14], strides=[14, 14]),
         helper.make_node(
-            "Resize", ["patch", "", "patch_up"], ["patch_full"], mode="nearest",
-            coordinate_transformation_mode="asymmetric", nearest_mode="floor",
+            "AveragePool", ["luma"], ["patch"], kernel_shape=[14, 14], strides=[14, 14]
+        ),
+        helper.make_node(
+            "Resize",
+            ["patch", "", "patch_up"],
+            ["patch_full"],
+            mode="nearest",
+            coordinate_transformation_mode="asymmetric",
+            nearest_mode="floor",
         ),
         helper.make_node("Add", ["luma", "patch_full"], ["mix2"]),
         helper.make_node("Mul", ["mix2", "half"], ["mix"]),
@@ -249,7 +276,10 @@ def make_da3(
     return _save(
         nodes,
         [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, in_shape)],
-        outputs, inits, path, "da3_like",
+        outputs,
+        inits,
+        path,
+        "da3_like",
     )
 
 
@@ -320,7 +350,9 @@ def make_moge(path: Path, *, num_tokens_rank: int = 0) -> Path:
     return _save(
         nodes,
         [
-            helper.make_tensor_value_info("image", TensorProto.FLOAT, ["batch", 3, "height", "width"]),
+            helper.make_tensor_value_info(
+                "image", TensorProto.FLOAT, ["batch", 3, "height", "width"]
+            ),
             helper.make_tensor_value_info("num_tokens", TensorProto.INT64, nt_shape),
         ],
         [
@@ -329,7 +361,9 @@ def make_moge(path: Path, *, num_tokens_rank: int = 0) -> Path:
             helper.make_tensor_value_info("mask", TensorProto.FLOAT, dims),
             helper.make_tensor_value_info("metric_scale", TensorProto.FLOAT, ["batch"]),
         ],
-        inits, path, "moge_like",
+        inits,
+        path,
+        "moge_like",
     )
 
 
@@ -342,7 +376,9 @@ def make_two_strings(path: Path) -> Path:
             helper.make_tensor_value_info("b", TensorProto.STRING, [1]),
         ],
         [helper.make_tensor_value_info("c", TensorProto.STRING, [2])],
-        [], path, "two_strings",
+        [],
+        path,
+        "two_strings",
     )
 
 

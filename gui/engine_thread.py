@@ -1,0 +1,489 @@
+"""The one engine thread, and the only door from the GUI into the engine.
+
+`EngineThread` owns one QThread for the life of the app. A worker QObject moved into it owns
+the `Engine`, and with it the session cache (M1, M6), so every model run, load, unload and
+probe happens on that thread. Requests wait in a locked queue rather than as queued slot
+calls: a queued job can then be taken out and cancelled before it starts, and the worker takes
+one job per wake-up, so unload or probe commands queued meanwhile run between jobs. A running
+job is cancelled through its `CancelToken` directly: the worker is busy inside `Engine.run`,
+so a queued cancel slot would only run after the job (style rule 3).
+
+Signals (all delivered on the GUI thread; payloads are frozen dataclasses):
+
+- `operationStarted(OperationRequest)`: the worker took the job off the queue.
+- `progressChanged(Progress)`: every progress event; `runFinished(Progress)` and
+  `frameFinished(Progress)` additionally for those kinds.
+- exactly one of `operationFinished(Result)`, `operationFailed(OperationFailure)` or
+  `operationCancelled(OperationCancellation)` ends every submitted request, also one that is
+  cancelled while still queued; nothing about that request follows it.
+- `sessionsChanged(tuple[SessionInfo, ...])`: once a job's first run is done (its session
+  is loaded), after every job (before its terminal signal), and after unload / unload-all.
+- `runtimesProbed(tuple[RuntimeReport, ...])`: what each runtime really gives here (M7).
+
+Other GUI modules import the engine's data types and its cheap, thread-safe helpers from
+here, so this file is the whole of the GUI's view of the engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from dataclasses import dataclass
+
+from PySide6.QtCore import QObject, QThread, Signal, SignalInstance, Slot
+
+from engine import memory
+from engine.api import Engine
+from engine.cancel import CancelToken
+from engine.errors import Cancelled, EngineError, ErrorKind
+from engine.imaging import DecodedImage, image_size, list_sequence, load_image
+from engine.memory import GpuSnapshot, MemorySnapshot, ProcessUsage, RamSnapshot
+from engine.models import (
+    FETCH_STARTER,
+    CatalogEntry,
+    Family,
+    InstalledModel,
+    ModelInventory,
+    ModelRef,
+    Source,
+    UnknownModel,
+    discover,
+    install_model,
+    load_catalog,
+)
+from engine.providers import RuntimeReport, probe
+from engine.requests import (
+    Operation,
+    OperationRequest,
+    Product,
+    ProductKind,
+    Progress,
+    ProgressKind,
+    Result,
+)
+from engine.sessions import SessionInfo, SessionKey, SessionWrap
+from engine.settings import DEFAULT_MAX_PIXELS, EngineSettings, default_data_dir, default_models_dir
+from gui.thread_utils import forget_foreign_thread
+
+__all__ = [
+    "DEFAULT_MAX_PIXELS",
+    "FETCH_STARTER",
+    "CatalogEntry",
+    "DecodedImage",
+    "EngineError",
+    "EngineSettings",
+    "EngineThread",
+    "EngineWorker",
+    "ErrorKind",
+    "Family",
+    "GpuSnapshot",
+    "InstalledModel",
+    "MemorySnapshot",
+    "ModelInventory",
+    "ModelRef",
+    "Operation",
+    "OperationCancellation",
+    "OperationFailure",
+    "OperationRequest",
+    "ProcessUsage",
+    "Product",
+    "ProductKind",
+    "Progress",
+    "ProgressKind",
+    "RamSnapshot",
+    "Result",
+    "RuntimeReport",
+    "SessionInfo",
+    "SessionKey",
+    "Source",
+    "UnknownModel",
+    "default_data_dir",
+    "default_models_dir",
+    "discover",
+    "family_of",
+    "image_size",
+    "install_model",
+    "list_sequence",
+    "load_catalog",
+    "load_image",
+    "memory_snapshot",
+    "run_engine_cli",
+]
+
+log = logging.getLogger(__name__)
+
+_FAMILY_OF = {
+    Operation.UPSCALE: Family.UPSCALE,
+    Operation.REMOVE_BACKGROUND: Family.BACKGROUND,
+    Operation.DEPTH: Family.DEPTH,
+    Operation.GEOMETRY: Family.GEOMETRY,
+}
+
+
+def family_of(operation: Operation) -> Family:
+    return _FAMILY_OF[operation]
+
+
+def memory_snapshot() -> MemorySnapshot:
+    """GPU (NVML) and RAM readings; cheap after the first call, safe from any thread."""
+    return memory.snapshot()
+
+
+def run_engine_cli(argv: list[str]) -> int:
+    """`python -m engine ARGS` inside this process (the frozen app has no `-m`)."""
+    from engine.cli import main as cli_main
+
+    return int(cli_main(argv) or 0)
+
+
+@dataclass(frozen=True)
+class OperationFailure:
+    request_id: str
+    kind: ErrorKind
+    message: str  # for a person; the traceback of an unexpected error is in the log
+
+
+@dataclass(frozen=True)
+class OperationCancellation:
+    request_id: str
+    started: bool  # False when the job was cancelled before it left the queue
+
+
+class _JobQueue:
+    """Jobs waiting for the engine thread; shared by both threads, so every access locks."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: deque[tuple[OperationRequest, CancelToken]] = deque()
+        self._current: str | None = None
+
+    def put(self, request: OperationRequest, token: CancelToken) -> None:
+        with self._lock:
+            self._items.append((request, token))
+
+    def take(self) -> tuple[OperationRequest, CancelToken] | None:
+        with self._lock:
+            if not self._items:
+                return None
+            item = self._items.popleft()
+            self._current = item[0].id
+            return item
+
+    def finish(self) -> None:
+        with self._lock:
+            self._current = None
+
+    def remove(self, request_id: str) -> bool:
+        """Take a job out if it has not started; False once the worker has it."""
+        with self._lock:
+            for item in self._items:
+                if item[0].id == request_id:
+                    self._items.remove(item)
+                    return True
+            return False
+
+    def drain(self) -> list[OperationRequest]:
+        with self._lock:
+            taken = [request for request, _ in self._items]
+            self._items.clear()
+            return taken
+
+    @property
+    def current(self) -> str | None:
+        with self._lock:
+            return self._current
+
+    def pending(self) -> list[str]:
+        with self._lock:
+            return [request.id for request, _ in self._items]
+
+
+class EngineWorker(QObject):
+    """Lives in the engine thread; every slot runs there. Owns the Engine once it is needed."""
+
+    operationStarted = Signal(object)
+    progressChanged = Signal(object)
+    runFinished = Signal(object)
+    frameFinished = Signal(object)
+    operationFinished = Signal(object)
+    operationFailed = Signal(object)
+    operationCancelled = Signal(object)
+    sessionsChanged = Signal(object)
+    runtimesProbed = Signal(object)
+
+    def __init__(
+        self, settings: EngineSettings, queue: _JobQueue, session_wrap: SessionWrap | None
+    ) -> None:
+        super().__init__()
+        self._settings = settings
+        self._queue = queue
+        self._wrap = session_wrap
+        self._engine: Engine | None = None
+        self._sessions_told = False  # whether this job's loaded session was announced yet
+
+    def _get_engine(self) -> Engine:
+        # Created here, on the engine thread, so the cache's owner is this thread and
+        # importing onnxruntime never delays the window.
+        if self._engine is None:
+            self._engine = Engine(self._settings, session_wrap=self._wrap)
+        return self._engine
+
+    @Slot()
+    def run_next(self) -> None:
+        item = self._queue.take()
+        if item is None:
+            return  # the job was cancelled while queued; its signal is already out
+        request, token = item
+        try:
+            self._run(request, token)
+        finally:
+            self._queue.finish()
+
+    def _run(self, request: OperationRequest, token: CancelToken) -> None:
+        if token.cancelled:
+            self.operationCancelled.emit(OperationCancellation(request.id, started=False))
+            return
+        self.operationStarted.emit(request)
+        self._sessions_told = False
+        try:
+            result = self._get_engine().run(request, self._progress, token)
+        except Cancelled:
+            self._end(self.operationCancelled, OperationCancellation(request.id, started=True))
+        except EngineError as e:
+            self._end(self.operationFailed, OperationFailure(request.id, e.kind, str(e)))
+        except Exception as e:  # a bug must not take the engine thread down
+            log.exception("job %s failed unexpectedly", request.id)
+            message = f"Unexpected error: {e}. The details are in the log file."
+            self._end(
+                self.operationFailed, OperationFailure(request.id, ErrorKind.INTERNAL, message)
+            )
+        else:
+            self._end(self.operationFinished, result)
+
+    def _end(self, signal: SignalInstance, payload: object) -> None:
+        # Sessions first, so a slot reacting to the terminal signal sees the cache after the job.
+        self._emit_sessions()
+        signal.emit(payload)
+
+    def _progress(self, event: Progress) -> None:
+        self.progressChanged.emit(event)
+        if event.kind is ProgressKind.RUN_FINISHED:
+            if not self._sessions_told:
+                # The job's session is loaded by now; the memory panel need not wait for the end.
+                self._sessions_told = True
+                self._emit_sessions()
+            self.runFinished.emit(event)
+        elif event.kind is ProgressKind.FRAME_FINISHED:
+            self.frameFinished.emit(event)
+
+    def _emit_sessions(self) -> None:
+        self.sessionsChanged.emit(self._engine.loaded() if self._engine is not None else ())
+
+    @Slot(object)
+    def unload(self, key: SessionKey) -> None:
+        if self._engine is not None:
+            self._engine.unload(key)
+        self._emit_sessions()
+
+    @Slot()
+    def unload_all(self) -> None:
+        if self._engine is not None:
+            self._engine.unload_all()
+        self._emit_sessions()
+
+    @Slot()
+    def report_sessions(self) -> None:
+        self._emit_sessions()
+
+    @Slot()
+    def probe_runtimes(self) -> None:
+        try:
+            reports = tuple(probe())
+        except Exception as e:  # onnxruntime itself may fail to import
+            log.exception("runtime probe failed")
+            reports = (RuntimeReport("cpu", "cpu", False, None, f"ONNX Runtime failed: {e}"),)
+        self.runtimesProbed.emit(reports)
+
+    @Slot()
+    def shutdown(self) -> None:
+        if self._engine is not None:
+            try:
+                self._engine.unload_all()  # on the owning thread, so ORT frees it here
+            except Exception:
+                log.exception("unloading the models at shutdown failed")
+            self._engine = None
+        forget_foreign_thread()
+        thread = self.thread()
+        if thread is not None:
+            thread.quit()
+
+
+class EngineThread(QObject):
+    """The GUI thread's handle on the engine thread. Use it from the GUI thread only."""
+
+    operationStarted = Signal(object)
+    progressChanged = Signal(object)
+    runFinished = Signal(object)
+    frameFinished = Signal(object)
+    operationFinished = Signal(object)
+    operationFailed = Signal(object)
+    operationCancelled = Signal(object)
+    sessionsChanged = Signal(object)
+    runtimesProbed = Signal(object)
+
+    _runRequested = Signal()
+    _unloadRequested = Signal(object)
+    _unloadAllRequested = Signal()
+    _sessionsRequested = Signal()
+    _probeRequested = Signal()
+    _shutdownRequested = Signal()
+
+    def __init__(
+        self,
+        settings: EngineSettings | None = None,
+        parent: QObject | None = None,
+        *,
+        session_wrap: SessionWrap | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.settings = settings or EngineSettings()
+        self._queue = _JobQueue()
+        self._tokens: dict[str, CancelToken] = {}
+        self._requests: dict[str, OperationRequest] = {}
+        self._thread = QThread()
+        self._thread.setObjectName("tessera-engine")
+        self.worker = EngineWorker(self.settings, self._queue, session_wrap)
+        self.worker.moveToThread(self._thread)
+        w = self.worker
+        self._runRequested.connect(w.run_next)
+        self._unloadRequested.connect(w.unload)
+        self._unloadAllRequested.connect(w.unload_all)
+        self._sessionsRequested.connect(w.report_sessions)
+        self._probeRequested.connect(w.probe_runtimes)
+        self._shutdownRequested.connect(w.shutdown)
+        # Worker signals cross to this (GUI-thread) object as queued signal-to-signal relays.
+        w.operationStarted.connect(self.operationStarted)
+        w.progressChanged.connect(self.progressChanged)
+        w.runFinished.connect(self.runFinished)
+        w.frameFinished.connect(self.frameFinished)
+        w.sessionsChanged.connect(self.sessionsChanged)
+        w.runtimesProbed.connect(self.runtimesProbed)
+        w.operationFinished.connect(self._relay_finished)
+        w.operationFailed.connect(self._relay_failed)
+        w.operationCancelled.connect(self._relay_cancelled)
+
+    @property
+    def qthread(self) -> QThread:
+        return self._thread
+
+    def start(self, *, probe_runtimes: bool = True) -> None:
+        if self._thread.isRunning():
+            return
+        self._thread.start()
+        if probe_runtimes:
+            self._probeRequested.emit()
+
+    def is_running(self) -> bool:
+        return self._thread.isRunning()
+
+    # -- jobs ---------------------------------------------------------------------------------
+    def submit(self, request: OperationRequest) -> str:
+        if not self._thread.isRunning():
+            raise RuntimeError("the engine thread is not running")
+        token = CancelToken()
+        self._tokens[request.id] = token
+        self._requests[request.id] = request
+        self._queue.put(request, token)
+        self._runRequested.emit()  # one wake-up per job: the worker takes one job each time
+        return request.id
+
+    def cancel(self, request_id: str) -> bool:
+        """Cancel a queued or running job; False when it has already ended."""
+        if self._queue.remove(request_id):
+            self._relay_cancelled(OperationCancellation(request_id, started=False))
+            return True
+        token = self._tokens.get(request_id)
+        if token is None:
+            return False
+        token.cancel()  # directly: terminates the run in flight (M8)
+        return True
+
+    def cancel_running(self) -> bool:
+        current = self._queue.current
+        return self.cancel(current) if current is not None else False
+
+    def cancel_all(self) -> int:
+        count = 0
+        for request in self._queue.drain():
+            self._relay_cancelled(OperationCancellation(request.id, started=False))
+            count += 1
+        for token in list(self._tokens.values()):
+            token.cancel()
+            count += 1
+        return count
+
+    @property
+    def running_id(self) -> str | None:
+        return self._queue.current
+
+    def pending_ids(self) -> list[str]:
+        return self._queue.pending()
+
+    def open_requests(self) -> list[str]:
+        """Jobs whose terminal signal has not reached the GUI yet."""
+        return list(self._tokens)
+
+    def is_busy(self) -> bool:
+        return bool(self._tokens)
+
+    def request(self, request_id: str) -> OperationRequest | None:
+        return self._requests.get(request_id)
+
+    # -- sessions and runtimes ----------------------------------------------------------------
+    def unload(self, key: SessionKey) -> None:
+        self._unloadRequested.emit(key)
+
+    def unload_all(self) -> None:
+        self._unloadAllRequested.emit()
+
+    def refresh_sessions(self) -> None:
+        self._sessionsRequested.emit()
+
+    def probe_runtimes(self) -> None:
+        self._probeRequested.emit()
+
+    # -- shutdown -----------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Cancel everything, let the engine finish its current run and end the thread.
+
+        Blocks until the thread has ended: cancel is checked before every run and interrupts a
+        run in flight (M8), so this is short unless a model is being loaded.
+        """
+        if not self._thread.isRunning():
+            return
+        self.cancel_all()
+        self._shutdownRequested.emit()
+        self._thread.wait()
+
+    # -- terminal signals ---------------------------------------------------------------------
+    def _forget(self, request_id: str) -> bool:
+        """True the first time: guarantees one terminal signal per request."""
+        known = self._tokens.pop(request_id, None) is not None
+        self._requests.pop(request_id, None)
+        return known
+
+    @Slot(object)
+    def _relay_finished(self, result: Result) -> None:
+        if self._forget(result.request_id):
+            self.operationFinished.emit(result)
+
+    @Slot(object)
+    def _relay_failed(self, failure: OperationFailure) -> None:
+        if self._forget(failure.request_id):
+            self.operationFailed.emit(failure)
+
+    @Slot(object)
+    def _relay_cancelled(self, cancellation: OperationCancellation) -> None:
+        if self._forget(cancellation.request_id):
+            self.operationCancelled.emit(cancellation)

@@ -1,0 +1,152 @@
+"""Decoded images as QImages for display, made on the task thread (QImage is thread-safe; QPixmap
+is not), and the checkerboard drawn under transparent pixels."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QBrush, QColor, QImage, QPainter, QPixmap
+
+from gui.engine_thread import DEFAULT_MAX_PIXELS, image_size, list_sequence, load_image
+
+MAX_VIEW_FRAMES = 300  # frames decoded for the scrubber; longer sequences show their first ones
+
+
+@dataclass(frozen=True)
+class DisplayImage:
+    """What the viewer shows for one file (or folder of frames)."""
+
+    path: Path
+    frames: tuple[QImage, ...]
+    width: int
+    height: int
+    bit_depth: int
+    has_alpha: bool
+    total_frames: int  # may exceed len(frames) for very long sequences
+
+    @property
+    def size(self) -> QSize:
+        return QSize(self.width, self.height)
+
+
+def to_qimage(frame: np.ndarray) -> QImage:
+    """An H×W×C uint8/uint16 array (C = 1, 2, 3 or 4) as an 8-bit QImage that owns its pixels."""
+    if frame.ndim == 2:
+        frame = frame[..., None]
+    if frame.dtype == np.uint16:
+        frame = (frame >> 8).astype(np.uint8)  # for display only; the files keep 16 bits
+    elif frame.dtype != np.uint8:
+        frame = np.clip(frame, 0, 255).astype(np.uint8)
+    h, w, c = frame.shape
+    if c == 2:  # grey + alpha
+        frame = np.concatenate([np.repeat(frame[..., :1], 3, axis=2), frame[..., 1:]], axis=2)
+        c = 4
+    fmt = {
+        1: QImage.Format.Format_Grayscale8,
+        3: QImage.Format.Format_RGB888,
+        4: QImage.Format.Format_RGBA8888,
+    }[c]
+    data = np.ascontiguousarray(frame)
+    image = QImage(data.data, w, h, w * c, fmt)
+    return image.copy()  # detach from the numpy buffer
+
+
+def load_display(path: Path, max_frames: int = MAX_VIEW_FRAMES) -> DisplayImage:
+    """Decode `path` (a file, or a folder of frames) for the viewer. Raises EngineError."""
+    if path.is_dir():
+        files = list_sequence(path)
+        if not files:
+            from gui.engine_thread import EngineError
+
+            raise EngineError(f"{path.name}: the folder holds no image files.")
+        frames: list[QImage] = []
+        first = load_image(files[0], DEFAULT_MAX_PIXELS)
+        for f in files[:max_frames]:
+            decoded = first if f == files[0] else load_image(f, DEFAULT_MAX_PIXELS)
+            frames.extend(to_qimage(fr) for fr in decoded.frames[:1])
+        return DisplayImage(
+            path,
+            tuple(frames),
+            first.size[0],
+            first.size[1],
+            first.meta.bit_depth,
+            first.meta.has_alpha,
+            len(files),
+        )
+    decoded = load_image(path, DEFAULT_MAX_PIXELS)
+    images = tuple(to_qimage(fr) for fr in decoded.frames[:max_frames])
+    return DisplayImage(
+        path,
+        images,
+        decoded.size[0],
+        decoded.size[1],
+        decoded.meta.bit_depth,
+        decoded.meta.has_alpha,
+        len(decoded.frames),
+    )
+
+
+@dataclass(frozen=True)
+class Thumbnail:
+    path: Path
+    image: QImage
+    width: int
+    height: int
+    frames: int  # frames of an animated file, or files in a folder
+
+
+def make_thumbnail(path: Path, edge: int) -> Thumbnail:
+    """A small picture of `path` (the first frame; a folder's first file)."""
+    source = path
+    count = 1
+    if path.is_dir():
+        files = list_sequence(path)
+        if not files:
+            from gui.engine_thread import EngineError
+
+            raise EngineError(f"{path.name}: the folder holds no image files.")
+        source, count = files[0], len(files)
+    else:
+        count = image_size(path)[2]
+    decoded = load_image(source, DEFAULT_MAX_PIXELS)
+    image = to_qimage(decoded.frames[0])
+    small = image.scaled(
+        edge,
+        edge,
+        Qt.AspectRatioMode.KeepAspectRatio,
+        Qt.TransformationMode.SmoothTransformation,
+    )
+    return Thumbnail(path, small, decoded.size[0], decoded.size[1], count)
+
+
+def checker_brush(cell: int = 8) -> QBrush:
+    """The usual grey checkerboard, so transparent pixels read as transparent."""
+    tile = QPixmap(cell * 2, cell * 2)
+    tile.fill(QColor(204, 204, 204))
+    painter = QPainter(tile)
+    painter.fillRect(0, 0, cell, cell, QColor(153, 153, 153))
+    painter.fillRect(cell, cell, cell, cell, QColor(153, 153, 153))
+    painter.end()
+    return QBrush(tile)
+
+
+def load_display_paths(paths: tuple[Path, ...]) -> DisplayImage:
+    """A file, a folder of frames, or several frame files, as one DisplayImage."""
+    if len(paths) == 1:
+        return load_display(paths[0])
+    first = load_image(paths[0], DEFAULT_MAX_PIXELS)
+    frames = [to_qimage(first.frames[0])]
+    for p in paths[1:MAX_VIEW_FRAMES]:
+        frames.append(to_qimage(load_image(p, DEFAULT_MAX_PIXELS).frames[0]))
+    return DisplayImage(
+        paths[0],
+        tuple(frames),
+        first.size[0],
+        first.size[1],
+        first.meta.bit_depth,
+        first.meta.has_alpha,
+        len(paths),
+    )

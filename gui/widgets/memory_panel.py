@@ -1,0 +1,166 @@
+"""The memory panel: the loaded sessions with Unload / Unload all, and the duplicate-copy
+diagnosis of DESIGN §4 (this process's GPU memory against its models' weights, and other
+processes on the same GPU)."""
+
+from __future__ import annotations
+
+import time
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gui.engine_thread import MemorySnapshot, SessionInfo, SessionKey
+from gui.widgets.vram_gauge import fmt_bytes
+
+COLUMNS = ("Model", "Device", "Runtime", "Provider", "File size", "Runs", "Last used")
+CONTEXT_ALLOWANCE = 768 * 1024**2  # a CUDA context and cuDNN/cuBLAS handles, roughly
+
+
+def ago(timestamp: float, now: float | None = None) -> str:
+    seconds = max(0, int((now if now is not None else time.time()) - timestamp))
+    if seconds < 60:
+        return f"{seconds} s ago"
+    if seconds < 3600:
+        return f"{seconds // 60} min ago"
+    return f"{seconds // 3600} h ago"
+
+
+class MemoryPanel(QWidget):
+    unloadRequested = Signal(object)  # SessionKey
+    unloadAllRequested = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.sessions: tuple[SessionInfo, ...] = ()
+        self.snapshot: MemorySnapshot | None = None
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.verticalHeader().hide()
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.table.itemSelectionChanged.connect(self._update_buttons)
+        self.summary = QLabel()
+        self.summary.setWordWrap(True)
+        self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.unload_button = QPushButton("Unload")
+        self.unload_button.setToolTip(
+            "Release the selected model's session and its memory; the next job loads it again"
+        )
+        self.unload_button.clicked.connect(self._unload_selected)
+        self.unload_all_button = QPushButton("Unload all")
+        self.unload_all_button.clicked.connect(self.unloadAllRequested)
+        buttons = QHBoxLayout()
+        buttons.addStretch(1)
+        buttons.addWidget(self.unload_button)
+        buttons.addWidget(self.unload_all_button)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.table, 1)
+        layout.addWidget(self.summary)
+        layout.addLayout(buttons)
+        self._refresh()
+
+    def set_sessions(self, sessions: tuple[SessionInfo, ...]) -> None:
+        selected = self.selected_key()
+        self.sessions = tuple(sessions)
+        self.table.setRowCount(len(self.sessions))
+        now = time.time()
+        for row, info in enumerate(self.sessions):
+            values = (
+                info.model_name,
+                info.device,
+                info.runtime,
+                info.provider,
+                fmt_bytes(info.file_size),
+                str(info.runs),
+                ago(info.last_used, now),
+            )
+            for col, text in enumerate(values):
+                item = QTableWidgetItem(text)
+                if col == 0:
+                    item.setData(Qt.ItemDataRole.UserRole, info.key)
+                    item.setToolTip(str(info.key.model))
+                self.table.setItem(row, col, item)
+            if info.key == selected:
+                self.table.selectRow(row)
+        self._refresh()
+
+    def set_snapshot(self, snapshot: MemorySnapshot) -> None:
+        self.snapshot = snapshot
+        self._refresh()
+
+    def selected_key(self) -> SessionKey | None:
+        rows = self.table.selectionModel().selectedRows()
+        if not rows:
+            return None
+        item = self.table.item(rows[0].row(), 0)
+        key = item.data(Qt.ItemDataRole.UserRole) if item is not None else None
+        return key if isinstance(key, SessionKey) else None
+
+    def _unload_selected(self) -> None:
+        key = self.selected_key()
+        if key is None and len(self.sessions) == 1:
+            key = self.sessions[0].key
+        if key is not None:
+            self.unloadRequested.emit(key)
+
+    def _update_buttons(self) -> None:
+        self.unload_button.setEnabled(self.selected_key() is not None or len(self.sessions) == 1)
+        self.unload_all_button.setEnabled(bool(self.sessions))
+
+    def _refresh(self) -> None:
+        self._update_buttons()
+        self.summary.setText(self.diagnosis())
+
+    def diagnosis(self) -> str:
+        weights = sum(s.file_size for s in self.sessions)
+        count = len(self.sessions)
+        lines = [
+            f"{count} model{'s' if count != 1 else ''} loaded, {fmt_bytes(weights)} of weights."
+            if count
+            else "No model is loaded. Models load at their first job and stay loaded for the next."
+        ]
+        snap = self.snapshot
+        if snap is None or not snap.gpus:
+            if snap is not None:
+                lines.append(f"No GPU reading: {snap.nvml_error or 'no NVIDIA GPU'}.")
+                lines.append(f"This process uses {fmt_bytes(snap.ram.process_rss)} of RAM.")
+            return "\n".join(lines)
+        for gpu in snap.gpus:
+            if gpu.own is None:
+                lines.append(f"GPU {gpu.index}: the driver does not report this process's share.")
+            else:
+                lines.append(f"GPU {gpu.index}: this process holds {fmt_bytes(gpu.own)}.")
+                gpu_weights = sum(
+                    s.file_size for s in self.sessions if s.device == f"gpu:{gpu.index}"
+                )
+                beyond = gpu.own - gpu_weights - CONTEXT_ALLOWANCE
+                if gpu_weights and beyond > gpu_weights:
+                    lines.append(
+                        f"  That is {fmt_bytes(beyond)} beyond its models' weights — more than "
+                        "another copy's worth. A cancelled job on a fixed-size model keeps its "
+                        "working memory until the model is unloaded: Unload hands it back."
+                    )
+            for other in gpu.others:
+                used = other.used or 0
+                if weights and used >= 0.8 * weights:
+                    lines.append(
+                        f"  {other.name} (pid {other.pid}) holds {fmt_bytes(other.used)} on GPU "
+                        f"{gpu.index} — as much as Tessera's models: possibly a second copy "
+                        "(another Tessera or AI tool)."
+                    )
+                else:
+                    lines.append(f"  {other.name} (pid {other.pid}): {fmt_bytes(other.used)}")
+        return "\n".join(lines)
