@@ -111,6 +111,7 @@ class Engine:
         groups = self._groups(request)
         emit(Progress(request.id, ProgressKind.STARTED, input_count=len(groups)))
         entry, _ = self.sessions.get(key)
+        emit(Progress(request.id, ProgressKind.LOADED, input_count=len(groups)))
         self.runner.first_start = None
         timings: dict[str, float] = {
             "load_s": entry.load_seconds if self.sessions.created > created_before else 0.0

@@ -66,6 +66,7 @@ class OperationRequest:
 
 class ProgressKind(Enum):
     STARTED = "started"  # the request left the queue and its model is being loaded
+    LOADED = "loaded"  # the session is ready (created or reused); runs follow
     RUN_FINISHED = "run_finished"  # one model run (a tile, or a whole frame) ended
     FRAME_FINISHED = "frame_finished"  # every run of one frame ended
     INPUT_FINISHED = "input_finished"  # one input's products are written

@@ -136,9 +136,12 @@ class Job:
 
     def on_progress(self, event: Progress) -> None:
         self.progress = event
+        if (
+            event.kind in (ProgressKind.LOADED, ProgressKind.RUN_FINISHED)
+            and self.state is JobState.LOADING
+        ):
+            self.state = JobState.RUNNING
         if event.kind is ProgressKind.RUN_FINISHED:
-            if self.state is JobState.LOADING:
-                self.state = JobState.RUNNING
             if self.first_run is None:
                 self.first_run = (time.monotonic(), event.fraction)
 

@@ -291,3 +291,17 @@ def test_m10_batch_whose_last_input_fails_still_shrinks(upscaler: Path, tmp_path
     )
     assert len(result.products) == 1 and len(result.failures) == 1
     assert recorder.log == [None, "gpu:0"]
+
+
+def test_progress_events_come_in_order(upscaler: Path, tmp_path: Path) -> None:
+    engine = Engine(EngineSettings(models_dir=tmp_path, overlap=8))
+    events: list[Progress] = []
+    img = photo(tmp_path / "a.png", width=80, height=48)
+    engine.run(_request(upscaler, [img], tmp_path / "o", tile=32), events.append)
+    kinds = [e.kind for e in events]
+    assert kinds[:2] == [ProgressKind.STARTED, ProgressKind.LOADED]
+    assert kinds[-2:] == [ProgressKind.FRAME_FINISHED, ProgressKind.INPUT_FINISHED]
+    runs = [e for e in events if e.kind is ProgressKind.RUN_FINISHED]
+    assert [e.run for e in runs] == list(range(1, 7)) and all(e.run_count == 6 for e in runs)
+    fractions = [e.fraction for e in events]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0
