@@ -409,7 +409,7 @@ def measure_cancel(table: Table, engine: Engine, model: Path, work: Path) -> Non
     from engine.sessions import create_session
 
     with TemporaryDirectory() as d:
-        slow = _slow_model(Path(d) / "slow.onnx")
+        slow = slow_model(Path(d) / "slow.onnx")
         session = create_session(slow, provider_plan(Device("cpu"), Runtime.CPU))
         import onnxruntime as ort
 
@@ -443,10 +443,11 @@ def measure_cancel(table: Table, engine: Engine, model: Path, work: Path) -> Non
     )
 
 
-def _slow_model(path: Path) -> Path:
+def slow_model(path: Path, layers: int = 200, width: int = 16) -> Path:
+    """A deliberately slow ×1 "upscaler": input → 1×1 conv to `width` channels → `layers` ×
+    (1×1 conv + Relu) → 3 channels. Many cheap nodes, so `terminate` has places to stop."""
     from onnx import TensorProto, helper, numpy_helper, save
 
-    width, layers = 16, 200
     rng = np.random.default_rng(0)
     inits = [
         numpy_helper.from_array(
@@ -465,10 +466,11 @@ def _slow_model(path: Path) -> Path:
     graph = helper.make_graph(
         nodes,
         "slow",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, "h", "w"])],
-        [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 3, "h", "w"])],
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, "height", "width"])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 3, "height", "width"])],
         initializer=inits,
     )
+    path.parent.mkdir(parents=True, exist_ok=True)
     save(
         helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
         str(path),
