@@ -336,6 +336,7 @@ def measure_u2netp(table: Table, engine: Engine, model: Path, work: Path) -> Non
     from engine.providers import Device, Runtime, provider_plan
     from engine.sessions import create_session
 
+    engine.unload_all()  # no second live session spinning its threads during the bare runs
     session = create_session(model, provider_plan(Device("cpu"), Runtime.CPU))
     x = np.zeros((1, 3, 320, 320), np.float32)
     name = session.get_inputs()[0].name

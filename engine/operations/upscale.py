@@ -328,8 +328,9 @@ def _to_tensor(x: np.ndarray, info: UpscalerInfo) -> np.ndarray:
 
 
 def _from_tensor(y: np.ndarray, info: UpscalerInfo) -> np.ndarray:
+    # A view in HWC order; the assembler clips and quantises, so no copy is made here.
     arr = y[0].transpose(1, 2, 0) if info.layout == "NCHW" else y[0]
-    return np.clip(arr.astype(np.float32, copy=False), 0.0, 1.0)
+    return arr.astype(np.float32, copy=False)
 
 
 def _pad_at_least(img: np.ndarray, h: int, w: int) -> np.ndarray:
