@@ -326,11 +326,13 @@ class Geometry(OperationBase):
         meta = data_meta(image)
         masks = [np.where(np.isnan(d), 0, 255).astype(np.uint8) for d in depths]
         return [
-            *write_float_tiff(ctx, image, "depth", depths, ProductKind.DEPTH_FLOAT),
+            # "geometry-" names keep these apart from the depth and cut-out products of the
+            # same photo in the same folder.
+            *write_float_tiff(ctx, image, "geometry-depth", depths, ProductKind.DEPTH_FLOAT),
             *write_frames(
                 ctx,
                 image,
-                "depth",
+                "geometry-depth",
                 [encode_depth16(d, lo, hi) for d in depths],
                 ProductKind.DEPTH16,
                 meta,
@@ -339,7 +341,7 @@ class Geometry(OperationBase):
             *write_frames(
                 ctx, image, "normal", [_normal_map(g) for g in frames], ProductKind.NORMAL, meta
             ),
-            *write_frames(ctx, image, "mask", masks, ProductKind.MASK, meta),
+            *write_frames(ctx, image, "geometry-mask", masks, ProductKind.MASK, meta),
             *write_per_frame(
                 ctx,
                 image,
