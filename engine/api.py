@@ -121,6 +121,7 @@ class Engine:
         options = model_options(ref)
         used_tile: int | None = None
         ctx: RunContext | None = None
+        io_seconds = 0.0
 
         def renew() -> SessionEntry:
             self.sessions.release(key)
@@ -152,11 +153,14 @@ class Engine:
             try:
                 if cancel is not None:
                     cancel.check()
+                decode_start = time.perf_counter()
                 image = self._load(group)
+                ctx.io_seconds += time.perf_counter() - decode_start
                 ctx.out_dir = self._out_dir(request, source)
                 products.extend(op.process(image, ctx))
                 entry = ctx.entry
                 used_tile = ctx.used_tile if ctx.used_tile is not None else used_tile
+                io_seconds += ctx.io_seconds
                 emit(ctx.progress(ProgressKind.INPUT_FINISHED))
             except Cancelled:
                 self._shrink_after(op, key)
@@ -181,6 +185,7 @@ class Engine:
             self._shrink_after(op, key)
         if self.runner.first_start is not None:
             timings["first_run_s"] = self.runner.first_start - started
+        timings["io_s"] = io_seconds  # decoding inputs and writing products
         timings["total_s"] = time.perf_counter() - started
         return Result(
             request_id=request.id,

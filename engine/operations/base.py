@@ -46,6 +46,7 @@ class RunContext:
     runs_done: int = 0
     last_run_shrunk: bool = False
     used_tile: int | None = None  # tile edge finally used, reported in the result
+    io_seconds: float = 0.0  # decoding and writing files, kept apart from the model's work
 
     def start_frame(self, frame: int, frame_count: int, run_count: int) -> None:
         self.frame, self.frame_count, self.run_count, self.runs_done = (

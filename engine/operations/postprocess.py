@@ -20,11 +20,13 @@ Products are written only after every frame ran, so a cancelled or failed input 
 
 from __future__ import annotations
 
+import functools
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 from PIL import Image
@@ -33,6 +35,9 @@ from engine.errors import UsageError
 from engine.imaging import DecodedImage, ImageMeta, atomic_output, write_bytes, write_image
 from engine.operations.base import RunContext, output_name
 from engine.requests import Product, ProductKind
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32)
 IMAGENET_STD = np.array([0.229, 0.224, 0.225], np.float32)
@@ -330,6 +335,23 @@ def _animated_ext(image: DecodedImage) -> str:
     return {"WEBP": ".webp", "TIFF": ".tif"}.get(image.meta.format, ".png")
 
 
+def _timed_io(func: Callable[P, R]) -> Callable[P, R]:
+    """Count a writer's time in `ctx.io_seconds` (its first argument is the RunContext)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        ctx = args[0]
+        start = time.perf_counter()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            if isinstance(ctx, RunContext):
+                ctx.io_seconds += time.perf_counter() - start
+
+    return wrapper
+
+
+@_timed_io
 def write_frames(
     ctx: RunContext,
     image: DecodedImage,
@@ -378,6 +400,7 @@ def _write_tiff(path: Path, frames: Sequence[np.ndarray]) -> Path:
         return publish()
 
 
+@_timed_io
 def write_float_tiff(
     ctx: RunContext,
     image: DecodedImage,
@@ -401,6 +424,7 @@ def write_float_tiff(
     ]
 
 
+@_timed_io
 def write_per_frame(
     ctx: RunContext,
     image: DecodedImage,
