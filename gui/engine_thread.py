@@ -199,8 +199,9 @@ class _JobQueue:
             return [request.id for request, _ in self._items]
 
 
-class EngineWorker(QObject):
-    """Lives in the engine thread; every slot runs there. Owns the Engine once it is needed."""
+class EngineSignals(QObject):
+    """The events both ends carry: the worker emits them in the engine thread, the handle
+    re-emits them in the GUI thread (queued connections cross the threads)."""
 
     operationStarted = Signal(object)
     progressChanged = Signal(object)
@@ -211,6 +212,10 @@ class EngineWorker(QObject):
     operationCancelled = Signal(object)
     sessionsChanged = Signal(object)
     runtimesProbed = Signal(object)
+
+
+class EngineWorker(EngineSignals):
+    """Lives in the engine thread; every slot runs there. Owns the Engine once it is needed."""
 
     def __init__(
         self, settings: EngineSettings, queue: _JobQueue, session_wrap: SessionWrap | None
@@ -319,18 +324,8 @@ class EngineWorker(QObject):
             thread.quit()
 
 
-class EngineThread(QObject):
+class EngineThread(EngineSignals):
     """The GUI thread's handle on the engine thread. Use it from the GUI thread only."""
-
-    operationStarted = Signal(object)
-    progressChanged = Signal(object)
-    runFinished = Signal(object)
-    frameFinished = Signal(object)
-    operationFinished = Signal(object)
-    operationFailed = Signal(object)
-    operationCancelled = Signal(object)
-    sessionsChanged = Signal(object)
-    runtimesProbed = Signal(object)
 
     _runRequested = Signal()
     _unloadRequested = Signal(object)
