@@ -117,6 +117,9 @@ class MainWindow(QMainWindow):
         self.job_sources: dict[str, InputSource] = {}
         self.latest_job: dict[str, str] = {}  # input key → its newest finished job
         self.inventory: ModelInventory | None = None
+        # Files given at start-up (or dropped at once) arrive before the models are listed:
+        # their jobs are queued as soon as the inventory is in.
+        self._waiting_for_models: list[InputSource] = []
         self.shown: tuple[str | None, str | None] = (None, None)  # (input key, job id)
         self._view_gen = 0
         self._dirty: set[str] = set()
@@ -374,7 +377,10 @@ class MainWindow(QMainWindow):
         run = self.panel.run_on_drop.isChecked() if run is None else run
         jobs: list[str] = []
         if found.sources:
-            if run:
+            if run and self.inventory is None:
+                self._waiting_for_models.extend(found.sources)
+                self.say("Looking for the installed models; the jobs start in a moment.")
+            elif run:
                 jobs = self.queue_jobs(list(found.sources))
             else:
                 self.say(
@@ -648,6 +654,9 @@ class MainWindow(QMainWindow):
         self.inventory = inventory
         self.panel.set_inventory(inventory)
         self.inputs.set_inventory(inventory)
+        if self._waiting_for_models:
+            waiting, self._waiting_for_models = self._waiting_for_models, []
+            self.queue_jobs(waiting)
 
     def install_model_file(self, path: Path) -> None:
         folder = self.models_dir()

@@ -133,6 +133,28 @@ def wait_all_ended(qtbot: QtBot, win: MainWindow) -> None:
 # ------------------------------------------------------------------------------------ dropping
 
 
+def test_files_given_at_start_wait_for_the_model_list(
+    qtbot: QtBot, models: Path, tmp_path: Path
+) -> None:
+    store = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    win = MainWindow(
+        AppSettings(store),
+        engine_settings=EngineSettings(models_dir=models),
+        data_dir=tmp_path / "d",
+    )
+    win.confirm_close = False
+    try:
+        a = photo(tmp_path / "a.png", 20, 16)
+        outcome = win.accept_paths([a])  # as `tessera a.png` does, before the models are listed
+        assert win.inventory is None and not outcome.jobs and not win.jobs
+        qtbot.waitUntil(lambda: len(win.jobs) == 1, timeout=10_000)
+        assert next(iter(win.jobs.values())).request.inputs == (a,)
+        wait_all_ended(qtbot, win)
+        assert all(job.state is JobState.FINISHED for job in win.jobs.values())
+    finally:
+        win.close()
+
+
 def test_dropping_files_queues_the_right_jobs(
     qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
 ) -> None:
