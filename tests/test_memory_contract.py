@@ -305,3 +305,34 @@ def test_progress_events_come_in_order(upscaler: Path, tmp_path: Path) -> None:
     assert [e.run for e in runs] == list(range(1, 7)) and all(e.run_count == 6 for e in runs)
     fractions = [e.fraction for e in events]
     assert fractions == sorted(fractions) and fractions[-1] == 1.0
+
+
+def test_cancel_while_the_model_is_being_probed_is_a_cancel(tmp_path: Path) -> None:
+    # A model whose size rule the graph does not state, so the engine probes it before the
+    # first tile; the cancel lands during that probe run and must end the request as cancelled.
+    from typing import Any
+
+    from engine.sessions import SessionKey
+    from tests.slow_models import make_slow_upscaler
+
+    model = make_slow_upscaler(tmp_path / "m" / "slow.onnx", layers=4)
+    token = CancelToken()
+
+    class CancelOnFirstRun:
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+
+        def run(self, outputs: Any, feeds: Any, run_options: Any = None) -> Any:
+            token.cancel()  # sets `terminate` on the RunOptions the runner attached
+            return self._inner.run(outputs, feeds, run_options)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._inner, name)
+
+    def wrap(session: Any, _key: SessionKey) -> Any:
+        return CancelOnFirstRun(session)
+
+    engine = Engine(EngineSettings(models_dir=tmp_path), session_wrap=wrap)
+    with pytest.raises(Cancelled):
+        engine.run(_request(model, [photo(tmp_path / "a.png")], tmp_path / "o"), cancel=token)
+    assert len(engine.sessions) == 1

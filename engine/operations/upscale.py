@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from engine import memory
-from engine.errors import ModelError, ResourceError
+from engine.errors import InferenceError, ModelError, ResourceError
 from engine.imaging import DecodedImage
 from engine.operations.base import OperationBase, RunContext
 from engine.operations.postprocess import write_frames
@@ -102,9 +102,7 @@ def describe(
             for size in PROBE_SIZES:
                 try:
                     result = runner_probe(make(size, size))
-                except ResourceError:
-                    raise
-                except Exception:
+                except InferenceError:  # the model refuses this size: try the next multiple
                     continue
                 oh, _ = out_hw(result)
                 multiple_of = 1 if size == 61 else {62: 2, 60: 4, 56: 8, 48: 16, 64: 32}[size]
