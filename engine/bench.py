@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -172,28 +173,38 @@ def bare_loop(model: Path, tiles: list[np.ndarray], threads: int = 0) -> float:
     return time.perf_counter() - start
 
 
-def engine_tiles(engine: Engine, request: OperationRequest) -> list[np.ndarray]:
-    """Record the exact tensors the engine feeds, so the bare loop runs the same work."""
-    from engine.imaging import load_image, to_float
-    from engine.operations.upscale import UpscalerInfo, _passes, _to_tensor
-    from engine.tiling import pad_to_multiple, plan_tiles
+class _FeedRecorder:
+    """A session wrap that keeps the input tensor of every run while `recording` is set."""
 
-    entry = engine.sessions.entries()[0]
-    info = entry.facts["upscaler"]
-    assert isinstance(info, UpscalerInfo)
-    image = load_image(request.inputs[0], engine.settings.max_pixels)
-    frame = image.frames[0]
-    padded = pad_to_multiple(frame[..., :3], info.multiple_of)
-    plan = plan_tiles(
-        padded.shape[0], padded.shape[1], request.tile, engine.settings.overlap, info.multiple_of
-    )
-    passes = _passes(3, False, info.channels)
-    out = []
-    for t in plan.tiles:
-        region = padded[t.y0 : t.y1, t.x0 : t.x1]
-        model_in, _ = passes[0][0](region, None)
-        out.append(_to_tensor(to_float(model_in), info))
-    return out
+    def __init__(self) -> None:
+        self.recording = False
+        self.tensors: list[np.ndarray] = []
+
+    def __call__(self, session: Any, _key: object) -> Any:
+        recorder = self
+
+        class Recording:
+            def run(self, outputs: Any, feeds: Any, run_options: Any = None) -> Any:
+                if recorder.recording:
+                    recorder.tensors.extend(np.array(v) for v in feeds.values())
+                return session.run(outputs, feeds, run_options)
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(session, name)
+
+        return Recording()
+
+
+def engine_tiles(settings: EngineSettings, request: OperationRequest) -> list[np.ndarray]:
+    """The exact tensors the engine feeds for `request` (recorded, not rebuilt), so the bare
+    loop runs the same work."""
+    recorder = _FeedRecorder()
+    recording = Engine(settings, session_wrap=recorder)
+    recording.run(request)  # first request: load and learn the model (probe runs)
+    recorder.recording = True
+    recording.run(request)
+    recording.unload_all()
+    return recorder.tensors
 
 
 def measure_overhead(
@@ -212,7 +223,7 @@ def measure_overhead(
         Operation.UPSCALE, str(model), (img,), output_dir=work / "out", tile=tile
     )
     engine.run(req)  # load, probe and warm the arena for this tile shape
-    tiles = engine_tiles(engine, req)
+    tiles = engine_tiles(engine.settings, req)
     best_engine = float("inf")
     best_io = float("inf")
     bare = float("inf")

@@ -91,12 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--gpu", action="store_true", help="GPU memory figures (NVIDIA only)")
     bench.add_argument("--models-dir", type=Path, default=None)
 
-    try:
-        from engine.models_cli import add_models_parser
-    except ImportError:  # pragma: no cover - during bring-up only
-        pass
-    else:
-        add_models_parser(sub)
+    from engine.models_cli import add_models_parser
+
+    add_models_parser(sub)
     return parser
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from engine import memory
 from engine.errors import InferenceError, ModelError, ResourceError
-from engine.imaging import DecodedImage
+from engine.imaging import DecodedImage, to_float
 from engine.operations.base import OperationBase, RunContext
 from engine.operations.postprocess import write_frames
 from engine.requests import Operation, Product, ProductKind, ProgressKind
@@ -197,8 +197,8 @@ class Upscale(OperationBase):
                     break
                 except ResourceError:
                     next_tile = tile // 2
+                    # RunContext.run has already released the failed session (M5).
                     if not auto or next_tile < ctx.settings.min_tile or info.fixed is not None:
-                        ctx.release_session()
                         raise
                     log.warning(
                         "out of memory at tile %d; retrying at %d on a fresh session",
@@ -239,7 +239,6 @@ class Upscale(OperationBase):
             plan = plan_tiles(ph, pw, tile, ctx.settings.overlap, info.multiple_of)
         passes = _passes(colour.shape[2], alpha is not None, info.channels)
         ctx.start_frame(index, count, plan.count * len(passes))
-        maxval = 65535.0 if frame.dtype == np.uint16 else 255.0
         dtype = frame.dtype
         assemblers = [
             TileAssembler(plan, info.scale, width, np.dtype(dtype)) for _, width in passes
@@ -251,7 +250,7 @@ class Upscale(OperationBase):
                     padded_alpha[t.y0 : t.y1, t.x0 : t.x1] if padded_alpha is not None else None
                 )
                 model_in, reduce = build(region_c, region_a)
-                tensor = _to_tensor(model_in.astype(np.float32) / maxval, info)
+                tensor = _to_tensor(to_float(model_in), info)
                 result = ctx.run({info.input_name: tensor}, outputs=[info.output_name])[0]
                 out = _from_tensor(np.asarray(result), info)
                 asm.add(t, reduce(out))
