@@ -53,7 +53,7 @@ def _save(
     return path
 
 
-def _const(name: str, value: np.ndarray) -> onnx.TensorProto:
+def _const(name: str, value: np.ndarray | np.generic) -> onnx.TensorProto:
     return numpy_helper.from_array(np.asarray(value), name)
 
 

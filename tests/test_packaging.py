@@ -68,8 +68,11 @@ def _run_spec(env: dict[str, str], binaries: list[tuple[str, str, str]]) -> dict
             self.pure: list[Any] = []
             self.scripts: list[Any] = []
 
-    stand_ins = {name: type(name, (_Recorder,), {}) for name in ("PYZ", "EXE", "COLLECT", "BUNDLE")}
-    for cls in (Analysis, *stand_ins.values()):
+    stand_ins: dict[str, type[_Recorder]] = {
+        name: type(name, (_Recorder,), {}) for name in ("PYZ", "EXE", "COLLECT", "BUNDLE")
+    }
+    recorders: list[type[_Recorder]] = [Analysis, *stand_ins.values()]
+    for cls in recorders:
         cls.calls = calls
     namespace: dict[str, Any] = {
         "__name__": "__main__",
@@ -255,7 +258,8 @@ def test_icons_render_at_every_size(tmp_path: Path, build: ModuleType) -> None:
     for size in build.ICON_SIZES:
         with Image.open(tmp_path / f"tessera-{size}.png") as image:
             assert image.size == (size, size)
-            assert image.getextrema()[3][0] == 0  # transparent corners
+            alpha = image.getchannel("A").getextrema()
+            assert alpha[0] == 0  # transparent corners
     assert (tmp_path / "tessera.ico").stat().st_size > 0
     assert (tmp_path / "tessera.icns").stat().st_size > 0
 
