@@ -86,7 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--json", action="store_true")
 
     bench = sub.add_parser("bench", help="the performance table of DESIGN §7")
-    bench.add_argument("--json", action="store_true")
+    bench.add_argument(
+        "--json", action="store_true", help="figures as JSON on stdout (the table goes to stderr)"
+    )
     bench.add_argument("--quick", action="store_true", help="smaller images, fewer repeats")
     bench.add_argument("--gpu", action="store_true", help="GPU memory figures (NVIDIA only)")
     bench.add_argument("--models-dir", type=Path, default=None)

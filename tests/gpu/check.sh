@@ -111,8 +111,9 @@ if ! grep -q " passed" "$OUT/gpu-tests.out"; then
 fi
 
 step bench-gpu 180 "$PY" -m engine bench --gpu --json
-cp "$OUT/bench-gpu.out" "$OUT/bench-gpu.txt"
-sed -n '/^{/,$p' "$OUT/bench-gpu.out" >"$OUT/bench-gpu.json"  # the JSON after the table
+cp "$OUT/bench-gpu.out" "$OUT/bench-gpu.json"  # with --json, stdout holds the JSON alone
+cp "$OUT/bench-gpu.err" "$OUT/bench-gpu.txt"   # and stderr the printed table
+cat "$OUT/bench-gpu.txt"
 
 rm -rf "$MODELS"
 echo "results in $OUT"

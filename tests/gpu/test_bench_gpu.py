@@ -27,10 +27,9 @@ def test_bench_gpu_without_a_gpu_says_unrun_and_why(capsys: pytest.CaptureFixtur
     if reason is None:
         pytest.skip("this machine has a usable NVIDIA GPU: tests/gpu/check.sh measures it")
     assert cli_main(["bench", "--gpu", "--json"]) == 0
-    out = capsys.readouterr().out
-    first, rest = out.split("\n", 1)
-    assert first.startswith("GPU figures: unrun.") and reason in first
-    assert json.loads(rest) == {"gpu": {"run": False, "reason": reason}}
+    captured = capsys.readouterr()
+    assert captured.err.startswith("GPU figures: unrun.") and reason in captured.err
+    assert json.loads(captured.out) == {"gpu": {"run": False, "reason": reason}, "rows": []}
 
 
 class RssMeter:
@@ -74,8 +73,9 @@ def test_bench_gpu_measures_with_and_without_the_shrink_on_a_stand_in_gpu(
     monkeypatch.setattr(bench.memory, "gpu_snapshots", lambda: (snapshot,))
 
     assert cli_main(["bench", "--gpu", "--json", "--quick"]) == 0
-    out = capsys.readouterr().out
-    data = json.loads(out[out.index("\n{") :])
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)  # stdout holds the JSON alone; the table went to stderr
+    assert "GPU after operation above load, with shrink" in captured.err
     gpu = data["gpu"]
     assert gpu["run"] and gpu["device"] == "Stand-in GPU" and gpu["model"] == "synthetic-x4"
     with_shrink, without = gpu["runs"]["with_shrink"], gpu["runs"]["without_shrink"]

@@ -1,0 +1,64 @@
+"""`python -m engine bench --quick --json` end to end on this machine.
+
+Only what the bench must do is asserted — every figure of DESIGN §7 present and a finite
+number, the JSON alone on stdout, the cached request creating no session, the tiled result
+matching the whole one — never how fast or how small a figure is (that is the bench's report).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+from engine.cli import main as cli_main
+from tests.contract_models import make_u2net
+
+FIGURES = (
+    "overhead vs bare ORT, synthetic-x4",
+    "overhead vs bare ORT, u2netp, 640×480",
+    "cold load (session creation)",
+    "cached request: request → first run (median of 10)",
+    "peak RSS above loaded, ×4 of 1024² / output size",
+    "cancel between runs: cancel → request ended",
+    "cancel inside a run (terminate) latency",
+    "RSS growth over 20 repeated jobs after warm-up",
+    "tiled (96 px, overlap 32) vs whole: max |diff|",
+)
+
+
+def test_quick_bench_reports_every_figure_as_json(
+    models_dir: os.PathLike[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # No upscaler installed: the synthetic ×4 network stands in. A contract U²-Net-p (same
+    # input and outputs as the starter model) gives the background-removal overhead row.
+    make_u2net(Path(models_dir) / "u2netp.onnx")
+    assert cli_main(["bench", "--quick", "--json"]) == 0
+    captured = capsys.readouterr()
+
+    data = json.loads(captured.out)  # nothing but the JSON on stdout
+    assert data["models"] == "synthetic"
+    rows = {row["name"]: row for row in data["rows"]}
+    for figure in FIGURES:
+        matches = [name for name in rows if name.startswith(figure)]
+        assert matches, f"{figure!r} missing from {sorted(rows)}"
+        value = rows[matches[0]]["value"]
+        assert isinstance(value, int | float) and math.isfinite(value), (figure, value)
+
+    # The printed table went to stderr, with the stand-in said out loud.
+    assert "synthetic ×4 network stands in" in captured.err
+    assert "cached request: request → first run" in captured.err
+
+    cached = rows["cached request: request → first run (median of 10)"]
+    assert cached["note"] == "sessions created 1, reused 10"  # M1: one load, then reuse
+    assert rows["tiled (96 px, overlap 32) vs whole: max |diff|"]["value"] <= 1
+    assert rows["tiled (96 px, overlap 32) vs whole: max |diff|"]["met"] is True
+    (overhead,) = [r for n, r in rows.items() if n.startswith(FIGURES[0])]
+    assert "(6 runs)" in overhead["name"]  # 256×192 at tile 128 with overlap: 3 × 2 tiles
+    (u2netp,) = [r for n, r in rows.items() if n.startswith(FIGURES[1])]
+    assert "(1 run)" in u2netp["name"]  # one 320² run per image, as the engine fed it
+    # Nothing measured is left behind in the models folder.
+    assert sorted(p.name for p in Path(models_dir).iterdir()) == ["u2netp.onnx"]
