@@ -18,17 +18,15 @@ from engine import imaging
 from engine.errors import BadInputError, ResourceError
 from engine.imaging import (
     ImageMeta,
-    atomic_output,
     from_float,
     image_size,
     list_sequence,
     load_image,
     load_sequence,
     to_float,
-    unique_path,
-    write_bytes,
     write_image,
 )
+from engine.publish import atomic_output, unique_path, write_bytes
 
 LIMIT = 100_000_000
 RNG = np.random.default_rng(20240601)

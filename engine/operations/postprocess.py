@@ -32,8 +32,9 @@ import numpy as np
 from PIL import Image
 
 from engine.errors import UsageError
-from engine.imaging import DecodedImage, ImageMeta, atomic_output, write_bytes, write_image
+from engine.imaging import DecodedImage, ImageMeta, write_image
 from engine.operations.base import RunContext, output_name
+from engine.publish import atomic_output, write_bytes
 from engine.requests import Product, ProductKind
 
 P = ParamSpec("P")
