@@ -20,6 +20,8 @@ from tests.contract_models import make_u2net
 FIGURES = (
     "overhead vs bare ORT, synthetic-x4",
     "overhead vs bare ORT, u2netp, 640×480",
+    "engine work beside its ORT runs, synthetic-x4",
+    "engine work beside its ORT runs, u2netp, 640×480",
     "cold load (session creation)",
     "cached request: request → first run (median of 10)",
     "peak RSS above loaded, ×4 of 1024² / output size",
