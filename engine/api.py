@@ -14,9 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from engine.cancel import CancelToken
+from engine.catalog import Family
+from engine.contracts import ModelRef
 from engine.errors import Cancelled, EngineError, ErrorKind, ModelError, UsageError
 from engine.imaging import DecodedImage, list_sequence, load_image, load_sequence
-from engine.models import Family, ModelRef, resolve_model
+from engine.models import resolve_model
 from engine.operations import operation_class
 from engine.operations.base import OperationBase, RunContext
 from engine.providers import Device, Runtime

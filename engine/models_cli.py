@@ -13,18 +13,10 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from engine.catalog import CatalogEntry, Family, Source, sha256_file
+from engine.contracts import Contract
 from engine.errors import EngineError, ModelError
-from engine.models import (
-    CatalogEntry,
-    Contract,
-    Family,
-    ModelInventory,
-    Source,
-    discover,
-    install_model,
-    resolve_model,
-    sha256_file,
-)
+from engine.models import ModelInventory, discover, install_model, resolve_model
 from engine.settings import default_models_dir
 
 EXIT_OK, EXIT_USAGE, EXIT_MODEL, EXIT_INTERRUPTED = 0, 2, 4, 130

@@ -36,22 +36,12 @@ from PySide6.QtCore import QObject, QThread, Signal, SignalInstance, Slot
 from engine import memory
 from engine.api import Engine
 from engine.cancel import CancelToken
+from engine.catalog import FETCH_STARTER, CatalogEntry, Family, Source, load_catalog
+from engine.contracts import ModelRef
 from engine.errors import Cancelled, EngineError, ErrorKind
 from engine.imaging import DecodedImage, image_size, list_sequence, load_image
 from engine.memory import GpuSnapshot, MemorySnapshot, ProcessUsage, RamSnapshot
-from engine.models import (
-    FETCH_STARTER,
-    CatalogEntry,
-    Family,
-    InstalledModel,
-    ModelInventory,
-    ModelRef,
-    Source,
-    UnknownModel,
-    discover,
-    install_model,
-    load_catalog,
-)
+from engine.models import InstalledModel, ModelInventory, UnknownModel, discover, install_model
 from engine.providers import RuntimeReport, probe
 from engine.requests import (
     Operation,

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from engine import catalog as catalog_module
 from engine import downloads, models
 from engine.cancel import CancelToken
 from engine.downloads import (
@@ -351,7 +352,7 @@ def local_catalog(
     ]
     catalog = tmp_path / "catalog.json"
     catalog.write_text(json.dumps({"models": entries}))
-    monkeypatch.setattr(models, "catalog_path", lambda: catalog)
+    monkeypatch.setattr(catalog_module, "catalog_path", lambda: catalog)
     yield state, tmp_path / "models"
 
 

@@ -12,20 +12,11 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from engine import models
+from engine import catalog
+from engine.catalog import Family, Layout, Normalization, Source, load_catalog
+from engine.contracts import inspect_model, validate_model
 from engine.errors import ModelError, UsageError
-from engine.models import (
-    Family,
-    Layout,
-    Normalization,
-    Source,
-    discover,
-    inspect_model,
-    install_model,
-    load_catalog,
-    resolve_model,
-    validate_model,
-)
+from engine.models import discover, install_model, resolve_model
 from engine.models_cli import add_models_parser, run_models_command
 from tests import contract_models as cm
 
@@ -89,10 +80,10 @@ def test_catalog_covers_the_known_models() -> None:
 def test_catalog_path_follows_a_frozen_bundle(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    assert models.catalog_path() == ROOT / "resources" / "models" / "catalog.json"
+    assert catalog.catalog_path() == ROOT / "resources" / "models" / "catalog.json"
     monkeypatch.setattr(sys, "frozen", True, raising=False)
     monkeypatch.setattr(sys, "_MEIPASS", str(tmp_path), raising=False)
-    assert models.catalog_path() == tmp_path / "resources" / "models" / "catalog.json"
+    assert catalog.catalog_path() == tmp_path / "resources" / "models" / "catalog.json"
 
 
 def test_damaged_catalog_is_a_readable_error(tmp_path: Path) -> None:
@@ -496,7 +487,8 @@ def test_a_packaged_build_uses_its_bundled_starter_models(
 ) -> None:
     import shutil
 
-    from engine.models import catalog_path, discover, resolve_model
+    from engine.catalog import catalog_path
+    from engine.models import discover, resolve_model
     from tests.contract_models import make_upscaler
 
     bundle = tmp_path / "bundle"

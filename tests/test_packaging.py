@@ -135,7 +135,7 @@ def test_spec_lists_only_files_that_exist(tmp_path: Path) -> None:
     assert not missing
     dests = {(Path(src).name, dest) for src, dest in datas}
     for expected in [
-        ("catalog.json", "resources/models"),  # where engine/models.py looks when frozen
+        ("catalog.json", "resources/models"),  # where engine/catalog.py looks when frozen
         ("tessera.desktop", "resources"),
         ("tessera.svg", "resources/icons"),
         ("tessera-16.png", "resources/icons"),

@@ -1,0 +1,187 @@
+"""The model catalog: the families, and the models Tessera knows by id (catalog.json) with
+their licences, sources, checksums and the options their contract cannot tell."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import threading
+from dataclasses import dataclass
+from enum import Enum, StrEnum
+from pathlib import Path
+from typing import Any
+
+from engine.errors import ModelError
+
+
+class Family(Enum):
+    UPSCALE = "upscale"
+    BACKGROUND = "background"
+    DEPTH = "depth"
+    GEOMETRY = "geometry"
+
+
+class Source(Enum):
+    DOWNLOAD = "download"  # fetched from `url` by engine/downloads.py
+    STARTER = "starter"  # built offline by engine/starter.py (fetch-starter)
+
+
+class Normalization(StrEnum):
+    IMAGENET = "imagenet"  # (x − mean) / std with ImageNet's mean and std, x in 0…1
+    ZERO_ONE = "zero_one"  # x in 0…1, nothing else
+
+
+class Layout(StrEnum):
+    NCHW = "NCHW"
+    NHWC = "NHWC"
+
+
+FETCH_STARTER = "python -m engine models fetch-starter"
+
+_OPTION_KEYS = {
+    Family.BACKGROUND: {"normalization", "input_size"},
+    Family.DEPTH: {"normalization", "process_res"},
+    Family.GEOMETRY: {"num_tokens"},
+    Family.UPSCALE: {"scale", "tile", "multiple_of"},
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Catalog
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    """One known model. `size`/`sha256` are exact (verified on download) or None if unknown."""
+
+    id: str
+    family: Family
+    name: str
+    file: str  # file name inside the models folder
+    size: int | None
+    sha256: str | None
+    licence: str  # SPDX-like identifier
+    licence_note: str  # short note for a person, e.g. "non-commercial"
+    homepage: str
+    url: str | None  # None for starter models
+    source: Source
+    origin: str = ""  # where the file comes from (export, package)
+    approx_size: int | None = None  # bytes, for display before the download
+    normalization: Normalization | None = None  # background, depth
+    input_size: int | None = None  # background: the static square input side
+    process_res: int | None = None  # depth: longest side fed to the model
+    num_tokens: int | None = None  # geometry
+    scale: int | None = None  # upscale
+    tile: int | None = None  # upscale: default tile side in input pixels
+    multiple_of: int | None = None  # upscale: H and W must be multiples of this
+    unverified: tuple[str, ...] = ()  # options still to be checked on the real weights
+    notes: str = ""
+
+    @property
+    def how_to_get(self) -> str:
+        if self.source is Source.STARTER:
+            return FETCH_STARTER
+        return f"python -m engine models download {self.id}"
+
+    @property
+    def licence_text(self) -> str:
+        return f"{self.licence} ({self.licence_note})" if self.licence_note else self.licence
+
+
+def catalog_path() -> Path:
+    """The bundled catalog: beside the package, or in PyInstaller's unpack folder when frozen."""
+    bundle = getattr(sys, "_MEIPASS", None)
+    root = (
+        Path(bundle)
+        if getattr(sys, "frozen", False) and bundle
+        else (Path(__file__).resolve().parent.parent)
+    )
+    return root / "resources" / "models" / "catalog.json"
+
+
+_catalog_lock = threading.Lock()
+_catalog_cache: dict[Path, tuple[CatalogEntry, ...]] = {}
+
+
+def load_catalog(path: Path | None = None) -> dict[str, CatalogEntry]:
+    """Every known model by id (a fresh dict; the entries are shared and frozen)."""
+    path = catalog_path() if path is None else path
+    with _catalog_lock:
+        entries = _catalog_cache.get(path)
+        if entries is None:
+            entries = _read_catalog(path)
+            _catalog_cache[path] = entries
+    return {e.id: e for e in entries}
+
+
+def _read_catalog(path: Path) -> tuple[CatalogEntry, ...]:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ModelError(f"The model catalog {path} cannot be read: {e}") from e
+    entries: list[CatalogEntry] = []
+    try:
+        for n, item in enumerate(raw["models"]):
+            try:
+                entries.append(_parse_entry(item))
+            except (KeyError, ValueError, TypeError) as e:
+                raise ValueError(f"entry {n} ({item.get('id', '?')}): {e!r}") from e
+    except (KeyError, ValueError, TypeError) as e:
+        raise ModelError(f"The model catalog {path} is damaged: {e}") from e
+    for attr in ("id", "file"):
+        seen = [getattr(e, attr) for e in entries]
+        dupes = sorted({v for v in seen if seen.count(v) > 1})
+        if dupes:
+            raise ModelError(f"The model catalog {path} is damaged: duplicate {attr} {dupes}.")
+    return tuple(entries)
+
+
+def _parse_entry(item: dict[str, Any]) -> CatalogEntry:
+    family = Family(item["family"])
+    options: dict[str, Any] = dict(item.get("options") or {})
+    unknown = set(options) - _OPTION_KEYS[family]
+    if unknown:
+        raise ValueError(f"options {sorted(unknown)} do not apply to {family.value} models")
+    if "normalization" in options:
+        options["normalization"] = Normalization(options["normalization"])
+    for key in ("input_size", "process_res", "num_tokens", "scale", "tile", "multiple_of"):
+        if key in options and (not isinstance(options[key], int) or options[key] < 1):
+            raise ValueError(f"option {key} must be a positive integer")
+    sha = item.get("sha256")
+    if sha is not None and (len(sha) != 64 or set(sha) - set("0123456789abcdef")):
+        raise ValueError("sha256 must be 64 lower-case hex digits or null")
+    size = item.get("size")
+    if size is not None and (not isinstance(size, int) or size <= 0):
+        raise ValueError("size must be a positive integer or null")
+    source = Source(item["source"])
+    if source is Source.DOWNLOAD and not item.get("url"):
+        raise ValueError("a download model needs a url")
+    if Path(item["file"]).name != item["file"] or not item["file"].lower().endswith(".onnx"):
+        raise ValueError("file must be a plain .onnx file name")
+    return CatalogEntry(
+        id=str(item["id"]),
+        family=family,
+        name=str(item["name"]),
+        file=str(item["file"]),
+        size=size,
+        sha256=sha,
+        licence=str(item["licence"]),
+        licence_note=str(item.get("licence_note", "")),
+        homepage=str(item["homepage"]),
+        url=item.get("url"),
+        source=source,
+        origin=str(item.get("origin", "")),
+        approx_size=item.get("approx_size"),
+        unverified=tuple(item.get("unverified", ())),
+        notes=str(item.get("notes", "")),
+        **options,
+    )
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()

@@ -1,0 +1,626 @@
+"""Model contracts: a model's family, tensors, scale and layout, read from the ONNX graph.
+
+A contract is read with `onnx` and its shape inference only. No `InferenceSession` is created
+here: the session cache (engine/sessions.py) is the only place that does (M6). What the graph
+cannot tell (an upscaler's scale when shape inference gives up) is left as None for the
+engine's probe run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path, PurePosixPath, PureWindowsPath
+
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import TensorProto, shape_inference
+
+from engine.catalog import (
+    CatalogEntry,
+    Family,
+    Layout,
+)
+from engine.errors import ModelError
+
+IMAGENET_PATCH = 14  # DA3's ViT patch size: depth inputs are multiples of it
+_PROBE_SIZES = (16, 64, 256)  # fixed probe sizes for an upscaler's scale, as chaiNNer does
+_DEPTH_PROBE = (56, 84)  # two different multiples of 14, so swapped H/W would show
+_STRIP_ELEMENTS = 256  # float tensors above this lose their data before shape inference
+_FLOAT_TYPES = {
+    "float32": TensorProto.FLOAT,
+    "float16": TensorProto.FLOAT16,
+    "bfloat16": TensorProto.BFLOAT16,
+    "float64": TensorProto.DOUBLE,
+}
+# ---------------------------------------------------------------------------------------------
+# Contracts
+
+Dim = int | str | None  # a fixed size, a named dynamic size, or an unknown one
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    dtype: str  # numpy's name: "float32", "float16", "int64", "string"…
+    shape: tuple[Dim, ...] | None  # None when even the rank is unknown
+
+    @property
+    def rank(self) -> int | None:
+        return None if self.shape is None else len(self.shape)
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype in _FLOAT_TYPES
+
+    def describe(self) -> str:
+        dims = (
+            "?"
+            if self.shape is None
+            else "×".join(str(d) if isinstance(d, int) else (d or "?") for d in self.shape)
+        )
+        return f"{self.name}: {self.dtype}[{dims}]"
+
+
+@dataclass(frozen=True)
+class Contract:
+    """What a model takes and gives, as far as the graph tells without running it."""
+
+    family: Family
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    image_input: str  # the input that takes the image
+    scale: int | None = None  # upscale: None when the graph does not say (probe it)
+    layout: Layout = Layout.NCHW
+    fp16: bool = False  # the image input is float16: feed float16
+    channels: int = 3  # image channels the model takes
+    multiple_of: int = 1  # H and W of the image input must be multiples of this
+    fixed_size: tuple[int, int] | None = None  # (H, W) of a static image input
+    views: int | None = None  # depth: N of a 1×N×3×H×W input (1 if N is dynamic); None: rank 4
+    opset: int = 0
+    external_data: tuple[str, ...] = ()  # weight files beside the model, relative to its folder
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.inputs)
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.outputs)
+
+    def tensor(self, name: str) -> TensorSpec:
+        for t in (*self.inputs, *self.outputs):
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def describe(self) -> str:
+        parts = [self.family.value]
+        if self.family is Family.UPSCALE:
+            parts.append(f"×{self.scale}" if self.scale else "scale found at the first run")
+            parts.append(self.layout.value)
+        parts.append("float16" if self.fp16 else "float32")
+        if self.fixed_size:
+            parts.append(f"fixed {self.fixed_size[0]}×{self.fixed_size[1]}")
+        if self.multiple_of > 1:
+            parts.append(f"sizes multiple of {self.multiple_of}")
+        if self.views is not None:
+            parts.append(f"{self.views} view(s)")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A model file ready to be loaded: its path, catalog entry (if known) and contract."""
+
+    path: Path
+    entry: CatalogEntry | None
+    family: Family
+    contract: Contract
+
+    @property
+    def id(self) -> str:
+        return self.entry.id if self.entry else self.path.stem
+
+    @property
+    def display_name(self) -> str:
+        return self.entry.name if self.entry else self.path.name
+
+
+def _dtype_name(elem_type: int) -> str:
+    if elem_type == TensorProto.STRING:
+        return "string"
+    try:
+        return str(onnx.helper.tensor_dtype_to_np_dtype(elem_type).name)
+    except (KeyError, ValueError, TypeError):
+        return TensorProto.DataType.Name(elem_type).lower()
+
+
+def _spec(value: onnx.ValueInfoProto) -> TensorSpec:
+    if not value.type.HasField("tensor_type"):
+        return TensorSpec(value.name, "non-tensor", None)
+    tensor = value.type.tensor_type
+    shape: tuple[Dim, ...] | None = None
+    if tensor.HasField("shape"):
+        shape = tuple(
+            d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+            for d in tensor.shape.dim
+        )
+    return TensorSpec(value.name, _dtype_name(tensor.elem_type), shape)
+
+
+def _all_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """Every tensor that can hold data: initializers and node attributes, subgraphs included."""
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield sparse.values
+        yield sparse.indices
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            if attr.HasField("g"):
+                yield from _all_tensors(attr.g)
+            for sub in attr.graphs:
+                yield from _all_tensors(sub)
+
+
+def _check_external_data(model: onnx.ModelProto, path: Path) -> tuple[str, ...]:
+    """Refuse external-data locations outside the model's folder; return the locations."""
+    folder = path.parent.resolve()
+    locations: list[str] = []
+    for tensor in _all_tensors(model.graph):
+        if tensor.data_location != TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in tensor.external_data}
+        loc = info.get("location", "")
+        where = f"{path.name}: weights {tensor.name!r} are stored in an external file"
+        if not loc:
+            raise ModelError(f"{where} but the model does not say which.")
+        if (
+            PurePosixPath(loc).is_absolute()
+            or PureWindowsPath(loc).is_absolute()
+            or PureWindowsPath(loc).drive
+            or loc.startswith(("/", "\\"))
+        ):
+            raise ModelError(
+                f"{where} at the absolute path {loc!r}. Refused: external data must sit "
+                "beside the model, named relative to its folder."
+            )
+        if ".." in PureWindowsPath(loc).parts:  # splits on both / and \
+            raise ModelError(
+                f"{where} at {loc!r}, which leaves the model's folder. Refused: external "
+                "data must sit beside the model."
+            )
+        target = (folder / loc).resolve()
+        if not target.is_relative_to(folder):  # a link pointing out of the folder
+            raise ModelError(f"{where} at {loc!r}, which leads out of the model's folder. Refused.")
+        if not target.is_file():
+            raise ModelError(f"{where} at {loc!r}, which is missing from {folder}.")
+        try:
+            end = int(info.get("offset", "0") or 0) + int(info.get("length", "0") or 0)
+        except ValueError as e:
+            raise ModelError(f"{where} with an unreadable offset or length.") from e
+        if end > target.stat().st_size:
+            raise ModelError(
+                f"{where} at {loc!r}, which is shorter than the model says: truncated?"
+            )
+        locations.append(loc)
+    return tuple(dict.fromkeys(locations))
+
+
+def _strip_weights(model: onnx.ModelProto) -> None:
+    """Drop large float data: shape inference needs dims only, and a copy of 1 GB of weights
+    per probe would cost seconds and memory. Small and integer tensors (shapes) stay."""
+    tensors = list(model.graph.initializer)
+    tensors += [a.t for n in model.graph.node for a in n.attribute if a.HasField("t")]
+    for t in tensors:
+        if t.data_type in _FLOAT_TYPES.values() and math.prod(t.dims) > _STRIP_ELEMENTS:
+            for field in ("raw_data", "float_data", "int32_data", "double_data", "external_data"):
+                t.ClearField(field)
+            t.data_location = TensorProto.DEFAULT
+
+
+def _load(path: Path) -> onnx.ModelProto:
+    try:
+        if path.is_dir():
+            raise ModelError(f"{path} is a folder, not an ONNX model file.")
+        size = path.stat().st_size
+    except FileNotFoundError as e:
+        raise ModelError(f"Model file {path} does not exist.") from e
+    except OSError as e:
+        raise ModelError(f"Cannot read model file {path}: {e.strerror or e}.") from e
+    if size == 0:
+        raise ModelError(f"{path.name} is empty (0 bytes): not an ONNX model.")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except DecodeError as e:
+        raise ModelError(
+            f"{path.name} is not an ONNX model, or it is truncated (an interrupted download?): {e}."
+        ) from e
+    except OSError as e:
+        raise ModelError(f"Cannot read model file {path}: {e.strerror or e}.") from e
+    except Exception as e:  # onnx raises assorted types on garbage input
+        raise ModelError(f"{path.name} is not a readable ONNX model: {e}.") from e
+    graph = model.graph
+    if model.ir_version <= 0 or not model.opset_import or not graph.node or not graph.output:
+        raise ModelError(
+            f"{path.name} is not an ONNX model (no graph found): it may be another kind of "
+            "file saved with .onnx, or truncated."
+        )
+    return model
+
+
+class _Graph:
+    """The parsed model plus lazily inferred output shapes at chosen input sizes."""
+
+    def __init__(self, model: onnx.ModelProto, name: str) -> None:
+        self.model = model
+        self.name = name
+        init_names = {t.name for t in model.graph.initializer}
+        # Old exporters (IR < 4) list initializers as inputs too; those are not real inputs.
+        self.inputs = tuple(_spec(v) for v in model.graph.input if v.name not in init_names)
+        declared = tuple(_spec(v) for v in model.graph.output)
+        inferred = self.infer({})
+        if inferred is None:
+            self.outputs = declared
+        else:  # prefer what inference knows where the declaration is vaguer
+            self.outputs = tuple(
+                i
+                if d.shape is None or (i.shape is not None and _known(i.shape) > _known(d.shape))
+                else d
+                for d, i in zip(declared, inferred, strict=True)
+            )
+        self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+    def infer(self, sizes: dict[str, tuple[int, ...]]) -> tuple[TensorSpec, ...] | None:
+        """Output specs by ONNX shape inference with the given inputs fixed, or None."""
+        probe = onnx.ModelProto()
+        probe.CopyFrom(self.model)
+        if sizes:
+            for value in probe.graph.input:
+                if value.name in sizes:
+                    dims = value.type.tensor_type.shape.dim
+                    for d, n in zip(dims, sizes[value.name], strict=True):
+                        d.Clear()
+                        d.dim_value = n
+            del probe.graph.value_info[:]
+            for value in probe.graph.output:  # declared symbols would fight the probe sizes
+                value.type.tensor_type.ClearField("shape")
+        try:
+            result = shape_inference.infer_shapes(probe, strict_mode=False, data_prop=True)
+        except Exception:  # inference is best effort; unknown shapes are handled by callers
+            return None
+        return tuple(_spec(v) for v in result.graph.output)
+
+
+def _known(shape: tuple[Dim, ...]) -> int:
+    return sum(isinstance(d, int) for d in shape)
+
+
+def _hw(shape: tuple[Dim, ...] | None, layout: Layout = Layout.NCHW) -> tuple[Dim, Dim]:
+    if shape is None or len(shape) < 2:
+        return (None, None)
+    if layout is Layout.NHWC:
+        return (shape[-3], shape[-2])
+    return (shape[-2], shape[-1])
+
+
+def _fixed(hw: tuple[Dim, Dim]) -> tuple[int, int] | None:
+    h, w = hw
+    return (h, w) if isinstance(h, int) and isinstance(w, int) and h > 0 and w > 0 else None
+
+
+def _with_size(
+    spec: TensorSpec, h: int, w: int, layout: Layout = Layout.NCHW, channels: int = 3
+) -> tuple[int, ...]:
+    """The spec's shape with H and W set, a dynamic channel dim set to `channels` and other
+    dynamic dims (batch, views) set to 1."""
+    assert spec.shape is not None
+    dims = [d if isinstance(d, int) and d > 0 else 1 for d in spec.shape]
+    channel_axis = 3 if layout is Layout.NHWC else len(dims) - 3
+    if not isinstance(spec.shape[channel_axis], int):
+        dims[channel_axis] = channels
+    if layout is Layout.NHWC:
+        dims[-3], dims[-2] = h, w
+    else:
+        dims[-2], dims[-1] = h, w
+    return tuple(dims)
+
+
+Match = Contract | str  # a contract, or the reason the family does not fit
+
+
+def _match_geometry(g: _Graph) -> Match:
+    by_name = {t.name: t for t in g.inputs}
+    image, tokens = by_name.get("image"), by_name.get("num_tokens")
+    if image is None or tokens is None:
+        return "needs inputs named `image` and `num_tokens` (MoGe-2)"
+    if not image.is_float or image.rank != 4:
+        return f"`image` is {image.describe()}, not a float B×3×H×W tensor"
+    if tokens.dtype != "int64" or (tokens.rank is not None and tokens.rank > 1):
+        return f"`num_tokens` is {tokens.describe()}, not an int64 scalar or [1]"
+    missing = [
+        n
+        for n in ("points", "normal", "mask", "metric_scale")
+        if n not in {t.name for t in g.outputs}
+    ]
+    if missing:
+        return f"outputs lack {', '.join(missing)}"
+    return Contract(
+        Family.GEOMETRY,
+        g.inputs,
+        g.outputs,
+        "image",
+        fp16=image.dtype == "float16",
+        fixed_size=_fixed(_hw(image.shape)),
+        opset=g.opset,
+    )
+
+
+def _match_background(g: _Graph, auto: bool) -> Match:
+    if len(g.inputs) != 1 or not g.inputs[0].is_float:
+        return "needs exactly one float image input"
+    x = g.inputs[0]
+    shape = x.shape
+    if shape is None or len(shape) != 4 or shape[1] != 3:
+        return f"input {x.describe()} is not 1×3×S×S"
+    size = _fixed(_hw(shape))
+    if size is None:
+        return (
+            f"input {x.describe()} has a dynamic size; background models take a static "
+            "square (1024 for BEN2, 320 for U²-Net)"
+        )
+    if shape[0] != 1 or size[0] != size[1]:
+        return f"input {x.describe()} is not 1×3×S×S"
+    if auto and size[0] % IMAGENET_PATCH == 0:
+        return f"its {size[0]}² input is a grid of 14-pixel patches, which means depth"
+    out = g.outputs[0]
+    if out.rank != 4 or not out.is_float or (out.shape is not None and out.shape[1] != 1):
+        return f"first output {out.describe()} is not a 1×1×S×S mask"
+    ohw = _hw(out.shape)
+    if _fixed(ohw) is not None and _fixed(ohw) != size:
+        return f"mask {out.describe()} differs in size from the input {x.describe()}"
+    return Contract(
+        Family.BACKGROUND,
+        g.inputs,
+        g.outputs,
+        x.name,
+        fp16=x.dtype == "float16",
+        fixed_size=size,
+        opset=g.opset,
+    )
+
+
+def _match_depth(g: _Graph, named_only: bool) -> Match:
+    images = [t for t in g.inputs if t.is_float and t.rank in (4, 5)]
+    if not images:
+        return "needs a float 1×3×H×W or 1×N×3×H×W input"
+    x = images[0]
+    assert x.shape is not None
+    channel = x.shape[1] if len(x.shape) == 4 else x.shape[2]
+    if channel not in (3, None) and not isinstance(channel, str):
+        return f"input {x.describe()} does not have 3 colour channels"
+    named = [t for t in g.outputs if t.name.lower() in ("depth", "predicted_depth")]
+    if named:
+        out = named[0]
+    elif named_only:
+        return "no output named depth"
+    else:
+        out = g.outputs[0]
+        if out.rank not in (3, 4) or not out.is_float:
+            return f"first output {out.describe()} is not a B×H×W or B×N×H×W float map"
+        assert out.shape is not None
+        if len(out.shape) == 4 and out.shape[1] == 3:
+            return f"first output {out.describe()} has 3 channels: an image, not a depth map"
+        in_hw, out_hw = _hw(x.shape), _hw(out.shape)
+        same = in_hw == out_hw and all(d is not None for d in in_hw)
+        if not same and _fixed(in_hw) is None:  # dynamic: look at a probe size
+            probed = g.infer({x.name: _with_size(x, *_DEPTH_PROBE)})
+            same = probed is not None and _hw(probed[0].shape) == _DEPTH_PROBE
+        if not same:
+            return f"first output {out.describe()} does not match the input {x.describe()} in size"
+    views: int | None = None
+    if len(x.shape) == 5:
+        views = x.shape[1] if isinstance(x.shape[1], int) else 1
+    return Contract(
+        Family.DEPTH,
+        g.inputs,
+        g.outputs,
+        x.name,
+        fp16=x.dtype == "float16",
+        multiple_of=IMAGENET_PATCH,
+        fixed_size=_fixed(_hw(x.shape)),
+        views=views,
+        opset=g.opset,
+    )
+
+
+def _match_upscale(g: _Graph) -> Match:
+    if len(g.inputs) != 1:
+        return f"an upscaler has one image input, this has {len(g.inputs)}"
+    x, out = g.inputs[0], g.outputs[0]
+    if not x.is_float or x.rank != 4:
+        return f"input {x.describe()} is not a float image tensor of rank 4"
+    assert x.shape is not None
+    d1, d3 = x.shape[1], x.shape[3]
+    if isinstance(d1, int) and d1 <= 4:
+        layout, channels = Layout.NCHW, d1
+    elif isinstance(d3, int) and d3 <= 4:
+        layout, channels = Layout.NHWC, d3
+    elif isinstance(d1, int) and isinstance(d3, int):
+        return f"input {x.describe()} has no channel dimension of 1, 3 or 4"
+    else:
+        layout, channels = Layout.NCHW, 3  # both dynamic: assume RGB planes, as chaiNNer does
+    if channels not in (1, 3, 4):
+        return f"input {x.describe()} has {channels} channels, not 1, 3 or 4"
+    if out.rank not in (4, None) or not out.is_float:
+        return f"first output {out.describe()} is not a float image tensor of rank 4"
+    out_channels = None
+    if out.shape is not None:
+        out_channels = out.shape[1] if layout is Layout.NCHW else out.shape[3]
+    if isinstance(out_channels, int) and out_channels != channels:
+        return f"output {out.describe()} has {out_channels} channel(s) for {channels} in"
+    fixed = _fixed(_hw(x.shape, layout))
+    scale: int | None = None
+    multiple_of = 1
+    if fixed is not None:
+        out_hw = _fixed(_hw(out.shape, layout))
+        if out_hw is not None:
+            scale = _ratio(fixed, out_hw)
+            if scale is None:
+                return (
+                    f"output {out.describe()} is not a whole multiple of the input {x.describe()}"
+                )
+    else:
+        scale, multiple_of, refusal = _probe_scale(g, x, layout, channels)
+        if refusal:
+            return refusal
+    return Contract(
+        Family.UPSCALE,
+        g.inputs,
+        g.outputs,
+        x.name,
+        scale=scale,
+        layout=layout,
+        fp16=x.dtype == "float16",
+        channels=channels,
+        multiple_of=multiple_of,
+        fixed_size=fixed,
+        opset=g.opset,
+    )
+
+
+def _ratio(inp: tuple[int, int], out: tuple[int, int]) -> int | None:
+    (ih, iw), (oh, ow) = inp, out
+    if oh % ih or ow % iw or oh // ih != ow // iw or oh < ih:
+        return None
+    return oh // ih
+
+
+def _probe_scale(
+    g: _Graph, x: TensorSpec, layout: Layout, channels: int
+) -> tuple[int | None, int, str | None]:
+    """Scale and multiple_of of a dynamic upscaler by shape inference at fixed sizes."""
+
+    def out_hw(size: int) -> tuple[int, int] | None:
+        outs = g.infer({x.name: _with_size(x, size, size, layout, channels)})
+        return None if outs is None else _fixed(_hw(outs[0].shape, layout))
+
+    concrete: list[str] = []
+    for base in _PROBE_SIZES:
+        got = out_hw(base)
+        if got is None:
+            continue
+        scale = _ratio((base, base), got)
+        if scale is None:
+            concrete.append(f"{base}² → {got[0]}×{got[1]}")
+            continue
+        # The smallest m whose odd multiple base+m still gives exactly scale×: H, W % m == 0.
+        for m in (1, 2, 4, 8):
+            if out_hw(base + m) == ((base + m) * scale,) * 2:
+                return scale, m, None
+        return scale, base, None
+    if concrete and len(concrete) == len(_PROBE_SIZES):
+        return None, 1, f"its output is no whole multiple of its input ({'; '.join(concrete)})"
+    return None, 1, None  # inference gave up: the engine finds the scale at the first run
+
+
+def _inspect(model: onnx.ModelProto, path: Path, family: Family | None) -> Contract:
+    g = _Graph(model, path.name)
+    matchers: dict[Family, Callable[[], Match]] = {
+        Family.GEOMETRY: lambda: _match_geometry(g),
+        Family.BACKGROUND: lambda: _match_background(g, auto=family is None),
+        Family.DEPTH: lambda: _match_depth(g, named_only=False),
+        Family.UPSCALE: lambda: _match_upscale(g),
+    }
+    if family is not None:
+        found = matchers[family]()
+        if isinstance(found, Contract):
+            return found
+        hint = ""
+        with contextlib.suppress(ModelError):
+            other = _inspect(model, path, None)
+            hint = f" It fits the {other.family.value} contract instead."
+        raise ModelError(f"{path.name} is not a {family.value} model: {found}.{hint}")
+    # Order matters: MoGe's names are the most specific; an output called `depth` settles it
+    # before a static square 1-channel output could pass for a background mask.
+    order: list[tuple[Family, Callable[[], Match]]] = [
+        (Family.GEOMETRY, matchers[Family.GEOMETRY]),
+        (Family.DEPTH, lambda: _match_depth(g, named_only=True)),
+        (Family.BACKGROUND, matchers[Family.BACKGROUND]),
+        (Family.DEPTH, matchers[Family.DEPTH]),
+        (Family.UPSCALE, matchers[Family.UPSCALE]),
+    ]
+    reasons: dict[Family, str] = {}
+    for fam, match in order:
+        found = match()
+        if isinstance(found, Contract):
+            return found
+        reasons[fam] = found
+    ins = ", ".join(t.describe() for t in g.inputs) or "none"
+    outs = ", ".join(t.describe() for t in g.outputs)
+    why = "; ".join(f"{f.value}: {r}" for f, r in reasons.items())
+    raise ModelError(
+        f"{path.name} fits none of Tessera's model families. It has inputs {ins} and outputs "
+        f"{outs}. ({why}.)"
+    )
+
+
+def inspect_model(path: Path, family: Family | None = None) -> Contract:
+    """Read the contract of an ONNX file from its graph alone (no session, no weights loaded).
+
+    Raises ModelError when the file is not ONNX or is truncated, when its external data lies
+    outside its folder or is missing, or when it fits no family (or not `family`).
+    """
+    path = Path(path)
+    model = _load(path)
+    external = _check_external_data(model, path)
+    _strip_weights(model)
+    contract = _inspect(model, path, family)
+    return replace(contract, external_data=external) if external else contract
+
+
+_contract_lock = threading.Lock()
+_contract_cache: dict[tuple[str, int, int, Family | None], Contract] = {}
+_CONTRACT_CACHE_MAX = 64
+
+
+def _cache_key(path: Path, family: Family | None) -> tuple[str, int, int, Family | None]:
+    st = path.stat()
+    return (str(path.resolve()), st.st_size, st.st_mtime_ns, family)
+
+
+def validate_model(path: Path, family: Family | None = None) -> Contract:
+    """`inspect_model`, remembered per file version: a second request for the same model
+    costs a stat, not a parse of its weights."""
+    path = Path(path)
+    try:
+        key = _cache_key(path, family)
+    except OSError:
+        return inspect_model(path, family)  # raises the readable error
+    with _contract_lock:
+        cached = _contract_cache.get(key)
+    if cached is not None:
+        return cached
+    contract = inspect_model(path, family)
+    with _contract_lock:
+        if len(_contract_cache) >= _CONTRACT_CACHE_MAX:
+            _contract_cache.clear()
+        _contract_cache[key] = contract
+    return contract
+
+
+def with_entry(contract: Contract, entry: CatalogEntry | None) -> Contract:
+    """Fill what the graph could not tell from the catalog (an upscaler's scale, multiple_of)."""
+    if entry is None or contract.family is not Family.UPSCALE:
+        return contract
+    return replace(
+        contract,
+        scale=contract.scale if contract.scale is not None else entry.scale,
+        multiple_of=math.lcm(contract.multiple_of, entry.multiple_of or 1),
+    )
