@@ -222,9 +222,9 @@ def measure_overhead(
 ) -> None:
     """Two figures for `request`. Against a bare ORT loop over the very tensors the engine fed
     (recorded, not rebuilt): the engine's own time (all but decoding the input and writing the
-    products) over the loop's, best of `repeats` each. And the engine's work beside its ORT
-    runs over those runs, timed inside one request: free of the run-to-run noise of a shared
-    machine, which the first figure is not."""
+    products) over the loop's, the median over `repeats` alternating pairs. And the engine's
+    work beside its ORT runs over those runs, timed inside each request: free of the
+    run-to-run noise of a shared machine (±10 % here), which the first figure is not."""
     recorder = _RunRecorder()
     engine = Engine(settings, session_wrap=recorder)
 
@@ -241,19 +241,21 @@ def measure_overhead(
     timed()
     recorder.recording = False
     tensors = recorder.tensors
-    best_engine = best_io = bare = float("inf")
+    ratios: list[float] = []
     beside: list[float] = []
+    ios: list[float] = []
     # Engine and bare runs alternate, so a slow spell of the machine hits both; each side runs
     # alone (two live sessions' spinning thread pools would slow each other down) and warm.
     for _ in range(repeats):
         if not engine.sessions.entries():
             timed()  # reload and warm up, untimed
         busy, io, in_runs = timed()
-        best_engine, best_io = min(best_engine, busy), min(best_io, io)
-        beside.append((busy - in_runs) / in_runs)
         engine.unload_all()
-        bare = min(bare, bare_loop(Path(request.model), tensors, settings.threads))
-    overhead = best_engine / bare - 1
+        bare = bare_loop(Path(request.model), tensors, settings.threads)
+        ratios.append(busy / bare)
+        beside.append((busy - in_runs) / in_runs)
+        ios.append(io)
+    overhead = float(np.median(ratios)) - 1
     runs = f"{len(tensors)} run" + ("s" if len(tensors) != 1 else "")
     table.add(
         Row(
@@ -262,7 +264,8 @@ def measure_overhead(
             "%",
             "<= 5 %",
             overhead <= 0.05,
-            f"engine {best_engine:.3f}s (+{best_io:.3f}s file I/O) vs bare {bare:.3f}s",
+            f"median of {repeats} pairs (each {min(ratios) - 1:+.1%} … {max(ratios) - 1:+.1%}); "
+            f"file I/O, not counted: {min(ios):.3f}s",
         )
     )
     own = float(np.median(beside))
@@ -273,7 +276,7 @@ def measure_overhead(
             "%",
             "<= 5 %",
             own <= 0.05,
-            f"median of {repeats}, measured inside each request",
+            f"median of {repeats}, timed inside each request",
         )
     )
 
@@ -307,12 +310,12 @@ def run_bench(args: argparse.Namespace) -> int:
             settings,
             "animevideov3-x4" if anime else "synthetic-x4",
             upscale_request(fast_model, test_image(work / "overhead.png", *size), work, tile=128),
-            2 if quick else 5,  # best of five: a shared machine varies by ±10 % run to run
+            2 if quick else 10,  # pairs: a shared machine varies by ±10 % run to run
         )
         if x4plus is not None and not quick:
             img = test_image(work / "overhead-x4plus.png", 192, 128)
             request = upscale_request(x4plus, img, work, tile=96)
-            measure_overhead(table, settings, "x4plus", request, 2)
+            measure_overhead(table, settings, "x4plus", request, 3)
         if u2netp is not None:
             # Resizing to 320², normalising and scaling the mask back are the engine's work.
             request = OperationRequest(
@@ -321,7 +324,7 @@ def run_bench(args: argparse.Namespace) -> int:
                 (test_image(work / "overhead-u2netp.png", 640, 480),),
                 output_dir=work / "out",
             )
-            measure_overhead(table, settings, "u2netp, 640×480", request, 2 if quick else 5)
+            measure_overhead(table, settings, "u2netp, 640×480", request, 2 if quick else 10)
 
         # Cold load and cached request start.
         cold = Engine(settings)
@@ -387,14 +390,18 @@ def measure_peak_rss(
         result = engine.run(req)
     out_bytes = side * scale * side * scale * 3
     ratio = (peak.peak - base) / out_bytes
+    # DESIGN §7's bar is for ×4 of 2048². At ×2 the decoded input alone is a quarter of the
+    # output, so the floor there is 1.25 × (the output and the input held whole).
+    designed = scale == 4
     table.add(
         Row(
             f"peak RSS above loaded, ×{scale} of {side}² / output size",
             ratio,
             "×",
-            "< 1.5 ×",
-            ratio < 1.5,
-            f"+{(peak.peak - base) >> 20} MiB for a {out_bytes >> 20} MiB output, tile {result.tile}",
+            "< 1.5 ×" if designed else "",
+            ratio < 1.5 if designed else None,
+            f"+{(peak.peak - base) >> 20} MiB for a {out_bytes >> 20} MiB output, tile {result.tile}"
+            + ("" if designed else f"; input {side * side * 3 >> 20} MiB decoded"),
         )
     )
     for p in result.products:
