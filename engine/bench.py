@@ -288,8 +288,10 @@ def run_bench(args: argparse.Namespace) -> int:
     models_dir = settings.resolved_models_dir()
     quick = bool(getattr(args, "quick", False))
     table = _table(args)
-    ram = memory.ram_snapshot().total >> 30
-    table.header(f"Tessera bench on {platform.machine()} {platform.system()}, {ram} GiB RAM")
+    machine = (
+        f"{platform.machine()} {platform.system()}, {memory.ram_snapshot().total >> 30} GiB RAM"
+    )
+    table.header(f"Tessera bench on {machine}")
     with _tmp() as work:
         anime = _find(models_dir, "realesrgan-animevideov3-x4")
         x4plus = _find(models_dir, "realesrgan-x4plus")
@@ -361,7 +363,7 @@ def run_bench(args: argparse.Namespace) -> int:
 
     if getattr(args, "json", False):
         data = {
-            "machine": f"{platform.machine()} {platform.system()}, {ram} GiB RAM",
+            "machine": machine,
             "models": "synthetic" if synthetic is not None else "starter",
             "rows": [r.__dict__ for r in table.rows],
         }

@@ -375,7 +375,7 @@ def encode_png(
     path: Path,
     frames: Sequence[np.ndarray],
     *,
-    durations: Sequence[int] = (),
+    durations: Sequence[int],
     loop: int = 0,
     icc: bytes | None = None,
     dpi: tuple[float, float] | None = None,
@@ -383,7 +383,8 @@ def encode_png(
     text: Mapping[str, str] | None = None,
 ) -> None:
     """Write `frames` (H×W×C uint8 or uint16, all one shape) to `path` as a PNG, or an APNG
-    when there are several (`durations` in ms, `loop` 0 = forever), streaming the rows."""
+    when there are several (`durations`: one per frame, in ms; `loop` 0 = forever), streaming
+    the rows."""
     height, width, channels = frames[0].shape
     bits = 8 * frames[0].dtype.itemsize
     with open(path, "wb") as out:
@@ -403,8 +404,7 @@ def encode_png(
         sequence = 0
         if animated:
             out.write(_png_chunk(b"acTL", struct.pack(">II", len(frames), loop)))
-        delays = list(durations) if len(durations) == len(frames) else [100] * len(frames)
-        for index, (frame, delay) in enumerate(zip(frames, delays, strict=True)):
+        for index, (frame, delay) in enumerate(zip(frames, durations, strict=True)):
             if animated:
                 control = struct.pack(
                     ">IIIIIHHBB", sequence, width, height, 0, 0, min(delay, 65535), 1000, 0, 0
