@@ -14,14 +14,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from engine.cancel import CancelToken
-from engine.catalog import Family
-from engine.contracts import ModelRef
 from engine.errors import Cancelled, EngineError, ErrorKind, ModelError, UsageError
-from engine.imaging import DecodedImage, list_sequence, load_image, load_sequence
-from engine.models import resolve_model
+from engine.io.image import DecodedImage
+from engine.io.reading import load_image
+from engine.io.sequences import list_sequence, load_sequence
+from engine.models.catalog import Family
+from engine.models.contracts import ModelRef
+from engine.models.inventory import resolve_model
 from engine.operations import operation_class
 from engine.operations.base import OperationBase, RunContext
-from engine.providers import Device, Runtime
 from engine.requests import (
     InputFailure,
     Operation,
@@ -31,14 +32,15 @@ from engine.requests import (
     ProgressKind,
     Result,
 )
-from engine.runner import Runner
-from engine.sessions import (
+from engine.runtime.arena import register_cpu_arena
+from engine.runtime.providers import Device, Runtime
+from engine.runtime.runner import Runner
+from engine.runtime.sessions import (
     SessionCache,
     SessionEntry,
     SessionInfo,
     SessionKey,
     SessionWrap,
-    register_cpu_arena,
 )
 from engine.settings import EngineSettings
 

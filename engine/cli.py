@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--gpu", action="store_true", help="GPU memory figures (NVIDIA only)")
     bench.add_argument("--models-dir", type=Path, default=None)
 
-    from engine.models_cli import add_models_parser
+    from engine.models.cli import add_models_parser
 
     add_models_parser(sub)
     return parser
@@ -269,7 +269,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    from engine.providers import probe
+    from engine.runtime.devices import probe
 
     reports = probe()
     if args.json:
@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return run_bench(args)
         if args.command == "models":
-            from engine.models_cli import run_models_command
+            from engine.models.cli import run_models_command
 
             return run_models_command(args)
     except EngineError as e:

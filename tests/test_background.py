@@ -13,9 +13,10 @@ import pytest
 from PIL import Image
 
 from engine.api import Engine
-from engine.imaging import write_image
+from engine.io.writing import write_image
 from engine.operations.background import RemoveBackground
-from engine.operations.postprocess import box_blur, estimate_foreground, resize_bilinear
+from engine.operations.foreground import box_blur, estimate_foreground
+from engine.operations.pixels import resize_bilinear
 from engine.requests import Operation, ProductKind
 from engine.settings import EngineSettings
 from tests.contract_models import LUMA, make_ben2, make_u2net

@@ -32,7 +32,7 @@ import pytest
 from PIL import Image
 
 from engine.cli import main as cli_main
-from engine.imaging import load_image
+from engine.io.reading import load_image
 from tests.contract_models import (
     make_da3,
     make_external_data,

@@ -164,7 +164,7 @@ def test_m5_auto_tile_halves_and_matches_the_untiled_result(
 def test_m7_cuda_on_this_machine_exits_5_naming_the_cause(
     up4: Path, big: Path, tmp_path: Path
 ) -> None:
-    from engine.providers import Runtime, missing_requirement
+    from engine.runtime.providers import Runtime, missing_requirement
 
     if missing_requirement(Runtime.CUDA) is None:
         pytest.skip("this machine has a working CUDA provider")

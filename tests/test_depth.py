@@ -16,7 +16,8 @@ from PIL import Image
 
 from engine.api import Engine
 from engine.operations.depth import Depth, upper_bound_size
-from engine.operations.postprocess import _write_tiff, read_depth_text
+from engine.operations.depth_codec import read_depth_text
+from engine.operations.products import _write_tiff
 from engine.requests import Operation, ProductKind
 from engine.settings import EngineSettings
 from tests.contract_models import LUMA, make_da3

@@ -17,10 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from engine import catalog as catalog_module
-from engine import downloads, models
 from engine.cancel import CancelToken
-from engine.downloads import (
+from engine.errors import Cancelled, ModelError, ResourceError, UsageError
+from engine.models import catalog as catalog_module
+from engine.models import downloads
+from engine.models import inventory as models
+from engine.models.cli import add_models_parser, run_models_command
+from engine.models.downloads import (
     CHUNK,
     DownloadError,
     DownloadFailure,
@@ -28,8 +31,6 @@ from engine.downloads import (
     download_model,
     part_path,
 )
-from engine.errors import Cancelled, ModelError, ResourceError, UsageError
-from engine.models_cli import add_models_parser, run_models_command
 from tests import contract_models as cm
 
 PAYLOAD = os.urandom(20 * CHUNK + 123)

@@ -26,7 +26,7 @@ import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from engine.imaging import load_image
+from engine.io.reading import load_image
 from engine.operations.upscale import Upscale
 from gui.engine_thread import (
     EngineSettings,
@@ -394,7 +394,7 @@ def test_stop_mid_job_returns_and_leaves_no_partial_file(
 def test_stop_while_a_product_is_being_written_leaves_it_whole_or_absent(
     qtbot: QtBot, models: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    import engine.imaging as imaging
+    import engine.io.writing as imaging
 
     writing = threading.Event()
     encode = imaging._encode_png

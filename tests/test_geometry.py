@@ -16,8 +16,8 @@ import pytest
 from PIL import Image
 
 from engine.api import Engine
+from engine.operations.depth_codec import read_depth_text
 from engine.operations.geometry import Geometry, depth_edge, infer, recover_focal_shift
-from engine.operations.postprocess import read_depth_text
 from engine.requests import Operation, ProductKind
 from engine.settings import EngineSettings
 from tests.contract_models import LUMA, make_moge

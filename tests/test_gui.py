@@ -23,7 +23,7 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from engine import memory as engine_memory
+from engine.runtime import memory as engine_memory
 from gui.engine_thread import (
     EngineSettings,
     EngineThread,

@@ -1,4 +1,4 @@
-"""engine.imaging: decoding, encoding and atomic publishing. Every image is built here."""
+"""engine.io.reading: decoding, encoding and atomic publishing. Every image is built here."""
 
 from __future__ import annotations
 
@@ -14,19 +14,14 @@ import numpy as np
 import pytest
 from PIL import Image, ImageCms, ImageOps
 
-from engine import imaging
 from engine.errors import BadInputError, ResourceError
-from engine.imaging import (
-    ImageMeta,
-    from_float,
-    image_size,
-    list_sequence,
-    load_image,
-    load_sequence,
-    to_float,
-    write_image,
-)
-from engine.publish import atomic_output, unique_path, write_bytes
+from engine.io import reading as imaging
+from engine.io import writing
+from engine.io.image import ImageMeta, from_float, to_float
+from engine.io.publish import atomic_output, unique_path, write_bytes
+from engine.io.reading import image_size, load_image
+from engine.io.sequences import list_sequence, load_sequence
+from engine.io.writing import write_image
 
 LIMIT = 100_000_000
 RNG = np.random.default_rng(20240601)
@@ -752,8 +747,8 @@ def test_encoder_failure_leaves_nothing(
         Path(temp).write_bytes(b"\x89PNG half")
         raise RuntimeError("encoder crashed")
 
-    monkeypatch.setattr(imaging, "_encode_png", half_written)
-    monkeypatch.setattr(imaging, "_encode_pillow", half_written)
+    monkeypatch.setattr(writing, "_encode_png", half_written)
+    monkeypatch.setattr(writing, "_encode_pillow", half_written)
     with pytest.raises(RuntimeError, match="encoder crashed"):
         write_image(tmp_path / "x.png", _random((4, 4, 3), dtype))
     assert _files(tmp_path) == []

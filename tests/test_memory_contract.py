@@ -12,7 +12,8 @@ from PIL import Image
 from engine.api import Engine
 from engine.cancel import CancelToken
 from engine.errors import Cancelled, DeviceUnavailable
-from engine.providers import (
+from engine.requests import Operation, OperationRequest, Progress, ProgressKind
+from engine.runtime.providers import (
     COREML_EP,
     CPU_EP,
     CUDA_EP,
@@ -22,7 +23,6 @@ from engine.providers import (
     provider_plan,
     shrink_target,
 )
-from engine.requests import Operation, OperationRequest, Progress, ProgressKind
 from engine.settings import EngineSettings
 from tests.contract_models import make_upscaler
 from tests.engine_helpers import Recorder, gif3, photo
@@ -312,7 +312,7 @@ def test_cancel_while_the_model_is_being_probed_is_a_cancel(tmp_path: Path) -> N
     # first tile; the cancel lands during that probe run and must end the request as cancelled.
     from typing import Any
 
-    from engine.sessions import SessionKey
+    from engine.runtime.sessions import SessionKey
     from tests.slow_models import make_slow_upscaler
 
     model = make_slow_upscaler(tmp_path / "m" / "slow.onnx", layers=4)

@@ -12,12 +12,12 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from engine import catalog
-from engine.catalog import Family, Layout, Normalization, Source, load_catalog
-from engine.contracts import inspect_model, validate_model
 from engine.errors import ModelError, UsageError
-from engine.models import discover, install_model, resolve_model
-from engine.models_cli import add_models_parser, run_models_command
+from engine.models import catalog
+from engine.models.catalog import Family, Layout, Normalization, Source, load_catalog
+from engine.models.cli import add_models_parser, run_models_command
+from engine.models.contracts import inspect_model, validate_model
+from engine.models.inventory import discover, install_model, resolve_model
 from tests import contract_models as cm
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -299,7 +299,7 @@ def test_validation_is_remembered_per_file_version(tmp_path: Path) -> None:
 
 def test_inspection_creates_no_session() -> None:
     code = (
-        "import sys, engine.models, engine.downloads, engine.models_cli; "
+        "import sys, engine.models.inventory, engine.models.downloads, engine.models.cli; "
         "print('onnxruntime' in sys.modules, any(m.startswith('PySide6') for m in sys.modules))"
     )
     out = subprocess.run(
@@ -470,7 +470,7 @@ def test_cli_add_verify_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_cli_fetch_starter_is_wired(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    starter = pytest.importorskip("engine.starter")
+    starter = pytest.importorskip("engine.models.starter")
     calls: list[Path] = []
 
     def fake(models_dir: Path, **kwargs: object) -> list[object]:
@@ -487,8 +487,8 @@ def test_a_packaged_build_uses_its_bundled_starter_models(
 ) -> None:
     import shutil
 
-    from engine.catalog import catalog_path
-    from engine.models import discover, resolve_model
+    from engine.models.catalog import catalog_path
+    from engine.models.inventory import discover, resolve_model
     from tests.contract_models import make_upscaler
 
     bundle = tmp_path / "bundle"

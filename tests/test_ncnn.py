@@ -15,7 +15,7 @@ import onnxruntime as ort
 import pytest
 
 from engine.errors import ModelError
-from engine.ncnn import TAG_FP16, TAG_INT8, convert, parse_param
+from engine.models.ncnn import TAG_FP16, TAG_INT8, convert, parse_param
 
 TOLERANCE = 1e-5
 RNG_SEED = 1234

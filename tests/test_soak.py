@@ -17,8 +17,8 @@ from typing import Any
 
 from pytestqt.qtbot import QtBot
 
-from engine import memory
-from engine.sessions import SessionKey
+from engine.runtime import memory
+from engine.runtime.sessions import SessionKey
 from gui.engine_thread import (
     EngineSettings,
     EngineThread,

@@ -20,9 +20,9 @@ import skimage.data
 from PIL import Image
 from skimage import color, filters, segmentation, transform
 
-from engine import starter
 from engine.errors import ModelError
-from engine.ncnn import convert
+from engine.models import starter
+from engine.models.ncnn import convert
 from tests.starter_fixtures import StarterEnv, starter_env  # noqa: F401 - a fixture
 from tests.test_ncnn import run_ncnn
 

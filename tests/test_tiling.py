@@ -9,13 +9,12 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from engine.tiling import (
+from engine.tiling.assembly import TileAssembler, estimate_band_bytes
+from engine.tiling.plan import (
     Span,
-    TileAssembler,
     TilePlan,
     axis_spans,
     effective_overlap,
-    estimate_band_bytes,
     pad_to_multiple,
     plan_tiles,
 )

@@ -23,12 +23,11 @@ import numpy as np
 from PIL import Image
 
 from engine.errors import ModelError
-from engine.imaging import DecodedImage, from_float
+from engine.io.image import DecodedImage, from_float
 from engine.operations.base import OperationBase, RunContext
-from engine.operations.postprocess import (
+from engine.operations.foreground import estimate_foreground
+from engine.operations.pixels import (
     alpha_float,
-    data_meta,
-    estimate_foreground,
     flag,
     input_dtype,
     min_max,
@@ -40,10 +39,10 @@ from engine.operations.postprocess import (
     resize_image,
     rgb_float,
     to_nchw,
-    write_frames,
 )
+from engine.operations.products import data_meta, write_frames
 from engine.requests import Operation, Product, ProductKind, ProgressKind
-from engine.sessions import SessionEntry
+from engine.runtime.sessions import SessionEntry
 
 DEFAULT_SIZE = 1024  # BEN2's side, for a model whose input size the graph leaves open
 

@@ -16,10 +16,10 @@ import numpy as np
 
 from engine.cancel import CancelToken
 from engine.errors import ResourceError, UsageError
-from engine.imaging import DecodedImage
+from engine.io.image import DecodedImage
 from engine.requests import Operation, OperationRequest, Product, Progress, ProgressKind
-from engine.runner import Runner
-from engine.sessions import SessionEntry
+from engine.runtime.runner import Runner
+from engine.runtime.sessions import SessionEntry
 from engine.settings import EngineSettings
 
 

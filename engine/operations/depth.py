@@ -32,27 +32,22 @@ import numpy as np
 from PIL import Image
 
 from engine.errors import ModelError
-from engine.imaging import DecodedImage
+from engine.io.image import DecodedImage
 from engine.operations.base import OperationBase, RunContext
-from engine.operations.postprocess import (
-    data_meta,
-    depth_range,
-    depth_text,
-    encode_depth16,
+from engine.operations.colormap import turbo
+from engine.operations.depth_codec import depth_range, depth_text, encode_depth16, nearness
+from engine.operations.pixels import (
     input_dtype,
-    nearness,
     normalise,
     normalization,
     plane,
     resize_bilinear,
     resize_image,
     rgb_float,
-    turbo,
-    write_float_tiff,
-    write_frames,
 )
+from engine.operations.products import data_meta, write_float_tiff, write_frames
 from engine.requests import Operation, Product, ProductKind, ProgressKind
-from engine.sessions import SessionEntry
+from engine.runtime.sessions import SessionEntry
 
 PATCH = 14
 DEFAULT_PROCESS_RES = 504

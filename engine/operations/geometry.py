@@ -39,22 +39,13 @@ from typing import ClassVar
 import numpy as np
 
 from engine.errors import ModelError
-from engine.imaging import DecodedImage
+from engine.io.image import DecodedImage
 from engine.operations.base import OperationBase, RunContext
-from engine.operations.postprocess import (
-    data_meta,
-    depth_range,
-    depth_text,
-    encode_depth16,
-    input_dtype,
-    rgb_float,
-    to_nchw,
-    write_float_tiff,
-    write_frames,
-    write_per_frame,
-)
+from engine.operations.depth_codec import depth_range, depth_text, encode_depth16
+from engine.operations.pixels import input_dtype, rgb_float, to_nchw
+from engine.operations.products import data_meta, write_float_tiff, write_frames, write_per_frame
 from engine.requests import Operation, Product, ProductKind, ProgressKind
-from engine.sessions import SessionEntry
+from engine.runtime.sessions import SessionEntry
 
 DEFAULT_TOKENS = 1800
 TOKEN_RANGE = (1200, 3600)  # MoGe-2's resolution levels 0…9

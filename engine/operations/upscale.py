@@ -17,14 +17,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from engine import memory
 from engine.errors import InferenceError, ModelError, ResourceError
-from engine.imaging import DecodedImage, to_float
+from engine.io.image import DecodedImage, to_float
 from engine.operations.base import OperationBase, RunContext
-from engine.operations.postprocess import write_frames
+from engine.operations.products import write_frames
 from engine.requests import Operation, Product, ProductKind, ProgressKind
-from engine.sessions import SessionEntry
-from engine.tiling import TileAssembler, pad_to_multiple, plan_tiles
+from engine.runtime import memory
+from engine.runtime.sessions import SessionEntry
+from engine.tiling.assembly import TileAssembler
+from engine.tiling.plan import pad_to_multiple, plan_tiles
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +155,7 @@ def auto_tile(ctx: RunContext, info: UpscalerInfo) -> int:
         if ctx.settings.gpu_mem_limit:
             budget = min(budget, 0.8 * ctx.settings.gpu_mem_limit)
     else:
-        from engine.sessions import cpu_arena_limit
+        from engine.runtime.sessions import cpu_arena_limit
 
         limit = cpu_arena_limit() or ctx.settings.cpu_mem_limit
         # On the CPU a bigger tile barely runs faster, while its arena stays in RSS: keep it lean.
@@ -338,7 +339,7 @@ def _pad_at_least(img: np.ndarray, h: int, w: int) -> np.ndarray:
 
 
 def _fixed_plan(h: int, w: int, fixed: tuple[int, int], overlap: int) -> Any:
-    from engine.tiling import TilePlan, axis_spans
+    from engine.tiling.plan import TilePlan, axis_spans
 
     fh, fw = fixed
     return TilePlan(h, w, fh, fw, overlap, axis_spans(h, fh, overlap), axis_spans(w, fw, overlap))

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-import engine.bench as bench
-from engine import memory
+import engine.bench.gpu as bench
 from engine.api import Engine
 from engine.cli import main as cli_main
-from engine.memory import GpuSnapshot
-from engine.providers import CUDA_EP
-from engine.sessions import SessionKey
+from engine.runtime import memory
+from engine.runtime.memory import GpuSnapshot
+from engine.runtime.providers import CUDA_EP
+from engine.runtime.sessions import SessionKey
 from engine.settings import EngineSettings
 from tests.engine_helpers import Recorder
 

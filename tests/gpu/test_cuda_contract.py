@@ -3,7 +3,7 @@
 
 Marked `gpu` and skipped unless ONNX Runtime starts a real CUDA session here; run by
 tests/gpu/check.sh on a machine with an NVIDIA GPU. Memory is read as this process's own
-usage where the driver reports it, else the device's (see engine.bench.GpuMeter).
+usage where the driver reports it, else the device's (see engine.bench.cpu.GpuMeter).
 """
 
 from __future__ import annotations
@@ -19,12 +19,14 @@ import numpy as np
 import pytest
 
 from engine.api import Engine
-from engine.bench import GpuMeter, GpuRun, gpu_unavailable, measure_cpu_frames, measure_gpu_run
+from engine.bench.gpu import GpuRun, gpu_unavailable, measure_cpu_frames, measure_gpu_run
+from engine.bench.samplers import GpuMeter
 from engine.errors import ErrorKind
-from engine.imaging import load_image
-from engine.providers import CUDA_EP, Device, Runtime, _probe_model, provider_plan
+from engine.io.reading import load_image
 from engine.requests import Operation, OperationRequest
-from engine.sessions import create_session
+from engine.runtime.devices import _probe_model
+from engine.runtime.providers import CUDA_EP, Device, Runtime, provider_plan
+from engine.runtime.sessions import create_session
 from engine.settings import EngineSettings
 from tests.contract_models import make_upscaler
 from tests.engine_helpers import photo

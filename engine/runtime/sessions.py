@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.errors import DeviceUnavailable, ModelError, ResourceError
-from engine.providers import (
+from engine.errors import DeviceUnavailable, ModelError, ResourceError, is_out_of_memory
+from engine.runtime.arena import cpu_arena_limit
+from engine.runtime.providers import (
     Device,
     ProviderPlan,
     Runtime,
@@ -27,7 +28,6 @@ from engine.providers import (
     resolve_runtime,
     shrink_target,
 )
-from engine.runner import is_out_of_memory
 
 log = logging.getLogger(__name__)
 
@@ -75,37 +75,6 @@ class SessionInfo:
     shrinks: int
 
 
-# The CPU arena limit (M9) is registered once per process and cannot change afterwards.
-_cpu_arena_lock = threading.Lock()
-_cpu_arena_limit: int | None = None
-
-
-def register_cpu_arena(limit: int) -> None:
-    global _cpu_arena_limit
-    import onnxruntime as ort
-
-    with _cpu_arena_lock:
-        if _cpu_arena_limit is not None:
-            if _cpu_arena_limit != limit:
-                log.warning(
-                    "CPU memory limit stays at %d bytes until restart (asked for %d)",
-                    _cpu_arena_limit,
-                    limit,
-                )
-            return
-        info = ort.OrtMemoryInfo(
-            "Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT
-        )
-        # kSameAsRequested (1) so a shrink can return every region, and max_mem for the cap.
-        cfg = ort.OrtArenaCfg({"max_mem": int(limit), "arena_extend_strategy": 1})
-        ort.create_and_register_allocator(info, cfg)
-        _cpu_arena_limit = int(limit)
-
-
-def cpu_arena_limit() -> int | None:
-    return _cpu_arena_limit
-
-
 def create_session(
     model: Path | bytes,
     plan: ProviderPlan,
@@ -120,7 +89,7 @@ def create_session(
     so.log_severity_level = 3
     if threads:
         so.intra_op_num_threads = threads
-    if _cpu_arena_limit is not None:
+    if cpu_arena_limit() is not None:
         so.add_session_config_entry(USE_ENV_ALLOCATORS, "1")
     source: str | bytes = model if isinstance(model, bytes) else str(model)
     try:

@@ -19,12 +19,12 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import TensorProto, shape_inference
 
-from engine.catalog import (
+from engine.errors import ModelError
+from engine.models.catalog import (
     CatalogEntry,
     Family,
     Layout,
 )
-from engine.errors import ModelError
 
 IMAGENET_PATCH = 14  # DA3's ViT patch size: depth inputs are multiples of it
 _PROBE_SIZES = (16, 64, 256)  # fixed probe sizes for an upscaler's scale, as chaiNNer does

@@ -95,7 +95,7 @@ def catalog_path() -> Path:
     root = (
         Path(bundle)
         if getattr(sys, "frozen", False) and bundle
-        else (Path(__file__).resolve().parent.parent)
+        else Path(__file__).resolve().parents[2]
     )
     return root / "resources" / "models" / "catalog.json"
 

@@ -9,9 +9,9 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.catalog import CatalogEntry, Family, load_catalog, sha256_file
-from engine.contracts import Contract, ModelRef, validate_model, with_entry
 from engine.errors import ModelError, ResourceError, UsageError
+from engine.models.catalog import CatalogEntry, Family, load_catalog, sha256_file
+from engine.models.contracts import Contract, ModelRef, validate_model, with_entry
 from engine.settings import bundled_models_dir
 
 # ---------------------------------------------------------------------------------------------

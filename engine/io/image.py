@@ -1,0 +1,158 @@
+"""A decoded image and its samples: frames as numpy arrays, the file's metadata, 8/16-bit ↔ float.
+
+Every decoded frame is a numpy array H×W×C (C = 1 grey, 2 grey+alpha, 3 RGB, 4 RGBA) of
+uint8 or uint16, upright, with every frame of an animation composited to the full canvas.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+# Formats Tessera reads; Pillow knows more (EPS, PSD, ...) but those are refused by name.
+READ_FORMATS = (
+    "PNG",
+    "JPEG",  # also yields MPO (camera JPEGs with extra pictures)
+    "GIF",
+    "WEBP",
+    "TIFF",
+    "BMP",
+    "AVIF",
+    "JPEG2000",
+    "TGA",
+    "PPM",
+    "ICO",
+    "QOI",
+)
+SUPPORTED_TEXT = "PNG, JPEG, GIF, WebP, TIFF, BMP, AVIF, JPEG 2000, TGA, PPM, ICO, QOI"
+IMAGE_SUFFIXES = frozenset(
+    {
+        ".png",
+        ".apng",
+        ".jpg",
+        ".jpeg",
+        ".jpe",
+        ".jfif",
+        ".gif",
+        ".webp",
+        ".tif",
+        ".tiff",
+        ".bmp",
+        ".avif",
+        ".jp2",
+        ".j2k",
+        ".tga",
+        ".ppm",
+        ".pgm",
+        ".pbm",
+        ".pnm",
+        ".ico",
+        ".qoi",
+    }
+)
+WRITE_FORMATS = {
+    ".png": "PNG",
+    ".apng": "PNG",
+    ".jpg": "JPEG",
+    ".jpeg": "JPEG",
+    ".gif": "GIF",
+    ".webp": "WEBP",
+    ".tif": "TIFF",
+    ".tiff": "TIFF",
+    ".bmp": "BMP",
+    ".avif": "AVIF",
+}
+ANIMATED_FORMATS = frozenset({"PNG", "GIF", "WEBP", "AVIF"})
+MULTI_FRAME_WRITE = frozenset({"PNG", "GIF", "WEBP", "TIFF", "AVIF"})
+DEFAULT_DURATION_MS = 100
+
+
+@dataclass(frozen=True)
+class ImageMeta:
+    format: str  # "PNG", "JPEG", "GIF", "WEBP", "TIFF", ...
+    mode: str  # the PIL mode of the file, before any conversion
+    bit_depth: int  # 8 or 16
+    has_alpha: bool
+    icc_profile: bytes | None  # None: sRGB (also after a CMYK file was converted to sRGB)
+    exif: bytes | None  # "Exif\0\0" + TIFF data, Orientation reset to 1 (pixels are upright)
+    durations: tuple[int, ...] = ()  # ms per frame of an animation; () for stills
+    loop: int | None = None  # 0 = forever; None = not stated by the file
+    dpi: tuple[float, float] | None = None
+
+
+@dataclass(frozen=True)
+class DecodedImage:
+    source: Path
+    frames: tuple[np.ndarray, ...]  # each H×W×C, uint8/uint16, same shape and dtype; read-only
+    meta: ImageMeta
+
+    @property
+    def is_animated(self) -> bool:
+        return len(self.frames) > 1
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(width, height) of every frame."""
+        height, width = self.frames[0].shape[:2]
+        return width, height
+
+
+# ---------------------------------------------------------------------------------------------
+# Conversions
+
+
+def to_float(frame: np.ndarray) -> np.ndarray:
+    """uint8 / uint16 → float32 in 0…1."""
+    if frame.dtype == np.uint8:
+        return frame.astype(np.float32) / np.float32(255.0)
+    if frame.dtype == np.uint16:
+        return frame.astype(np.float32) / np.float32(65535.0)
+    raise ValueError(f"to_float expects uint8 or uint16, got {frame.dtype}")
+
+
+def from_float(frame: np.ndarray, bit_depth: int) -> np.ndarray:
+    """Float 0…1 → uint8 (bit_depth 8) or uint16 (16): clipped and rounded; NaN becomes 0."""
+    dtype: type[np.unsignedinteger]
+    if bit_depth == 8:
+        top, dtype = 255.0, np.uint8
+    elif bit_depth == 16:
+        top, dtype = 65535.0, np.uint16
+    else:
+        raise ValueError(f"bit_depth must be 8 or 16, got {bit_depth}")
+    values = np.nan_to_num(np.asarray(frame, dtype=np.float32), nan=0.0, posinf=1.0, neginf=0.0)
+    return np.rint(np.clip(values, 0.0, 1.0) * np.float32(top)).astype(dtype)
+
+
+def to_8bit(frame: np.ndarray) -> np.ndarray:
+    if frame.dtype == np.uint8:
+        return frame
+    # Exact rounding of v * 255 / 65535 in integers.
+    return ((frame.astype(np.uint32) * 255 + 32767) // 65535).astype(np.uint8)
+
+
+def to_16bit(frame: np.ndarray) -> np.ndarray:
+    if frame.dtype == np.uint16:
+        return frame
+    return frame.astype(np.uint16) * np.uint16(257)
+
+
+def reshape_channels(frame: np.ndarray, colour: bool, alpha: bool) -> np.ndarray:
+    channels = frame.shape[2]
+    has_alpha = channels in (2, 4)
+    base = frame[..., :-1] if has_alpha else frame
+    if colour and base.shape[2] == 1:
+        base = np.repeat(base, 3, axis=2)
+    if not alpha:
+        return np.ascontiguousarray(base)
+    a = (
+        frame[..., -1:]
+        if has_alpha
+        else np.full((*base.shape[:2], 1), sample_top(frame), frame.dtype)
+    )
+    return np.concatenate([base, a], axis=2)
+
+
+def sample_top(frame: np.ndarray) -> int:
+    return 65535 if frame.dtype == np.uint16 else 255

@@ -1,0 +1,185 @@
+"""Writing image products: PNG (8/16-bit, APNG) through our encoder, other formats through Pillow.
+
+Every output goes through `engine.io.publish.atomic_output`: never overwritten, never half written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, PngImagePlugin
+
+from engine.errors import ResourceError
+from engine.io.image import (
+    ANIMATED_FORMATS,
+    DEFAULT_DURATION_MS,
+    MULTI_FRAME_WRITE,
+    WRITE_FORMATS,
+    ImageMeta,
+    reshape_channels,
+    sample_top,
+    to_8bit,
+)
+from engine.io.png import encode_png
+from engine.io.publish import atomic_output
+
+
+def _prepare_frames(frames: np.ndarray | Sequence[np.ndarray]) -> list[np.ndarray]:
+    items = [frames] if isinstance(frames, np.ndarray) else list(frames)
+    if not items:
+        raise ValueError("write_image needs at least one frame")
+    out: list[np.ndarray] = []
+    for f in items:
+        arr = np.asarray(f)
+        if arr.ndim == 2:
+            arr = arr[..., None]
+        if arr.ndim != 3 or arr.shape[2] not in (1, 2, 3, 4):
+            raise ValueError(f"a frame must be H×W×C with C in 1…4, got shape {arr.shape}")
+        if arr.dtype not in (np.uint8, np.uint16):
+            raise ValueError(f"frames must be uint8 or uint16, got {arr.dtype}")
+        out.append(np.ascontiguousarray(arr))
+    first = out[0]
+    if any(f.shape != first.shape or f.dtype != first.dtype for f in out):
+        raise ValueError("all frames must have the same shape and dtype")
+    return out
+
+
+def _icc_fits(icc: bytes | None, channels: int) -> bytes | None:
+    """The profile if its colour space matches the pixels written (ICC header bytes 16-20)."""
+    if not icc or len(icc) < 20:
+        return None
+    space = icc[16:20]
+    grey = channels in (1, 2)
+    if (grey and space == b"GRAY") or (not grey and space == b"RGB "):
+        return icc
+    return None
+
+
+def _durations(meta: ImageMeta | None, count: int) -> list[int]:
+    if meta is not None and len(meta.durations) == count:
+        return [int(d) for d in meta.durations]
+    return [DEFAULT_DURATION_MS] * count
+
+
+def _pil_image(frame: np.ndarray) -> Image.Image:
+    frame = to_8bit(frame) if frame.shape[2] > 1 else frame
+    return Image.fromarray(frame[..., 0] if frame.shape[2] == 1 else frame)
+
+
+def _flatten_alpha(frame: np.ndarray) -> np.ndarray:
+    """Composite on white for formats without alpha (JPEG)."""
+    if frame.shape[2] not in (2, 4):
+        return frame
+    top = sample_top(frame)
+    alpha = frame[..., -1:].astype(np.float32) / top
+    colour = frame[..., :-1].astype(np.float32) * alpha + top * (1.0 - alpha)
+    return np.rint(colour).astype(frame.dtype)
+
+
+def _encode_pillow(
+    temp: Path,
+    fmt: str,
+    frames: list[np.ndarray],
+    meta: ImageMeta | None,
+    text: Mapping[str, str] | None = None,
+) -> None:
+    channels = frames[0].shape[2]
+    options: dict[str, object] = {}
+    if fmt != "TIFF" or channels > 1:  # only TIFF holds 16-bit grey through Pillow
+        frames = [to_8bit(f) for f in frames]
+    if fmt == "JPEG":
+        frames = [_flatten_alpha(f) for f in frames]
+        options.update(quality=95, subsampling=0)
+    elif fmt in ("WEBP", "AVIF") and channels in (1, 2):
+        frames = [reshape_channels(f, colour=True, alpha=channels == 2) for f in frames]
+    elif fmt in ("BMP", "GIF") and channels == 2:
+        frames = [reshape_channels(f, colour=True, alpha=True) for f in frames]
+    if fmt == "WEBP":
+        options.update(lossless=True, quality=100, exact=True)  # exact: keep colour under alpha 0
+    elif fmt == "AVIF":
+        options.update(quality=90)
+    elif fmt == "TIFF":
+        options.update(compression="tiff_adobe_deflate")
+    images = [_pil_image(f) for f in frames]
+    if meta is not None and fmt != "GIF":
+        icc = _icc_fits(meta.icc_profile, frames[0].shape[2])
+        if icc:
+            options["icc_profile"] = icc
+        if meta.exif and fmt in ("PNG", "JPEG", "WEBP", "TIFF", "AVIF"):
+            options["exif"] = meta.exif
+        if meta.dpi and fmt in ("PNG", "JPEG", "TIFF", "BMP"):
+            options["dpi"] = meta.dpi
+    if len(images) > 1:
+        options.update(save_all=True, append_images=images[1:])
+        if fmt in ANIMATED_FORMATS:
+            options["duration"] = _durations(meta, len(images))
+            loop = meta.loop if meta is not None else 0
+            if loop is not None:
+                options["loop"] = loop
+            elif fmt != "GIF":  # GIF without a loop count plays once; the others need a number
+                options["loop"] = 0
+        if fmt == "GIF" and frames[0].shape[2] in (2, 4):
+            options["disposal"] = 2  # full frames with holes: clear before drawing the next
+    if text and fmt == "PNG":
+        info = PngImagePlugin.PngInfo()
+        for key, value in text.items():
+            info.add_text(key, value)
+        options["pnginfo"] = info
+    images[0].save(temp, format=fmt, **options)
+
+
+def _encode_png(
+    temp: Path,
+    frames: list[np.ndarray],
+    meta: ImageMeta | None,
+    text: Mapping[str, str] | None = None,
+) -> None:
+    encode_png(
+        temp,
+        frames,
+        durations=_durations(meta, len(frames)),
+        loop=meta.loop if meta is not None and meta.loop is not None else 0,
+        icc=_icc_fits(meta.icc_profile, frames[0].shape[2]) if meta is not None else None,
+        dpi=meta.dpi if meta is not None else None,
+        exif=meta.exif if meta is not None else None,
+        text=text,
+    )
+
+
+def write_image(
+    path: Path,
+    frames: np.ndarray | Sequence[np.ndarray],
+    meta: ImageMeta | None = None,
+    *,
+    format: str | None = None,
+    text: Mapping[str, str] | None = None,
+) -> Path:
+    """Encode `frames` atomically to `path` or a numbered variant; returns the final path.
+
+    PNG keeps 8 or 16 bits, ICC, EXIF and dpi from `meta`; several frames become an animated
+    PNG/GIF/WebP (meta.durations, meta.loop) or a multi-page TIFF. Formats without 16-bit
+    colour get 8 bits; JPEG gets alpha flattened on white. `text`: PNG tEXt/iTXt entries.
+    """
+    path = Path(path)
+    fmt = (format or WRITE_FORMATS.get(path.suffix.lower(), "")).upper()
+    if fmt == "JPG":
+        fmt = "JPEG"
+    if fmt not in WRITE_FORMATS.values():
+        raise ValueError(f"cannot tell which image format to write for {path.name!r}")
+    prepared = _prepare_frames(frames)
+    if len(prepared) > 1 and fmt not in MULTI_FRAME_WRITE:
+        raise ValueError(f"{fmt} holds one frame; got {len(prepared)}")
+    with atomic_output(path) as (temp, publish):
+        try:
+            # Our own streaming PNG encoder: Pillow drops 16-bit colour to 8 bits, first copies
+            # a frame into its own 4-byte-per-pixel image (doubling the peak), and merges
+            # identical animation frames (a 3-frame input must give a 3-frame product).
+            if fmt == "PNG":
+                _encode_png(temp, prepared, meta, text)
+            else:
+                _encode_pillow(temp, fmt, prepared, meta, text)
+        except MemoryError as e:
+            raise ResourceError(f"{path.name}: not enough memory to encode the image.") from e
+        return publish()

@@ -1,0 +1,140 @@
+"""Pixels in and out of a model: float RGB from any frame, resizing, normalisation, tensors.
+
+Numpy and Pillow only. Model inputs are resized with Pillow (antialiased, as the reference
+pipelines do with PIL); model outputs are resized back with `resize_bilinear`, PyTorch's
+`F.interpolate(mode="bilinear", align_corners=False)` without antialias, as the references do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from engine.errors import UsageError
+from engine.operations.base import RunContext
+
+IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32)
+IMAGENET_STD = np.array([0.229, 0.224, 0.225], np.float32)
+NORMALIZATIONS = ("imagenet", "zero_one")
+
+
+def flag(value: object) -> bool:
+    """A boolean option that may arrive as a bool or as text (`--option refine_foreground=yes`)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
+def normalization(ctx: RunContext) -> str:
+    value = str(ctx.option("normalization", "imagenet")).lower()
+    if value not in NORMALIZATIONS:
+        raise UsageError(
+            f"normalization must be one of {', '.join(NORMALIZATIONS)}, not {value!r}."
+        )
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Pixels in
+
+
+def top_value(frame: np.ndarray) -> float:
+    return 65535.0 if frame.dtype == np.uint16 else 255.0
+
+
+def rgb_float(frame: np.ndarray) -> np.ndarray:
+    """H×W×3 float32 in 0…1 from any decoded frame: grey is repeated, alpha dropped (as PIL's
+    convert("RGB") does in the references)."""
+    colour = frame[..., :3] if frame.shape[2] >= 3 else np.repeat(frame[..., :1], 3, axis=2)
+    return colour.astype(np.float32) / np.float32(top_value(frame))
+
+
+def alpha_float(frame: np.ndarray) -> np.ndarray | None:
+    if frame.shape[2] not in (2, 4):
+        return None
+    return frame[..., -1].astype(np.float32) / np.float32(top_value(frame))
+
+
+def resize_image(
+    rgb: np.ndarray, height: int, width: int, resample: Image.Resampling
+) -> np.ndarray:
+    """Resize an H×W×C float image with Pillow's filter (antialiased when shrinking)."""
+    if rgb.shape[:2] == (height, width):
+        return rgb
+    planes = [
+        np.asarray(
+            Image.fromarray(np.ascontiguousarray(rgb[..., c], dtype=np.float32)).resize(
+                (width, height), resample
+            )
+        )
+        for c in range(rgb.shape[2])
+    ]
+    return np.stack(planes, axis=2).astype(np.float32, copy=False)
+
+
+def normalise(rgb: np.ndarray, mode: str) -> np.ndarray:
+    if mode == "imagenet":
+        return (rgb - IMAGENET_MEAN) / IMAGENET_STD
+    return rgb
+
+
+def to_nchw(rgb: np.ndarray, dtype: np.dtype[Any] | type = np.float32) -> np.ndarray:
+    return np.ascontiguousarray(rgb.transpose(2, 0, 1)[None], dtype=dtype)
+
+
+def input_dtype(type_name: str) -> type:
+    """The numpy dtype to feed an ORT input declared as `type_name` (tensor(float16) …)."""
+    return np.float16 if "float16" in type_name else np.float32
+
+
+# ---------------------------------------------------------------------------------------------
+# Model outputs back
+
+
+def plane(output: Any) -> np.ndarray:
+    """A 2-D float32 map from a model output with leading unit (or view) axes: the first one."""
+    arr = np.asarray(output)
+    while arr.ndim > 2:
+        arr = arr[0]
+    return arr.astype(np.float32, copy=False)
+
+
+def _axis_weights(src: int, dst: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    pos = (np.arange(dst, dtype=np.float64) + 0.5) * (src / dst) - 0.5
+    pos = np.maximum(pos, 0.0)
+    i0 = np.minimum(pos.astype(np.int64), src - 1)
+    i1 = np.minimum(i0 + 1, src - 1)
+    return i0, i1, (pos - i0).astype(np.float32)
+
+
+def resize_bilinear(arr: np.ndarray, height: int, width: int) -> np.ndarray:
+    """Bilinear resize of a 2-D (or H×W×C) float map with half-pixel centres and no antialias,
+    like torch F.interpolate(mode="bilinear", align_corners=False). Separable, so the largest
+    temporary is one output-sized array."""
+    src = np.asarray(arr, dtype=np.float32)
+    if src.shape[:2] == (height, width):
+        return src.copy()
+    r0, r1, ry = _axis_weights(src.shape[0], height)
+    c0, c1, cx = _axis_weights(src.shape[1], width)
+    extra = (None,) * (src.ndim - 2)
+    ry_b = ry[(slice(None), None, *extra)]
+    rows = src[r0] * (1 - ry_b) + src[r1] * ry_b
+    cx_b = cx[(None, slice(None), *extra)]
+    return rows[:, c0] * (1 - cx_b) + rows[:, c1] * cx_b
+
+
+def min_max(values: np.ndarray) -> np.ndarray:
+    """(x − min) / (max − min) as the BEN2 and rembg references do; a flat map stays as it is,
+    clipped to 0…1, rather than dividing by zero."""
+    lo, hi = float(values.min()), float(values.max())
+    if hi - lo <= 1e-12:
+        return np.clip(values, 0.0, 1.0).astype(np.float32)
+    return ((values - lo) / (hi - lo)).astype(np.float32)
+
+
+def quantise(values: np.ndarray, bits: int) -> np.ndarray:
+    """0…1 → uint8/uint16 by truncation, as the references' `(x * 255).astype(uint8)`."""
+    top, dtype = (255.0, np.uint8) if bits == 8 else (65535.0, np.uint16)
+    return (np.clip(values, 0.0, 1.0) * np.float32(top)).astype(dtype)

@@ -1,0 +1,91 @@
+"""What each runtime really gives on this machine, and why not (M7).
+
+`probe()` creates a tiny session per runtime and device through the session factory and reports
+the provider ONNX Runtime really started, or why it did not come up.
+Feeds `python -m engine devices` and the GUI's runtime list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from onnx import TensorProto, helper
+
+from engine.runtime.memory import gpu_snapshots
+from engine.runtime.providers import (
+    Device,
+    Runtime,
+    diagnose,
+    missing_requirement,
+    provider_plan,
+)
+from engine.runtime.sessions import create_session
+
+
+@dataclass(frozen=True)
+class RuntimeReport:
+    runtime: str
+    device: str
+    ok: bool
+    provider: str | None  # the provider the session really got
+    detail: str  # why not, or what was found
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "runtime": self.runtime,
+            "device": self.device,
+            "ok": self.ok,
+            "provider": self.provider,
+            "detail": self.detail,
+        }
+
+
+def _probe_model() -> bytes:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    node = helper.make_node("Relu", ["x"], ["y"])
+    graph = helper.make_graph([node], "probe", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return bytes(model.SerializeToString())
+
+
+def probe(gpu_indices: Sequence[int] | None = None) -> list[RuntimeReport]:
+    """Create a tiny session per runtime and report what ONNX Runtime really gave (M7)."""
+    if gpu_indices is None:
+        gpu_indices = [g.index for g in gpu_snapshots()] or [0]
+    model = _probe_model()
+    reports: list[RuntimeReport] = []
+    targets: list[tuple[Runtime, Device]] = [(Runtime.CPU, Device("cpu"))]
+    for runtime in (Runtime.CUDA, Runtime.TENSORRT, Runtime.DIRECTML, Runtime.COREML):
+        for index in gpu_indices:
+            targets.append((runtime, Device("gpu", index)))
+    for runtime, device in targets:
+        reason = missing_requirement(runtime)
+        if reason is not None:
+            reports.append(RuntimeReport(runtime.value, str(device), False, None, reason))
+            continue
+        plan = provider_plan(device, runtime)
+        try:
+            session = create_session(model, plan, name="probe")
+            actual = list(session.get_providers())
+            del session
+        except Exception as e:  # a provider may fail to load in many ways; report, never raise
+            reports.append(
+                RuntimeReport(runtime.value, str(device), False, None, str(e).splitlines()[0])
+            )
+            continue
+        if actual and actual[0] == plan.expected:
+            reports.append(RuntimeReport(runtime.value, str(device), True, actual[0], ""))
+        else:
+            reports.append(
+                RuntimeReport(
+                    runtime.value,
+                    str(device),
+                    False,
+                    actual[0] if actual else None,
+                    f"falls back to {actual[0] if actual else 'nothing'}: {diagnose(runtime)}",
+                )
+            )
+    return reports

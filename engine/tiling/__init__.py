@@ -1,0 +1,1 @@
+"""Tiles: where they go (`plan`) and how they are put back together (`assembly`). Pure numpy."""
