@@ -74,7 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="family option, e.g. num_tokens=2400 or refine_foreground=true",
+        help="an option of the operation, e.g. num_tokens=2400 or refine_foreground=true "
+        "(upscale: max_tile, auto_start; remove-background: normalization, input_size, "
+        "refine_foreground; depth: normalization, process_res; geometry: num_tokens)",
     )
     run.add_argument("--cpu-mem-limit", type=_megabytes, default=None, metavar="MB")
     run.add_argument("--gpu-mem-limit", type=_megabytes, default=None, metavar="MB")
@@ -99,25 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _parse_option(text: str) -> tuple[str, object]:
+def _parse_option(text: str) -> tuple[str, str]:
     if "=" not in text:
         raise UsageError(f"--option {text}: write KEY=VALUE.")
     key, value = text.split("=", 1)
-    low = value.strip().lower()
-    parsed: object = value
-    if low in ("true", "yes", "on"):
-        parsed = True
-    elif low in ("false", "no", "off"):
-        parsed = False
-    else:
-        try:
-            parsed = int(value)
-        except ValueError:
-            try:
-                parsed = float(value)
-            except ValueError:
-                parsed = value
-    return key.strip(), parsed
+    return key.strip(), value.strip()
 
 
 class ProgressBar:
@@ -185,8 +173,8 @@ def exit_code_for(result: Result) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from engine.api import Engine
 
-    options = dict(_parse_option(o) for o in args.option)
-    if args.max_tile:
+    options: dict[str, object] = dict(_parse_option(o) for o in args.option)
+    if args.max_tile is not None:
         options["max_tile"] = args.max_tile
     settings = EngineSettings(
         models_dir=args.models_dir,
@@ -204,6 +192,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         sequence=args.sequence,
         options=options,
     )
+    request.typed_options()  # unknown keys and bad values: exit 2 before anything loads
     cancel = CancelToken()
     bar = ProgressBar(not args.quiet and not args.json and sys.stderr.isatty())
     outcome: dict[str, Any] = {}

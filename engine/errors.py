@@ -107,7 +107,7 @@ def is_out_of_memory(text: str) -> bool:
     return any(marker in low for marker in OOM_MARKERS)
 
 
-def map_error(error: BaseException, model: str, device: str) -> Exception:
+def map_error(error: BaseException, model: str, device: str) -> EngineError:
     """Turn an ORT exception into an engine error with a message for a person."""
     text = str(error)
     if TERMINATE_MARKER in text.lower():

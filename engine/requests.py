@@ -8,8 +8,20 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
-from engine.errors import ErrorKind
+from engine.errors import ErrorKind, UsageError
+from engine.options import (
+    BackgroundOptions,
+    DepthOptions,
+    GeometryOptions,
+    OperationOptions,
+    UpscaleOptions,
+    check_options,
+    parse_options,
+)
+
+OPTIONS_TYPES = (UpscaleOptions, BackgroundOptions, DepthOptions, GeometryOptions)
 
 _ids = itertools.count(1)
 
@@ -25,6 +37,11 @@ class Operation(Enum):
     UPSCALE = "upscale"
 
     @property
+    def options_type(self) -> type[OperationOptions]:
+        """The typed options this operation takes."""
+        return _OPTIONS_TYPE[self]
+
+    @property
     def label(self) -> str:
         return {
             Operation.REMOVE_BACKGROUND: "Remove background",
@@ -34,8 +51,12 @@ class Operation(Enum):
         }[self]
 
 
-def _frozen(mapping: Mapping[str, object] | None) -> Mapping[str, object]:
-    return MappingProxyType(dict(mapping or {}))
+_OPTIONS_TYPE: dict[Operation, type[OperationOptions]] = {
+    Operation.REMOVE_BACKGROUND: BackgroundOptions,
+    Operation.DEPTH: DepthOptions,
+    Operation.GEOMETRY: GeometryOptions,
+    Operation.UPSCALE: UpscaleOptions,
+}
 
 
 @dataclass(frozen=True)
@@ -44,7 +65,9 @@ class OperationRequest:
 
     `tile` is a tile edge in input pixels, or None for automatic sizing (largest tile that
     fits the memory budget, halved on out-of-memory). `sequence` treats all inputs as the
-    frames of one sequence. `options` holds family-specific settings (see each operation).
+    frames of one sequence. `options` are the operation's typed options (engine/options.py);
+    None means the model's defaults. A mapping of names to values or text is accepted too
+    (tests, scripts) and checked like the command line's `--option`s when the request runs.
     """
 
     operation: Operation
@@ -55,13 +78,32 @@ class OperationRequest:
     output_dir: Path | None = None
     tile: int | None = None
     sequence: bool = False
-    options: Mapping[str, object] = field(default_factory=lambda: _frozen(None))
+    options: OperationOptions | Mapping[str, object] | None = None
     id: str = field(default_factory=new_request_id)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "inputs", tuple(Path(p) for p in self.inputs))
-        if not isinstance(self.options, MappingProxyType):
-            object.__setattr__(self, "options", _frozen(self.options))
+        if self.options is not None and not isinstance(
+            self.options, (MappingProxyType, *OPTIONS_TYPES)
+        ):
+            object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
+
+    def typed_options(self) -> OperationOptions:
+        """The request's options as its operation's type, checked: UsageError names the
+        accepted keys or range."""
+        cls = self.operation.options_type
+        if self.options is None:
+            return cls()
+        if isinstance(self.options, OPTIONS_TYPES):
+            if not isinstance(self.options, cls):
+                raise UsageError(
+                    f"{self.operation.label} takes {cls.__name__}, not "
+                    f"{type(self.options).__name__}."
+                )
+            check_options(self.options, self.operation.value)
+            return self.options
+        given: type[Any] = cls
+        return parse_options(given, self.options, self.operation.value)
 
 
 class ProgressKind(Enum):
@@ -141,3 +183,18 @@ class Result:
     @property
     def ok(self) -> bool:
         return not self.failures
+
+
+@dataclass(frozen=True)
+class OperationFailure:
+    """A request that ended with an error as a whole (not one bad input of a batch)."""
+
+    request_id: str
+    kind: ErrorKind
+    message: str  # for a person; the traceback of an unexpected error is in the log
+
+
+@dataclass(frozen=True)
+class OperationCancellation:
+    request_id: str
+    started: bool  # False when the job was cancelled before it left the queue

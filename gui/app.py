@@ -17,7 +17,7 @@ from PySide6.QtCore import QMessageLogContext, QtMsgType, qInstallMessageHandler
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
-from gui.engine_thread import default_data_dir
+from engine.settings import default_data_dir
 
 log = logging.getLogger("gui")
 
@@ -77,11 +77,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if args_list[:1] == ["--engine"]:
-        # The frozen app has no `python -m engine`: the model fetcher runs the CLI this way.
-        from gui.engine_thread import run_engine_cli
-
-        return run_engine_cli(args_list[1:])
     args = parse_args(args_list)
     if args.self_test:
         from gui.self_test import run_self_test

@@ -20,8 +20,9 @@ Signals (all delivered on the GUI thread; payloads are frozen dataclasses):
   is loaded), after every job (before its terminal signal), and after unload / unload-all.
 - `runtimesProbed(tuple[RuntimeReport, ...])`: what each runtime really gives here (M7).
 
-Other GUI modules import the engine's data types and its cheap, thread-safe helpers from
-here, so this file is the whole of the GUI's view of the engine.
+This module is behaviour only: the thread, the worker and their signals. Widgets import the
+engine's Qt-free data modules (requests, catalog, inventory, memory…) directly; which engine
+modules the GUI may import is checked by the import contracts in pyproject.toml.
 """
 
 from __future__ import annotations
@@ -29,123 +30,26 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, QThread, Signal, SignalInstance, Slot
 
 from engine.api import Engine
 from engine.cancel import CancelToken
 from engine.errors import Cancelled, EngineError, ErrorKind
-from engine.io.image import DecodedImage
-from engine.io.reading import image_size, load_image
-from engine.io.sequences import list_sequence
-from engine.models.catalog import FETCH_STARTER, CatalogEntry, Family, Source, load_catalog
-from engine.models.contracts import ModelRef
-from engine.models.inventory import (
-    InstalledModel,
-    ModelInventory,
-    UnknownModel,
-    discover,
-    install_model,
-)
 from engine.requests import (
-    Operation,
+    OperationCancellation,
+    OperationFailure,
     OperationRequest,
-    Product,
-    ProductKind,
     Progress,
     ProgressKind,
     Result,
 )
-from engine.runtime import memory
 from engine.runtime.devices import RuntimeReport, probe
-from engine.runtime.memory import GpuSnapshot, MemorySnapshot, ProcessUsage, RamSnapshot
-from engine.runtime.sessions import SessionInfo, SessionKey, SessionWrap
-from engine.settings import DEFAULT_MAX_PIXELS, EngineSettings, default_data_dir, default_models_dir
+from engine.runtime.sessions import SessionKey, SessionWrap
+from engine.settings import EngineSettings
 from gui.thread_utils import forget_foreign_thread
 
-__all__ = [
-    "DEFAULT_MAX_PIXELS",
-    "FETCH_STARTER",
-    "CatalogEntry",
-    "DecodedImage",
-    "EngineError",
-    "EngineSettings",
-    "EngineThread",
-    "EngineWorker",
-    "ErrorKind",
-    "Family",
-    "GpuSnapshot",
-    "InstalledModel",
-    "MemorySnapshot",
-    "ModelInventory",
-    "ModelRef",
-    "Operation",
-    "OperationCancellation",
-    "OperationFailure",
-    "OperationRequest",
-    "ProcessUsage",
-    "Product",
-    "ProductKind",
-    "Progress",
-    "ProgressKind",
-    "RamSnapshot",
-    "Result",
-    "RuntimeReport",
-    "SessionInfo",
-    "SessionKey",
-    "Source",
-    "UnknownModel",
-    "default_data_dir",
-    "default_models_dir",
-    "discover",
-    "family_of",
-    "image_size",
-    "install_model",
-    "list_sequence",
-    "load_catalog",
-    "load_image",
-    "memory_snapshot",
-    "run_engine_cli",
-]
-
 log = logging.getLogger(__name__)
-
-_FAMILY_OF = {
-    Operation.UPSCALE: Family.UPSCALE,
-    Operation.REMOVE_BACKGROUND: Family.BACKGROUND,
-    Operation.DEPTH: Family.DEPTH,
-    Operation.GEOMETRY: Family.GEOMETRY,
-}
-
-
-def family_of(operation: Operation) -> Family:
-    return _FAMILY_OF[operation]
-
-
-def memory_snapshot() -> MemorySnapshot:
-    """GPU (NVML) and RAM readings; cheap after the first call, safe from any thread."""
-    return memory.snapshot()
-
-
-def run_engine_cli(argv: list[str]) -> int:
-    """`python -m engine ARGS` inside this process (the frozen app has no `-m`)."""
-    from engine.cli import main as cli_main
-
-    return int(cli_main(argv) or 0)
-
-
-@dataclass(frozen=True)
-class OperationFailure:
-    request_id: str
-    kind: ErrorKind
-    message: str  # for a person; the traceback of an unexpected error is in the log
-
-
-@dataclass(frozen=True)
-class OperationCancellation:
-    request_id: str
-    started: bool  # False when the job was cancelled before it left the queue
 
 
 class _JobQueue:
@@ -191,10 +95,6 @@ class _JobQueue:
     def current(self) -> str | None:
         with self._lock:
             return self._current
-
-    def pending(self) -> list[str]:
-        with self._lock:
-            return [request.id for request, _ in self._items]
 
 
 class EngineSignals(QObject):
@@ -419,9 +319,6 @@ class EngineThread(EngineSignals):
     @property
     def running_id(self) -> str | None:
         return self._queue.current
-
-    def pending_ids(self) -> list[str]:
-        return self._queue.pending()
 
     def open_requests(self) -> list[str]:
         """Jobs whose terminal signal has not reached the GUI yet."""

@@ -22,7 +22,11 @@ ROOT = Path(__file__).resolve().parent.parent  # holds the gui and engine packag
 def engine_command(args: list[str]) -> list[str]:
     """The command line that runs the engine CLI with `args`, frozen or not."""
     if getattr(sys, "frozen", False):
-        return [sys.executable, "--engine", *args]  # gui.app.main passes these to the engine CLI
+        return [
+            sys.executable,
+            "--engine",
+            *args,
+        ]  # packaging/launcher.py hands these to the engine CLI
     return [sys.executable, "-m", "engine", *args]
 
 

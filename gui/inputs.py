@@ -7,7 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gui.engine_thread import EngineError, image_size, list_sequence
+from engine.errors import EngineError
+from engine.io.reading import image_size
+from engine.io.sequences import list_sequence
 from gui.widgets.inputs_panel import InputSource
 
 MIN_SEQUENCE = 3  # fewer numbered files are just files

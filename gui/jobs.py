@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
-from gui.engine_thread import (
+from engine.requests import (
     Operation,
     OperationRequest,
     Product,

@@ -34,25 +34,22 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gui.engine_thread import (
-    CatalogEntry,
-    EngineSettings,
-    EngineThread,
-    MemorySnapshot,
-    ModelInventory,
-    ModelRef,
+from engine.models.catalog import CatalogEntry
+from engine.models.contracts import ModelSpec
+from engine.models.inventory import ModelInventory, discover, install_model
+from engine.requests import (
     Operation,
     OperationCancellation,
     OperationFailure,
     OperationRequest,
     Progress,
     Result,
-    SessionInfo,
-    default_data_dir,
-    discover,
-    install_model,
-    memory_snapshot,
 )
+from engine.runtime import memory
+from engine.runtime.memory import MemorySnapshot
+from engine.runtime.sessions import SessionInfo
+from engine.settings import EngineSettings, default_data_dir
+from gui.engine_thread import EngineThread
 from gui.fetcher import FetchOutcome, ModelFetcher
 from gui.inputs import classify_paths
 from gui.jobs import PRODUCT_LABELS, Job, JobState, fmt_duration
@@ -303,7 +300,7 @@ class MainWindow(QMainWindow):
         self.tasks.start()
         self.refresh_models()
         # The first reading imports psutil and starts NVML (a few hundred ms): off this thread.
-        self.tasks.submit(memory_snapshot, self._first_snapshot)
+        self.tasks.submit(memory.snapshot, self._first_snapshot)
 
     def drop_target(self) -> QWidget:
         return self
@@ -671,7 +668,7 @@ class MainWindow(QMainWindow):
         if outcome.error is not None:
             self.warn(f"{path.name} was not added: {outcome.error}")
             return
-        ref: ModelRef = outcome.value
+        ref: ModelSpec = outcome.value
         self.inform(f"Added {ref.path.name} ({ref.contract.describe()}) to your models.")
         self.refresh_models()
 
@@ -715,7 +712,7 @@ class MainWindow(QMainWindow):
 
     def poll_memory(self) -> None:
         try:
-            snap = memory_snapshot()
+            snap = memory.snapshot()
         except Exception:  # a flaky driver must not break the window
             log.exception("memory snapshot failed")
             return

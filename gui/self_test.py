@@ -13,11 +13,13 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 PREFERRED_MODEL = "realesrgan-animevideov3-x2.onnx"  # 2.5 MB and the fastest starter upscaler
 WIDTH, HEIGHT = 64, 48
+TIMEOUT_MS = 300_000  # a slow machine's first load and run
 MAX_MEAN_DIFF = 30.0  # levels (of 255) from a bicubic resize: an upscaler stays close to it
 
 
@@ -71,27 +73,64 @@ def _expected_scale(model: Path, contract_scale: int | None) -> int | None:
 
 
 def _upscale(model: Path, work: Path) -> tuple[str, Path, int, str, float]:
-    from engine.api import Engine
-    from engine.requests import Operation, OperationRequest, ProductKind
+    """One upscale through the app's own engine thread (the GUI's one door to the engine)."""
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    from engine.models.inventory import resolve_model
+    from engine.requests import (
+        Operation,
+        OperationCancellation,
+        OperationFailure,
+        OperationRequest,
+        ProductKind,
+        Result,
+    )
+    from engine.runtime.sessions import SessionInfo
     from engine.settings import EngineSettings
+    from gui.engine_thread import EngineThread
 
     source = work / "self-test.png"
     _test_image(source)
-    engine = Engine(EngineSettings(models_dir=model.parent))
+    ref = resolve_model(str(model), model.parent)
     request = OperationRequest(
         Operation.UPSCALE, str(model), (source,), device="cpu", output_dir=work / "out"
     )
-    ref, _ = engine.resolve(request)
+    ends: list[object] = []
+    sessions: list[tuple[SessionInfo, ...]] = []
+    loop = QEventLoop()
+
+    def end(payload: object) -> None:
+        ends.append(payload)
+        loop.quit()
+
+    engine = EngineThread(EngineSettings(models_dir=model.parent))
+    engine.operationFinished.connect(end)
+    engine.operationFailed.connect(end)
+    engine.operationCancelled.connect(end)
+    engine.sessionsChanged.connect(sessions.append)
+    engine.start(probe_runtimes=False)
     started = time.perf_counter()
-    result = engine.run(request)
-    seconds = time.perf_counter() - started
-    if result.failures:
-        raise SelfTestError("the upscale failed: " + "; ".join(f.message for f in result.failures))
-    images = [p.path for p in result.products if p.kind is ProductKind.IMAGE]
+    try:
+        engine.submit(request)
+        QTimer.singleShot(TIMEOUT_MS, loop.quit)
+        loop.exec()
+    finally:
+        seconds = time.perf_counter() - started
+        engine.stop()
+    if not ends:
+        raise SelfTestError(f"the upscale did not end within {TIMEOUT_MS // 1000} s")
+    outcome = ends[0]
+    if isinstance(outcome, OperationFailure):
+        raise SelfTestError(f"the upscale failed: {outcome.message}")
+    if isinstance(outcome, OperationCancellation) or not isinstance(outcome, Result):
+        raise SelfTestError("the upscale was cancelled")
+    if outcome.failures:
+        raise SelfTestError("the upscale failed: " + "; ".join(f.message for f in outcome.failures))
+    images = [p.path for p in outcome.products if p.kind is ProductKind.IMAGE]
     if len(images) != 1:
         raise SelfTestError(f"the upscale gave {len(images)} images instead of one")
-    providers = ", ".join(sorted({info.provider for info in engine.loaded()})) or "?"
-    engine.unload_all()
+    loaded = [info for snapshot in sessions for info in snapshot]
+    providers = ", ".join(sorted({info.provider for info in loaded})) or "?"
     scale = _expected_scale(model, ref.contract.scale)
     return ref.id, images[0], scale or 0, providers, seconds
 
@@ -127,28 +166,37 @@ def _check_product(source: Path, product: Path, scale: int) -> int:
     return scale
 
 
+@contextmanager
+def _qt_app() -> Iterator[None]:
+    """A Qt application for the engine thread's signals, on the offscreen platform when none
+    exists yet: that also proves the bundle carries the platform plugins the window needs."""
+    from PySide6.QtCore import QCoreApplication
+    from PySide6.QtGui import QGuiApplication
+
+    created = None
+    if QCoreApplication.instance() is None:
+        created = QGuiApplication(["tessera", "-platform", "offscreen"])
+    try:
+        yield
+    finally:
+        if created is not None:
+            created.shutdown()
+
+
 def _check_qt(product: Path) -> str:
-    """Qt loads the product and (when no app exists yet) starts on the offscreen platform."""
+    """Qt loads the product; names the platform it started on."""
     from PySide6 import __version__ as pyside_version
     from PySide6.QtCore import QCoreApplication
     from PySide6.QtGui import QGuiApplication, QImage
 
-    created = None
-    if QCoreApplication.instance() is None:
-        # proves the bundle carries the platform plugins the real window needs
-        created = QGuiApplication(["tessera", "-platform", "offscreen"])
-    try:
-        image = QImage(str(product))
-        if image.isNull():
-            raise SelfTestError("Qt cannot read the product")
-        platform = (
-            QGuiApplication.platformName()
-            if isinstance(QCoreApplication.instance(), QGuiApplication)
-            else "no GUI"
-        )
-    finally:
-        if created is not None:
-            created.shutdown()
+    image = QImage(str(product))
+    if image.isNull():
+        raise SelfTestError("Qt cannot read the product")
+    platform = (
+        QGuiApplication.platformName()
+        if isinstance(QCoreApplication.instance(), QGuiApplication)
+        else "no GUI"
+    )
     return f"Qt {pyside_version} {platform}"
 
 
@@ -173,7 +221,7 @@ def run_self_test(dirs: Sequence[Path] | None = None) -> int:
         )
         return 2
     try:
-        with tempfile.TemporaryDirectory(prefix="tessera-self-test-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="tessera-self-test-") as tmp, _qt_app():
             work = Path(tmp)
             model_id, product, scale, providers, seconds = _upscale(model, work)
             scale = _check_product(work / "self-test.png", product, scale)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSettings
 
-from gui.engine_thread import EngineSettings
+from engine.settings import EngineSettings
 
 ORGANIZATION = "Tessera"
 APPLICATION = "Tessera"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install Tessera with its test extras into .venv and run the linters and the whole test suite.
+# Install Tessera with its test extras into .venv and run the linters, the import contracts
+# (pyproject.toml: layers, no Qt in the engine, the GUI's public engine modules) and all tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
@@ -8,4 +9,5 @@ python3 -m venv .venv
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+.venv/bin/lint-imports --no-cache
 .venv/bin/python -m pytest -q "$@"

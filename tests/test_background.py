@@ -13,6 +13,7 @@ import pytest
 from PIL import Image
 
 from engine.api import Engine
+from engine.errors import UsageError
 from engine.io.writing import write_image
 from engine.operations.background import RemoveBackground
 from engine.operations.foreground import box_blur, estimate_foreground
@@ -102,16 +103,13 @@ def test_ben2_float16_output_and_normalisation_option(
 
 def test_unknown_normalisation_is_a_usage_error(u2net: Path, tmp_path: Path) -> None:
     engine = Engine(EngineSettings(models_dir=u2net.parent))
-    result = engine.run(
-        request(
-            OP,
-            u2net,
-            [photo(tmp_path / "a.png")],
-            tmp_path / "o",
-            options={"normalization": "bogus"},
-        )
+    bogus = request(
+        OP, u2net, [photo(tmp_path / "a.png")], tmp_path / "o", options={"normalization": "bogus"}
     )
-    assert not result.ok and "normalization" in result.failures[0].message
+    # Refused before any work: no session, no product.
+    with pytest.raises(UsageError, match=r"normalization takes imagenet or zero_one, not 'bogus'"):
+        engine.run(bogus)
+    assert engine.sessions.created == 0 and not (tmp_path / "o").exists()
 
 
 def test_resize_bilinear_is_torch_half_pixel_without_antialias() -> None:
@@ -243,7 +241,8 @@ def test_m4_products_identical_with_and_without_cleanup(ben2: Path, tmp_path: Pa
 def test_minimal_feeds_is_none_for_fixed_models(u2net: Path, tmp_path: Path) -> None:
     engine = Engine(EngineSettings(models_dir=u2net.parent))
     assert engine.run(request(OP, u2net, [photo(tmp_path / "a.png")], tmp_path / "o")).ok
-    assert RemoveBackground().minimal_feeds(engine.sessions.entries()[0]) is None
+    spec, _ = engine.resolve(request(OP, u2net, [], tmp_path / "o"))
+    assert RemoveBackground().minimal_feeds(spec) is None
 
 
 def test_cli(u2net: Path, tmp_path: Path) -> None:

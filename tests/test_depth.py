@@ -15,6 +15,7 @@ from onnx import TensorProto, helper
 from PIL import Image
 
 from engine.api import Engine
+from engine.models.contracts import ModelSpec
 from engine.operations.depth import Depth, upper_bound_size
 from engine.operations.depth_codec import read_depth_text
 from engine.operations.products import _write_tiff
@@ -256,9 +257,13 @@ def test_minimal_feeds(fixed: Path, dynamic: Path, tmp_path: Path) -> None:
     for model in (fixed, dynamic):
         assert engine.run(request(OP, model, [photo(tmp_path / "a.png")], tmp_path / "o")).ok
     by_name = {e.key.model.name: e for e in engine.sessions.entries()}
-    assert Depth().minimal_feeds(by_name[fixed.name]) is None
+
+    def spec(model: Path) -> ModelSpec:
+        return engine.resolve(request(OP, model, [], tmp_path / "o"))[0]
+
+    assert Depth().minimal_feeds(spec(fixed)) is None
     entry = by_name[dynamic.name]
-    feeds = Depth().minimal_feeds(entry)
+    feeds = Depth().minimal_feeds(spec(dynamic))
     assert feeds is not None and feeds["image"].shape == (1, 3, 14, 14)
     assert entry.session.run(None, feeds)[0].shape == (1, 14, 14)
 

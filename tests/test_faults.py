@@ -26,12 +26,10 @@ import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
+from engine.errors import ErrorKind
 from engine.io.reading import load_image
 from engine.operations.upscale import Upscale
-from gui.engine_thread import (
-    EngineSettings,
-    EngineThread,
-    ErrorKind,
+from engine.requests import (
     Operation,
     OperationCancellation,
     OperationFailure,
@@ -40,6 +38,8 @@ from gui.engine_thread import (
     ProgressKind,
     Result,
 )
+from engine.settings import EngineSettings
+from gui.engine_thread import EngineThread
 from tests.contract_models import make_upscaler
 from tests.engine_helpers import photo
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard

@@ -16,6 +16,7 @@ import pytest
 from PIL import Image
 
 from engine.api import Engine
+from engine.errors import UsageError
 from engine.operations.depth_codec import read_depth_text
 from engine.operations.geometry import Geometry, depth_edge, infer, recover_focal_shift
 from engine.requests import Operation, ProductKind
@@ -108,11 +109,9 @@ def test_recovers_the_camera_and_metric_depth(
 
 
 @pytest.mark.parametrize(
-    ("option", "sent"), [(None, 1800), (500, 1200), (9000, 3600), ("2400", 2400)]
+    ("option", "sent"), [(None, 1800), (1200, 1200), (3600, 3600), ("2400", 2400)]
 )
-def test_num_tokens_option_is_clamped(
-    moge: Path, tmp_path: Path, option: object, sent: int
-) -> None:
+def test_num_tokens_option_is_sent(moge: Path, tmp_path: Path, option: object, sent: int) -> None:
     log = FeedLog()
     engine = Engine(EngineSettings(models_dir=moge.parent), session_wrap=log)
     options = {} if option is None else {"num_tokens": option}
@@ -120,6 +119,20 @@ def test_num_tokens_option_is_clamped(
         request(OP, moge, [photo(tmp_path / "a.png")], tmp_path / "o", options=options)
     ).ok
     assert log.feeds[0]["num_tokens"][2] == sent
+
+
+@pytest.mark.parametrize("option", [500, 9000, "many", 1800.5])
+def test_num_tokens_out_of_range_is_refused_before_any_run(
+    moge: Path, tmp_path: Path, option: object
+) -> None:
+    log = FeedLog()
+    engine = Engine(EngineSettings(models_dir=moge.parent), session_wrap=log)
+    bad = request(
+        OP, moge, [photo(tmp_path / "a.png")], tmp_path / "o", options={"num_tokens": option}
+    )
+    with pytest.raises(UsageError, match="num_tokens takes a whole number from 1200 to 3600"):
+        engine.run(bad)
+    assert log.feeds == []
 
 
 def synthetic_points(
@@ -269,7 +282,7 @@ def test_minimal_feeds_run_on_the_session(moge: Path, tmp_path: Path) -> None:
     engine = Engine(EngineSettings(models_dir=moge.parent))
     assert engine.run(request(OP, moge, [photo(tmp_path / "a.png")], tmp_path / "o")).ok
     entry = engine.sessions.entries()[0]
-    feeds = Geometry().minimal_feeds(entry)
+    feeds = Geometry().minimal_feeds(engine.resolve(request(OP, moge, [], tmp_path / "o"))[0])
     assert (
         feeds is not None
         and feeds["image"].shape == (1, 3, 56, 56)

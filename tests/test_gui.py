@@ -23,23 +23,20 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from engine.runtime import memory as engine_memory
-from gui.engine_thread import (
-    EngineSettings,
-    EngineThread,
-    ErrorKind,
-    GpuSnapshot,
-    MemorySnapshot,
+from engine.errors import ErrorKind
+from engine.requests import (
     Operation,
     OperationCancellation,
     OperationFailure,
     OperationRequest,
-    ProcessUsage,
     Progress,
     ProgressKind,
-    RamSnapshot,
     Result,
 )
+from engine.runtime import memory as engine_memory
+from engine.runtime.memory import GpuSnapshot, MemorySnapshot, ProcessUsage, RamSnapshot
+from engine.settings import EngineSettings
+from gui.engine_thread import EngineThread
 from gui.jobs import JobState, progress_text
 from gui.main_window import MainWindow
 from gui.settings import AppSettings

@@ -3,6 +3,8 @@ the app's entry point."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,8 +13,7 @@ from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtGui import QColor, QImage
 from pytestqt.qtbot import QtBot
 
-from gui.app import main
-from gui.engine_thread import Operation, OperationRequest
+from engine.requests import Operation, OperationRequest
 from gui.fetcher import FetchOutcome, ModelFetcher
 from gui.inputs import classify_paths, numbered_sequence
 from gui.jobs import Job, JobState, fmt_duration
@@ -147,9 +148,26 @@ def test_the_fetcher_reports_a_failed_download(qtbot: QtBot, tmp_path: Path) -> 
     assert not fetcher.is_running()
 
 
-def test_main_passes_engine_commands_through(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_launcher_passes_engine_commands_through_before_the_gui_loads(tmp_path: Path) -> None:
     make_upscaler(tmp_path / "mine.onnx")
-    assert main(["--engine", "models", "--models-dir", str(tmp_path), "list"]) == 0
-    assert "mine.onnx" in capsys.readouterr().out
+    launcher = Path(__file__).resolve().parent.parent / "packaging" / "launcher.py"
+    # After the engine command ran, the launcher must not have imported Qt or any GUI module.
+    code = (
+        "import runpy, sys\n"
+        f"sys.argv = ['tessera', '--engine', 'models', '--models-dir', {str(tmp_path)!r}, 'list']\n"
+        "try:\n"
+        f"    runpy.run_path({str(launcher)!r}, run_name='__main__')\n"
+        "except SystemExit as e:\n"
+        "    code = e.code\n"
+        "gui = sorted(m for m in sys.modules if m == 'gui' or m.startswith(('gui.', 'PySide6')))\n"
+        "print('exit', code, 'gui', gui)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=launcher.parent.parent,
+    )
+    assert "mine.onnx" in done.stdout, done.stderr
+    assert done.stdout.strip().endswith("exit 0 gui []"), done.stdout

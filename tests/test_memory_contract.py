@@ -176,7 +176,7 @@ def test_m7_cuda_request_is_refused_not_run_on_cpu(upscaler: Path, tmp_path: Pat
     assert "cuda" in str(info.value) and (
         "driver" in str(info.value) or "library" in str(info.value)
     )
-    assert engine.runner.runs == 0
+    assert engine.sessions.runs == 0
     assert not out.exists() or not any(out.iterdir())
 
 
@@ -194,11 +194,11 @@ def test_m8_cancel_between_tiles_runs_no_further_tile(upscaler: Path, tmp_path: 
 
     out = tmp_path / "o"
     engine.run(_request(upscaler, [photo(tmp_path / "w.png")], tmp_path / "warm"))  # load + probe
-    runs_before = engine.runner.runs
+    runs_before = engine.sessions.runs
     with pytest.raises(Cancelled):
         engine.run(_request(upscaler, [img], out, tile=32), progress, token)
     assert seen == [1, 2]
-    assert engine.runner.runs - runs_before == 2
+    assert engine.sessions.runs - runs_before == 2
     assert len(engine.sessions) == 1  # the session stays cached
     assert not out.exists() or not list(out.iterdir())  # no product, no partial file
 
@@ -217,17 +217,17 @@ def test_m8_terminate_interrupts_a_long_run(tmp_path: Path) -> None:
     small = time.perf_counter() - t0  # a run on 1/16 of the pixels of the cancelled one
     img = photo(tmp_path / "a.png", width=384, height=384)
     token = CancelToken()
-    engine.runner.first_start = None
+    engine.sessions.last_run_started = None
 
     def cancel_when_running() -> None:
-        while engine.runner.first_start is None:
+        while engine.sessions.last_run_started is None:
             time.sleep(0.005)
         time.sleep(0.05)
         token.cancel()
 
     watcher = threading.Thread(target=cancel_when_running)
     watcher.start()
-    runs_before = engine.runner.runs
+    runs_before = engine.sessions.runs
     t1 = time.perf_counter()
     try:
         with pytest.raises(Cancelled):
@@ -236,7 +236,7 @@ def test_m8_terminate_interrupts_a_long_run(tmp_path: Path) -> None:
         watcher.join()
     elapsed = time.perf_counter() - t1
     print(f"cancelled after {elapsed:.3f}s; a run on 1/16 of the pixels takes {small:.3f}s")
-    assert engine.runner.runs == runs_before  # the run did not complete: it was terminated
+    assert engine.sessions.runs == runs_before  # the run did not complete: it was terminated
     assert len(engine.sessions) == 1
     assert not (tmp_path / "o").exists() or not list((tmp_path / "o").iterdir())
 

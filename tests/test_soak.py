@@ -17,11 +17,7 @@ from typing import Any
 
 from pytestqt.qtbot import QtBot
 
-from engine.runtime import memory
-from engine.runtime.sessions import SessionKey
-from gui.engine_thread import (
-    EngineSettings,
-    EngineThread,
+from engine.requests import (
     Operation,
     OperationCancellation,
     OperationFailure,
@@ -29,8 +25,11 @@ from gui.engine_thread import (
     Progress,
     ProgressKind,
     Result,
-    SessionInfo,
 )
+from engine.runtime import memory
+from engine.runtime.sessions import SessionInfo, SessionKey
+from engine.settings import EngineSettings
+from gui.engine_thread import EngineThread
 from tests.contract_models import make_da3, make_moge, make_u2net, make_upscaler
 from tests.engine_helpers import gif3, photo
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard

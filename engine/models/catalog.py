@@ -12,7 +12,16 @@ from enum import Enum, StrEnum
 from pathlib import Path
 from typing import Any
 
-from engine.errors import ModelError
+from engine.errors import ModelError, UsageError
+from engine.options import (
+    BackgroundOptions,
+    DepthOptions,
+    GeometryOptions,
+    OperationOptions,
+    UpscaleOptions,
+    parse_options,
+)
+from engine.requests import Operation
 
 
 class Family(Enum):
@@ -27,11 +36,6 @@ class Source(Enum):
     STARTER = "starter"  # built offline by engine/starter.py (fetch-starter)
 
 
-class Normalization(StrEnum):
-    IMAGENET = "imagenet"  # (x − mean) / std with ImageNet's mean and std, x in 0…1
-    ZERO_ONE = "zero_one"  # x in 0…1, nothing else
-
-
 class Layout(StrEnum):
     NCHW = "NCHW"
     NHWC = "NHWC"
@@ -39,12 +43,28 @@ class Layout(StrEnum):
 
 FETCH_STARTER = "python -m engine models fetch-starter"
 
-_OPTION_KEYS = {
-    Family.BACKGROUND: {"normalization", "input_size"},
-    Family.DEPTH: {"normalization", "process_res"},
-    Family.GEOMETRY: {"num_tokens"},
-    Family.UPSCALE: {"scale", "tile", "multiple_of"},
+# The family of models each operation runs.
+FAMILY_OF: dict[Operation, Family] = {
+    Operation.UPSCALE: Family.UPSCALE,
+    Operation.REMOVE_BACKGROUND: Family.BACKGROUND,
+    Operation.DEPTH: Family.DEPTH,
+    Operation.GEOMETRY: Family.GEOMETRY,
 }
+
+
+def family_of(operation: Operation) -> Family:
+    return FAMILY_OF[operation]
+
+
+# Each family's options a catalog entry may preset: its operation's options, plus the model
+# facts `scale` and `multiple_of` of an upscaler. An upscaler's `tile` presets `max_tile`.
+_OPTIONS_OF: dict[Family, type[OperationOptions]] = {
+    Family.UPSCALE: UpscaleOptions,
+    Family.BACKGROUND: BackgroundOptions,
+    Family.DEPTH: DepthOptions,
+    Family.GEOMETRY: GeometryOptions,
+}
+_MODEL_FACTS = ("scale", "multiple_of")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -68,12 +88,8 @@ class CatalogEntry:
     source: Source
     origin: str = ""  # where the file comes from (export, package)
     approx_size: int | None = None  # bytes, for display before the download
-    normalization: Normalization | None = None  # background, depth
-    input_size: int | None = None  # background: the static square input side
-    process_res: int | None = None  # depth: longest side fed to the model
-    num_tokens: int | None = None  # geometry
+    defaults: OperationOptions | None = None  # the options this model runs best with
     scale: int | None = None  # upscale
-    tile: int | None = None  # upscale: default tile side in input pixels
     multiple_of: int | None = None  # upscale: H and W must be multiples of this
     unverified: tuple[str, ...] = ()  # options still to be checked on the real weights
     notes: str = ""
@@ -140,14 +156,20 @@ def _read_catalog(path: Path) -> tuple[CatalogEntry, ...]:
 def _parse_entry(item: dict[str, Any]) -> CatalogEntry:
     family = Family(item["family"])
     options: dict[str, Any] = dict(item.get("options") or {})
-    unknown = set(options) - _OPTION_KEYS[family]
-    if unknown:
-        raise ValueError(f"options {sorted(unknown)} do not apply to {family.value} models")
-    if "normalization" in options:
-        options["normalization"] = Normalization(options["normalization"])
-    for key in ("input_size", "process_res", "num_tokens", "scale", "tile", "multiple_of"):
-        if key in options and (not isinstance(options[key], int) or options[key] < 1):
-            raise ValueError(f"option {key} must be a positive integer")
+    facts: dict[str, Any] = {}
+    for key in _MODEL_FACTS if family is Family.UPSCALE else ():
+        if key in options:
+            value = options.pop(key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"option {key} must be a positive integer")
+            facts[key] = value
+    if family is Family.UPSCALE and "tile" in options:
+        options["max_tile"] = options.pop("tile")
+    try:
+        cls: type[Any] = _OPTIONS_OF[family]
+        defaults = parse_options(cls, options, f"a {family.value} model")
+    except UsageError as e:
+        raise ValueError(str(e)) from None
     sha = item.get("sha256")
     if sha is not None and (len(sha) != 64 or set(sha) - set("0123456789abcdef")):
         raise ValueError("sha256 must be 64 lower-case hex digits or null")
@@ -175,7 +197,8 @@ def _parse_entry(item: dict[str, Any]) -> CatalogEntry:
         approx_size=item.get("approx_size"),
         unverified=tuple(item.get("unverified", ())),
         notes=str(item.get("notes", "")),
-        **options,
+        defaults=defaults,
+        **facts,
     )
 
 

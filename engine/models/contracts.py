@@ -25,6 +25,7 @@ from engine.models.catalog import (
     Family,
     Layout,
 )
+from engine.options import OperationOptions
 
 IMAGENET_PATCH = 14  # DA3's ViT patch size: depth inputs are multiples of it
 _PROBE_SIZES = (16, 64, 256)  # fixed probe sizes for an upscaler's scale, as chaiNNer does
@@ -82,10 +83,11 @@ class Contract:
     views: int | None = None  # depth: N of a 1×N×3×H×W input (1 if N is dynamic); None: rank 4
     opset: int = 0
     external_data: tuple[str, ...] = ()  # weight files beside the model, relative to its folder
-
-    @property
-    def input_names(self) -> tuple[str, ...]:
-        return tuple(t.name for t in self.inputs)
+    # The output the operation reads: the upscaled image, the mask, the depth map, the points.
+    image_output: str = ""
+    confidence_output: str | None = None  # depth: `depth_conf` when the export has it
+    sky_output: str | None = None  # depth: `sky` when the export has it
+    tokens_rank: int = 0  # geometry: 0 for a scalar `num_tokens`, 1 for [1]
 
     @property
     def output_names(self) -> tuple[str, ...]:
@@ -113,21 +115,28 @@ class Contract:
 
 
 @dataclass(frozen=True)
-class ModelRef:
-    """A model file ready to be loaded: its path, catalog entry (if known) and contract."""
+class ModelSpec:
+    """The one description of a model, ready to be loaded: its file, its catalog entry (if
+    known) and its contract — what the graph says, completed by the catalog where the graph is
+    silent and, for an upscaler whose sizes shape inference could not tell, by one probe run
+    (engine/operations/upscale.py) whose result the engine keeps with the session."""
 
     path: Path
     entry: CatalogEntry | None
-    family: Family
     contract: Contract
+
+    @property
+    def family(self) -> Family:
+        return self.contract.family
 
     @property
     def id(self) -> str:
         return self.entry.id if self.entry else self.path.stem
 
     @property
-    def display_name(self) -> str:
-        return self.entry.name if self.entry else self.path.name
+    def defaults(self) -> OperationOptions | None:
+        """The options this model runs best with (its catalog entry's), if any."""
+        return self.entry.defaults if self.entry else None
 
 
 def _dtype_name(elem_type: int) -> str:
@@ -359,6 +368,8 @@ def _match_geometry(g: _Graph) -> Match:
         fp16=image.dtype == "float16",
         fixed_size=_fixed(_hw(image.shape)),
         opset=g.opset,
+        image_output="points",
+        tokens_rank=tokens.rank or 0,
     )
 
 
@@ -393,6 +404,7 @@ def _match_background(g: _Graph, auto: bool) -> Match:
         fp16=x.dtype == "float16",
         fixed_size=size,
         opset=g.opset,
+        image_output=out.name,  # BEN2's only output, U²-Net's d0
     )
 
 
@@ -424,9 +436,15 @@ def _match_depth(g: _Graph, named_only: bool) -> Match:
             same = probed is not None and _hw(probed[0].shape) == _DEPTH_PROBE
         if not same:
             return f"first output {out.describe()} does not match the input {x.describe()} in size"
+    extra = [t.name for t in g.inputs if t is not x]
+    if extra:
+        return f"it also needs {', '.join(extra)}; Tessera runs depth-only exports"
     views: int | None = None
     if len(x.shape) == 5:
         views = x.shape[1] if isinstance(x.shape[1], int) else 1
+    names = [t.name for t in g.outputs]
+    conf = next((n for n in names if "conf" in n.lower() and n != out.name), None)
+    sky = next((n for n in names if "sky" in n.lower() and n != out.name), None)
     return Contract(
         Family.DEPTH,
         g.inputs,
@@ -437,6 +455,9 @@ def _match_depth(g: _Graph, named_only: bool) -> Match:
         fixed_size=_fixed(_hw(x.shape)),
         views=views,
         opset=g.opset,
+        image_output=out.name,
+        confidence_output=conf,
+        sky_output=sky,
     )
 
 
@@ -480,6 +501,10 @@ def _match_upscale(g: _Graph) -> Match:
         scale, multiple_of, refusal = _probe_scale(g, x, layout, channels)
         if refusal:
             return refusal
+    # An exporter may state what inference cannot see (Tessera's own metadata keys).
+    meta = {prop.key: prop.value for prop in g.model.metadata_props}
+    scale = _positive(meta.get("tessera.scale")) or scale
+    multiple_of = _positive(meta.get("tessera.multiple_of")) or multiple_of
     return Contract(
         Family.UPSCALE,
         g.inputs,
@@ -492,7 +517,16 @@ def _match_upscale(g: _Graph) -> Match:
         multiple_of=multiple_of,
         fixed_size=fixed,
         opset=g.opset,
+        image_output=out.name,
     )
+
+
+def _positive(text: str | None) -> int | None:
+    try:
+        value = int(text) if text else 0
+    except ValueError:
+        return None
+    return value if value > 0 else None
 
 
 def _ratio(inp: tuple[int, int], out: tuple[int, int]) -> int | None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from engine.errors import ModelError, ResourceError, UsageError
 from engine.models.catalog import CatalogEntry, Family, load_catalog, sha256_file
-from engine.models.contracts import Contract, ModelRef, validate_model, with_entry
+from engine.models.contracts import Contract, ModelSpec, validate_model, with_entry
 from engine.settings import bundled_models_dir
 
 # ---------------------------------------------------------------------------------------------
@@ -37,8 +37,8 @@ def _installed_path(entry: CatalogEntry, models_dir: Path) -> Path | None:
     return None
 
 
-def resolve_model(id_or_path: str, models_dir: Path) -> ModelRef:
-    """A catalog id, a file in the models folder (with or without .onnx) or a path → ModelRef."""
+def resolve_model(id_or_path: str, models_dir: Path) -> ModelSpec:
+    """A catalog id, a file in the models folder (with or without .onnx) or a path → ModelSpec."""
     catalog = load_catalog()
     entry = catalog.get(id_or_path)
     if entry is not None:
@@ -49,7 +49,7 @@ def resolve_model(id_or_path: str, models_dir: Path) -> ModelRef:
                 f"`{entry.how_to_get}`."
             )
         contract = validate_model(path, entry.family)
-        return ModelRef(path, entry, entry.family, with_entry(contract, entry))
+        return ModelSpec(path, entry, with_entry(contract, entry))
     given = Path(id_or_path).expanduser()
     candidates = [given]
     if not given.is_absolute() and len(given.parts) == 1:
@@ -66,7 +66,7 @@ def resolve_model(id_or_path: str, models_dir: Path) -> ModelRef:
     path = found
     entry = _entry_for_file(path.name) if _same_dir(path.parent, models_dir) else None
     contract = validate_model(path, entry.family if entry else None)
-    return ModelRef(path, entry, contract.family, with_entry(contract, entry))
+    return ModelSpec(path, entry, with_entry(contract, entry))
 
 
 @dataclass(frozen=True)
@@ -173,7 +173,7 @@ def _copy_new(src: Path, dest: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def install_model(path: Path, models_dir: Path, family: Family | None = None) -> ModelRef:
+def install_model(path: Path, models_dir: Path, family: Family | None = None) -> ModelSpec:
     """Validate an .onnx file and copy it (and its external data) into the models folder.
 
     Custom models of any family are welcome; a file named like a catalog model must be that
@@ -198,7 +198,7 @@ def install_model(path: Path, models_dir: Path, family: Family | None = None) ->
                 "rename it to add it as your own."
             )
     dest = models_dir / src.name
-    ref = ModelRef(dest, entry, contract.family, with_entry(contract, entry))
+    ref = ModelSpec(dest, entry, with_entry(contract, entry))
     if dest.exists() and _same_dir(src.parent, models_dir):
         return ref  # already in place
     pairs = [(src.parent / loc, models_dir / loc) for loc in contract.external_data]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -574,20 +573,3 @@ def convert(
     except onnx.checker.ValidationError as exc:
         raise ModelError(f"The converted ncnn graph is not a valid ONNX model: {exc}") from exc
     return model
-
-
-def convert_files(
-    param_path: Path,
-    bin_path: Path,
-    *,
-    output_blob: str | None = None,
-    metadata: Mapping[str, str] | None = None,
-) -> onnx.ModelProto:
-    try:
-        text = param_path.read_text(encoding="utf-8")
-        data = bin_path.read_bytes()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ModelError(f"Cannot read the ncnn model {param_path.name}: {exc}") from exc
-    return convert(
-        text, data, graph_name=param_path.stem, output_blob=output_blob, metadata=metadata
-    )

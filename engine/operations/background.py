@@ -6,9 +6,9 @@ dropped), bilinear resize to the square without keeping the aspect, normalisatio
 `normalization` option ("imagenet", the default, or "zero_one"). Post-processing as BEN2's
 reference: the first output, bilinear resize back to the image size, min-max stretch.
 
-Options: `normalization`; `refine_foreground` (default off) replaces the cut-out's colours by a
-blur-fusion foreground estimate so soft edges carry no background halo; `input_size` for a
-model whose input size is dynamic (default 1024).
+Options (`BackgroundOptions`): `normalization`; `refine_foreground` (default off) replaces the
+cut-out's colours by a blur-fusion foreground estimate so soft edges carry no background halo;
+`input_size` for a model whose input size is dynamic (default 1024).
 
 Products: `<stem>-cutout.png` (RGBA, 16-bit for 16-bit inputs, alpha = mask × the input's own
 alpha) and `<stem>-mask.png` (8-bit grey). Several frames: see engine/operations/postprocess.py.
@@ -16,23 +16,20 @@ alpha) and `<stem>-mask.png` (8-bit grey). Several frames: see engine/operations
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 from PIL import Image
 
-from engine.errors import ModelError
 from engine.io.image import DecodedImage, from_float
+from engine.models.contracts import ModelSpec
 from engine.operations.base import OperationBase, RunContext
 from engine.operations.foreground import estimate_foreground
 from engine.operations.pixels import (
     alpha_float,
-    flag,
     input_dtype,
     min_max,
     normalise,
-    normalization,
     plane,
     quantise,
     resize_bilinear,
@@ -41,48 +38,34 @@ from engine.operations.pixels import (
     to_nchw,
 )
 from engine.operations.products import data_meta, write_frames
+from engine.options import (
+    BackgroundConfig,
+    BackgroundOptions,
+    Normalization,
+    OperationOptions,
+    of_type,
+    settle,
+)
 from engine.requests import Operation, Product, ProductKind, ProgressKind
-from engine.runtime.sessions import SessionEntry
-
-DEFAULT_SIZE = 1024  # BEN2's side, for a model whose input size the graph leaves open
-
-
-@dataclass(frozen=True)
-class MatteModel:
-    input_name: str
-    output_name: str  # the first output: BEN2's only one, U²-Net's d0
-    fixed: tuple[int, int] | None  # (h, w) of a static input
-    dtype: type
-
-
-def describe(entry: SessionEntry) -> MatteModel:
-    session = entry.session
-    inputs, outputs = session.get_inputs(), session.get_outputs()
-    inp = inputs[0]
-    shape = list(inp.shape)
-    if len(shape) != 4:
-        raise ModelError(
-            f"{entry.key.model.name} is not a background model: its input has rank {len(shape)}, not 4."
-        )
-    h, w = shape[2], shape[3]
-    fixed = (h, w) if isinstance(h, int) and isinstance(w, int) and h > 0 and w > 0 else None
-    return MatteModel(inp.name, outputs[0].name, fixed, input_dtype(inp.type))
 
 
 class RemoveBackground(OperationBase):
     operation: ClassVar[Operation] = Operation.REMOVE_BACKGROUND
+    config = BackgroundConfig(Normalization.IMAGENET, 1024, refine_foreground=False)
 
-    def minimal_feeds(self, entry: SessionEntry) -> dict[str, np.ndarray] | None:
-        info = describe(entry)
-        if info.fixed is not None:
+    def configure(self, options: OperationOptions, spec: ModelSpec) -> None:
+        given = of_type(options, BackgroundOptions) or BackgroundOptions()
+        self.config = settle(given, of_type(spec.defaults, BackgroundOptions))
+
+    def minimal_feeds(self, spec: ModelSpec) -> dict[str, np.ndarray] | None:
+        c = spec.contract
+        if c.fixed_size is not None:
             return None
-        return {info.input_name: np.zeros((1, 3, 32, 32), info.dtype)}
+        return {c.image_input: np.zeros((1, 3, 32, 32), input_dtype(c))}
 
     def process(self, image: DecodedImage, ctx: RunContext) -> list[Product]:
-        info = describe(ctx.entry)
-        size = info.fixed or (int(ctx.option("input_size", DEFAULT_SIZE)),) * 2
-        norm = normalization(ctx)
-        refine = flag(ctx.option("refine_foreground", False))
+        c = ctx.spec.contract
+        size = c.fixed_size or (self.config.input_size,) * 2
         cutouts: list[np.ndarray] = []
         masks: list[np.ndarray] = []
         n = len(image.frames)
@@ -90,15 +73,16 @@ class RemoveBackground(OperationBase):
             ctx.start_frame(index, n, 1)
             rgb = rgb_float(frame)
             model_in = normalise(
-                resize_image(rgb, size[0], size[1], Image.Resampling.BILINEAR), norm
+                resize_image(rgb, size[0], size[1], Image.Resampling.BILINEAR),
+                self.config.normalization,
             )
             result = ctx.run(
-                {info.input_name: to_nchw(model_in, info.dtype)}, outputs=[info.output_name]
+                {c.image_input: to_nchw(model_in, input_dtype(c))}, outputs=[c.image_output]
             )[0]
             h, w = frame.shape[:2]
             matte = min_max(resize_bilinear(plane(result), h, w))
             masks.append(quantise(matte, 8))
-            cutouts.append(_cutout(frame, rgb, matte, refine))
+            cutouts.append(_cutout(frame, rgb, matte, self.config.refine_foreground))
             ctx.emit(ctx.progress(ProgressKind.FRAME_FINISHED))
         return [
             *write_frames(ctx, image, "cutout", cutouts, ProductKind.IMAGE, image.meta),

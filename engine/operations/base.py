@@ -1,40 +1,41 @@
-"""What every operation shares: the run context (session, runner, cancel, progress) and the base class.
+"""What every operation shares: the run context of one input, and the operation's base class.
 
 The context knows how many runs the request will make, so exactly the request's final run is
 marked `last` and asks for the arena shrink (M2); operations never decide that themselves.
+The session itself is the request's `SessionHandle`: it runs, releases on out-of-memory (M5)
+and renews; an operation only asks it to.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
 from engine.cancel import CancelToken
-from engine.errors import ResourceError, UsageError
+from engine.errors import UsageError
 from engine.io.image import DecodedImage
+from engine.models.contracts import ModelSpec
+from engine.options import OperationOptions
 from engine.requests import Operation, OperationRequest, Product, Progress, ProgressKind
-from engine.runtime.runner import Runner
-from engine.runtime.sessions import SessionEntry
+from engine.runtime.sessions import SessionHandle
 from engine.settings import EngineSettings
 
 
 @dataclass
 class RunContext:
+    """One input of a request, as its operation sees it."""
+
     request: OperationRequest
     settings: EngineSettings
-    runner: Runner
-    entry: SessionEntry
+    session: SessionHandle
+    spec: ModelSpec
     cancel: CancelToken | None
     emit: Callable[[Progress], None]
-    renew_session: Callable[[], SessionEntry]  # release the session (M5) and load a fresh one
-    release_session: Callable[[], None]  # release the session (M5) without loading another
-    model_name: str
-    model_options: Mapping[str, Any] = field(default_factory=dict)  # the catalog's contract options
     input_index: int = 0
     input_count: int = 1
     final_input: bool = True  # this input's last run is the request's last run
@@ -71,18 +72,11 @@ class RunContext:
         outputs: Sequence[str] | None = None,
         count: bool = True,
     ) -> list[Any]:
-        """One counted model run of the current frame, with progress after it."""
+        """One counted model run of the current frame, with progress after it. `count=False`
+        is a probe: never the last run, no progress."""
         last = count and self.is_last_run()
-        try:
-            result = self.runner.run(
-                self.entry, feeds, last=last, cancel=self.cancel, outputs=outputs
-            )
-        except ResourceError:
-            # M5 for every family, not only upscale: the session that ran out of memory is
-            # destroyed with its arena, so the next request starts on a fresh one.
-            self.release_session()
-            raise
-        self.last_run_shrunk = last and self.entry.shrink_target is not None
+        result = self.session.run(feeds, last=last, cancel=self.cancel, outputs=outputs)
+        self.last_run_shrunk = last and self.session.shrink_target is not None
         if count:
             self.runs_done += 1
             self.emit(self.progress(ProgressKind.RUN_FINISHED))
@@ -101,21 +95,26 @@ class RunContext:
             message=message,
         )
 
-    def option(self, name: str, default: Any) -> Any:
-        """A request option, else the model's catalog option, else the default."""
-        if name in self.request.options:
-            return self.request.options[name]
-        return self.model_options.get(name, default)
-
 
 class OperationBase(ABC):
+    """One request's operation: configured once from its options and model, then run per input."""
+
     operation: ClassVar[Operation]
+
+    @abstractmethod
+    def configure(self, options: OperationOptions, spec: ModelSpec) -> None:
+        """Settle the options once: the request's, else the model's defaults, else Tessera's."""
+
+    def complete(self, spec: ModelSpec, session: SessionHandle) -> ModelSpec:
+        """The model's description with what only a run can tell (an upscaler's scale when the
+        graph is silent). Called once per model file; the engine keeps the result."""
+        return spec
 
     @abstractmethod
     def process(self, image: DecodedImage, ctx: RunContext) -> list[Product]:
         """Run the model over every frame of `image` and write the products atomically."""
 
-    def minimal_feeds(self, entry: SessionEntry) -> dict[str, np.ndarray] | None:
+    def minimal_feeds(self, spec: ModelSpec) -> dict[str, np.ndarray] | None:
         """The smallest valid input, for the shrink run after a cancel or failure (M10).
 
         None for models with fixed input shapes: a full-size run would cost a peak of its own.

@@ -31,72 +31,45 @@ from typing import ClassVar
 import numpy as np
 from PIL import Image
 
-from engine.errors import ModelError
 from engine.io.image import DecodedImage
+from engine.models.contracts import Contract, ModelSpec
 from engine.operations.base import OperationBase, RunContext
 from engine.operations.colormap import turbo
 from engine.operations.depth_codec import depth_range, depth_text, encode_depth16, nearness
 from engine.operations.pixels import (
     input_dtype,
     normalise,
-    normalization,
     plane,
     resize_bilinear,
     resize_image,
     rgb_float,
 )
 from engine.operations.products import data_meta, write_float_tiff, write_frames
+from engine.options import (
+    DepthConfig,
+    DepthOptions,
+    Normalization,
+    OperationOptions,
+    of_type,
+    settle,
+)
 from engine.requests import Operation, Product, ProductKind, ProgressKind
-from engine.runtime.sessions import SessionEntry
 
 PATCH = 14
 DEFAULT_PROCESS_RES = 504
 
 
-@dataclass(frozen=True)
-class DepthModel:
-    input_name: str
-    views: int | None  # None: a 1×3×H×W input; else N of 1×N×3×H×W (1 when N is dynamic)
-    fixed: tuple[int, int] | None  # (H, W) of a static input
-    dtype: type
-    depth: str
-    conf: str | None
-    sky: str | None
-
-    @property
-    def outputs(self) -> list[str]:
-        return [n for n in (self.depth, self.conf, self.sky) if n is not None]
-
-    def feed(self, chw: np.ndarray) -> np.ndarray:
-        """1×3×H×W, or the frame in every view of 1×N×3×H×W."""
-        tensor = chw[None] if self.views is None else np.repeat(chw[None, None], self.views, axis=1)
-        return np.ascontiguousarray(tensor, dtype=self.dtype)
+def _outputs(c: Contract) -> list[str]:
+    return [n for n in (c.image_output, c.confidence_output, c.sky_output) if n is not None]
 
 
-def describe(entry: SessionEntry) -> DepthModel:
-    session = entry.session
-    name = entry.key.model.name
-    inputs = session.get_inputs()
-    images = [i for i in inputs if len(i.shape) in (4, 5) and "float" in i.type]
-    if not images:
-        raise ModelError(
-            f"{name} is not a depth model: it has no 1×3×H×W or 1×N×3×H×W float input."
-        )
-    x = images[0]
-    if len(inputs) > 1:
-        extra = ", ".join(i.name for i in inputs if i is not x)
-        raise ModelError(f"{name} also needs {extra}; Tessera runs depth-only exports.")
-    shape = list(x.shape)
-    views = None
-    if len(shape) == 5:
-        views = shape[1] if isinstance(shape[1], int) and shape[1] > 0 else 1
-    h, w = shape[-2], shape[-1]
-    fixed = (h, w) if isinstance(h, int) and isinstance(w, int) and h > 0 and w > 0 else None
-    names = [o.name for o in session.get_outputs()]
-    depth = next((n for n in names if n.lower() in ("depth", "predicted_depth")), names[0])
-    conf = next((n for n in names if "conf" in n.lower() and n != depth), None)
-    sky = next((n for n in names if "sky" in n.lower() and n != depth), None)
-    return DepthModel(x.name, views, fixed, input_dtype(x.type), depth, conf, sky)
+def _feed(c: Contract, chw: np.ndarray) -> np.ndarray:
+    """1×3×H×W, or the frame in every view of 1×N×3×H×W."""
+    if c.views is None:
+        tensor = chw[None]
+    else:
+        tensor = np.repeat(chw[None, None], c.views, axis=1)
+    return np.ascontiguousarray(tensor, dtype=input_dtype(c))
 
 
 def _nearest_multiple(x: int, p: int = PATCH) -> int:
@@ -123,18 +96,20 @@ class Placement:
     offset: tuple[int, int]
 
 
-def placement(info: DepthModel, height: int, width: int, process_res: int) -> Placement:
-    if info.fixed is None:
+def placement(
+    fixed: tuple[int, int] | None, height: int, width: int, process_res: int
+) -> Placement:
+    if fixed is None:
         hw = upper_bound_size(height, width, process_res)
         return Placement(hw, hw, (0, 0))
-    fh, fw = info.fixed
+    fh, fw = fixed
     scale = min(fh / height, fw / width)
     h = min(fh, max(1, round(height * scale)))
     w = min(fw, max(1, round(width * scale)))
-    return Placement(info.fixed, (h, w), ((fh - h) // 2, (fw - w) // 2))
+    return Placement(fixed, (h, w), ((fh - h) // 2, (fw - w) // 2))
 
 
-def _model_input(rgb: np.ndarray, place: Placement, norm: str) -> np.ndarray:
+def _model_input(rgb: np.ndarray, place: Placement, norm: Normalization) -> np.ndarray:
     h, w = place.image_hw
     grows = h > rgb.shape[0] or w > rgb.shape[1]
     resized = resize_image(rgb, h, w, Image.Resampling.BICUBIC if grows else Image.Resampling.BOX)
@@ -147,28 +122,32 @@ def _model_input(rgb: np.ndarray, place: Placement, norm: str) -> np.ndarray:
 
 class Depth(OperationBase):
     operation: ClassVar[Operation] = Operation.DEPTH
+    config = DepthConfig(Normalization.IMAGENET, 504)
 
-    def minimal_feeds(self, entry: SessionEntry) -> dict[str, np.ndarray] | None:
-        info = describe(entry)
-        if info.fixed is not None:
+    def configure(self, options: OperationOptions, spec: ModelSpec) -> None:
+        given = of_type(options, DepthOptions) or DepthOptions()
+        self.config = settle(given, of_type(spec.defaults, DepthOptions))
+
+    def minimal_feeds(self, spec: ModelSpec) -> dict[str, np.ndarray] | None:
+        c = spec.contract
+        if c.fixed_size is not None:
             return None
-        return {info.input_name: info.feed(np.zeros((3, PATCH, PATCH), np.float32))}
+        return {c.image_input: _feed(c, np.zeros((3, PATCH, PATCH), np.float32))}
 
     def process(self, image: DecodedImage, ctx: RunContext) -> list[Product]:
-        info = describe(ctx.entry)
-        norm = normalization(ctx)
-        process_res = int(ctx.option("process_res", DEFAULT_PROCESS_RES))
+        c = ctx.spec.contract
+        outputs = _outputs(c)
         height, width = image.frames[0].shape[:2]
-        place = placement(info, height, width, process_res)
+        place = placement(c.fixed_size, height, width, self.config.process_res)
         y, x = place.offset
         h, w = place.image_hw
-        maps: dict[str, list[np.ndarray]] = {name: [] for name in info.outputs}
+        maps: dict[str, list[np.ndarray]] = {name: [] for name in outputs}
         n = len(image.frames)
         for index, frame in enumerate(image.frames):
             ctx.start_frame(index, n, 1)
-            chw = _model_input(rgb_float(frame), place, norm)
-            results = ctx.run({info.input_name: info.feed(chw)}, outputs=info.outputs)
-            for name, result in zip(info.outputs, results, strict=True):
+            chw = _model_input(rgb_float(frame), place, self.config.normalization)
+            results = ctx.run({c.image_input: _feed(c, chw)}, outputs=outputs)
+            for name, result in zip(outputs, results, strict=True):
                 # Kept at the model's resolution: small, and resized once the range is known.
                 maps[name].append(plane(result)[y : y + h, x : x + w].copy())
             ctx.emit(ctx.progress(ProgressKind.FRAME_FINISHED))
@@ -176,7 +155,7 @@ class Depth(OperationBase):
         def full(m: np.ndarray) -> np.ndarray:
             return resize_bilinear(m, height, width)
 
-        floats = [full(d) for d in maps[info.depth]]
+        floats = [full(d) for d in maps[c.image_output]]
         lo, hi = depth_range(floats)
         meta = data_meta(image)
         products = [
@@ -199,10 +178,10 @@ class Depth(OperationBase):
                 meta,
             ),
         ]
-        if info.conf is not None:
-            conf = [full(c) for c in maps[info.conf]]
+        if c.confidence_output is not None:
+            conf = [full(m) for m in maps[c.confidence_output]]
             products += write_float_tiff(ctx, image, "depth-conf", conf, ProductKind.CONFIDENCE)
-        if info.sky is not None:
-            sky = [np.where(full(s) >= 0.5, 255, 0).astype(np.uint8) for s in maps[info.sky]]
+        if c.sky_output is not None:
+            sky = [np.where(full(s) >= 0.5, 255, 0).astype(np.uint8) for s in maps[c.sky_output]]
             products += write_frames(ctx, image, "sky", sky, ProductKind.SKY, meta)
         return products

@@ -38,14 +38,20 @@ from typing import ClassVar
 
 import numpy as np
 
-from engine.errors import ModelError
 from engine.io.image import DecodedImage
+from engine.models.contracts import Contract, ModelSpec
 from engine.operations.base import OperationBase, RunContext
 from engine.operations.depth_codec import depth_range, depth_text, encode_depth16
 from engine.operations.pixels import input_dtype, rgb_float, to_nchw
 from engine.operations.products import data_meta, write_float_tiff, write_frames, write_per_frame
+from engine.options import (
+    GeometryConfig,
+    GeometryOptions,
+    OperationOptions,
+    of_type,
+    settle,
+)
 from engine.requests import Operation, Product, ProductKind, ProgressKind
-from engine.runtime.sessions import SessionEntry
 
 DEFAULT_TOKENS = 1800
 TOKEN_RANGE = (1200, 3600)  # MoGe-2's resolution levels 0…9
@@ -55,33 +61,12 @@ EDGE_RTOL = 0.04
 MINIMAL_TOKENS = 16  # the M10 shrink run: a 4×4 token grid on a 56×56 image
 
 
-@dataclass(frozen=True)
-class GeometryModel:
-    dtype: type  # of `image`
-    tokens_rank: int  # 0: scalar num_tokens, 1: [1]
-
-    def feeds(self, chw: np.ndarray, tokens: int) -> dict[str, np.ndarray]:
-        count = np.array(tokens if self.tokens_rank == 0 else [tokens], np.int64)
-        return {"image": np.ascontiguousarray(chw[None], dtype=self.dtype), "num_tokens": count}
-
-
-def describe(entry: SessionEntry) -> GeometryModel:
-    session = entry.session
-    by_name = {i.name: i for i in session.get_inputs()}
-    outputs = {o.name for o in session.get_outputs()}
-    missing = [n for n in ("image", "num_tokens") if n not in by_name] + [
-        n for n in OUTPUTS if n not in outputs
-    ]
-    if missing:
-        raise ModelError(
-            f"{entry.key.model.name} is not a MoGe-2 model: it lacks {', '.join(missing)}."
-        )
-    return GeometryModel(input_dtype(by_name["image"].type), len(by_name["num_tokens"].shape))
-
-
-def token_count(ctx: RunContext) -> int:
-    value = int(ctx.option("num_tokens", DEFAULT_TOKENS))
-    return min(max(value, TOKEN_RANGE[0]), TOKEN_RANGE[1])
+def _feeds(c: Contract, chw: np.ndarray, tokens: int) -> dict[str, np.ndarray]:
+    count = np.array(tokens if c.tokens_rank == 0 else [tokens], np.int64)
+    return {
+        c.image_input: np.ascontiguousarray(chw[None], dtype=input_dtype(c)),
+        "num_tokens": count,
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -293,20 +278,25 @@ def _point_cloud(geo: FrameGeometry, frame: np.ndarray) -> bytes:
 
 class Geometry(OperationBase):
     operation: ClassVar[Operation] = Operation.GEOMETRY
+    config = GeometryConfig(1800)
 
-    def minimal_feeds(self, entry: SessionEntry) -> dict[str, np.ndarray] | None:
+    def configure(self, options: OperationOptions, spec: ModelSpec) -> None:
+        given = of_type(options, GeometryOptions) or GeometryOptions()
+        self.config = settle(given, of_type(spec.defaults, GeometryOptions))
+
+    def minimal_feeds(self, spec: ModelSpec) -> dict[str, np.ndarray] | None:
         side = 14 * math.isqrt(MINIMAL_TOKENS)
-        return describe(entry).feeds(np.zeros((3, side, side), np.float32), MINIMAL_TOKENS)
+        return _feeds(spec.contract, np.zeros((3, side, side), np.float32), MINIMAL_TOKENS)
 
     def process(self, image: DecodedImage, ctx: RunContext) -> list[Product]:
-        info = describe(ctx.entry)
-        tokens = token_count(ctx)
+        c = ctx.spec.contract
         frames: list[FrameGeometry] = []
         n = len(image.frames)
         for index, frame in enumerate(image.frames):
             ctx.start_frame(index, n, 1)
             chw = to_nchw(rgb_float(frame))[0]
-            points, normal, mask, metric = ctx.run(info.feeds(chw, tokens), outputs=list(OUTPUTS))
+            feeds = _feeds(c, chw, self.config.num_tokens)
+            points, normal, mask, metric = ctx.run(feeds, outputs=list(OUTPUTS))
             scale = float(np.asarray(metric, np.float32).reshape(-1)[0])
             frames.append(
                 infer(np.asarray(points)[0], np.asarray(normal)[0], np.asarray(mask)[0], scale)

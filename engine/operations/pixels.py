@@ -12,28 +12,11 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from engine.errors import UsageError
-from engine.operations.base import RunContext
+from engine.models.contracts import Contract
+from engine.options import Normalization
 
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32)
 IMAGENET_STD = np.array([0.229, 0.224, 0.225], np.float32)
-NORMALIZATIONS = ("imagenet", "zero_one")
-
-
-def flag(value: object) -> bool:
-    """A boolean option that may arrive as a bool or as text (`--option refine_foreground=yes`)."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    return bool(value)
-
-
-def normalization(ctx: RunContext) -> str:
-    value = str(ctx.option("normalization", "imagenet")).lower()
-    if value not in NORMALIZATIONS:
-        raise UsageError(
-            f"normalization must be one of {', '.join(NORMALIZATIONS)}, not {value!r}."
-        )
-    return value
 
 
 # ---------------------------------------------------------------------------------------------
@@ -74,8 +57,8 @@ def resize_image(
     return np.stack(planes, axis=2).astype(np.float32, copy=False)
 
 
-def normalise(rgb: np.ndarray, mode: str) -> np.ndarray:
-    if mode == "imagenet":
+def normalise(rgb: np.ndarray, mode: Normalization) -> np.ndarray:
+    if mode is Normalization.IMAGENET:
         return (rgb - IMAGENET_MEAN) / IMAGENET_STD
     return rgb
 
@@ -84,9 +67,9 @@ def to_nchw(rgb: np.ndarray, dtype: np.dtype[Any] | type = np.float32) -> np.nda
     return np.ascontiguousarray(rgb.transpose(2, 0, 1)[None], dtype=dtype)
 
 
-def input_dtype(type_name: str) -> type:
-    """The numpy dtype to feed an ORT input declared as `type_name` (tensor(float16) …)."""
-    return np.float16 if "float16" in type_name else np.float32
+def input_dtype(contract: Contract) -> type:
+    """The numpy dtype to feed the model's image input: float16 where it declares float16."""
+    return np.float16 if contract.fp16 else np.float32
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,142 +12,86 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from dataclasses import replace
+from typing import ClassVar
 
 import numpy as np
 
 from engine.errors import InferenceError, ModelError, ResourceError
 from engine.io.image import DecodedImage, to_float
+from engine.models.catalog import Layout
+from engine.models.contracts import Contract, ModelSpec
 from engine.operations.base import OperationBase, RunContext
 from engine.operations.products import write_frames
+from engine.options import OperationOptions, UpscaleConfig, UpscaleOptions, of_type, settle
 from engine.requests import Operation, Product, ProductKind, ProgressKind
 from engine.runtime import memory
-from engine.runtime.sessions import SessionEntry
+from engine.runtime.arena import cpu_arena_limit
+from engine.runtime.sessions import SessionHandle
 from engine.tiling.assembly import TileAssembler
-from engine.tiling.plan import pad_to_multiple, plan_tiles
+from engine.tiling.plan import TilePlan, axis_spans, pad_to_multiple, plan_tiles
 
 log = logging.getLogger(__name__)
 
-MAX_AUTO_TILE = 512  # larger tiles gain little speed and cost a new arena size per shape
 PROBE_SIZES = (61, 62, 60, 56, 48, 64)  # odd first: a success there means no multiple_of
 
 
-@dataclass(frozen=True)
-class UpscalerInfo:
-    input_name: str
-    output_name: str
-    layout: str  # "NCHW" or "NHWC"
-    channels: int
-    fp16: bool
-    scale: int
-    multiple_of: int
-    fixed: tuple[int, int] | None  # (h, w) for exact-size models
+def _tensor(c: Contract, h: int, w: int) -> np.ndarray:
+    dims = (1, c.channels, h, w) if c.layout is Layout.NCHW else (1, h, w, c.channels)
+    return np.zeros(dims, np.float16 if c.fp16 else np.float32)
 
 
-def _dims(shape: list[Any]) -> list[int | None]:
-    return [d if isinstance(d, int) and d > 0 else None for d in shape]
+def _out_hw(c: Contract, arr: np.ndarray) -> tuple[int, int]:
+    return (arr.shape[2], arr.shape[3]) if c.layout is Layout.NCHW else (arr.shape[1], arr.shape[2])
 
 
-def describe(
-    entry: SessionEntry, runner_probe: Callable[[np.ndarray], np.ndarray], hints: dict[str, Any]
-) -> UpscalerInfo:
-    """Read the model's I/O from the session; probe only what the graph leaves open."""
-    cached = entry.facts.get("upscaler")
-    if isinstance(cached, UpscalerInfo):
-        return cached
-    session = entry.session
-    inp = session.get_inputs()[0]
-    out = session.get_outputs()[0]
-    shape = _dims(list(inp.shape))
-    if len(shape) != 4:
-        raise ModelError(
-            f"{entry.key.model.name} is not an image upscaler: its input has rank {len(shape)}, not 4."
-        )
-    if shape[1] in (1, 3, 4):
-        layout, channels, fixed_hw = "NCHW", int(shape[1] or 3), (shape[2], shape[3])
-    elif shape[3] in (1, 3, 4):
-        layout, channels, fixed_hw = "NHWC", int(shape[3] or 3), (shape[1], shape[2])
-    else:
-        layout, channels, fixed_hw = "NCHW", 3, (shape[2], shape[3])
-    fp16 = "float16" in inp.type
-    if "float" not in inp.type:
-        raise ModelError(
-            f"{entry.key.model.name} takes {inp.type}; an upscaler takes float or float16 pixels."
-        )
-    fixed = (fixed_hw[0], fixed_hw[1]) if fixed_hw[0] and fixed_hw[1] else None
-    meta: dict[str, str] = {}
-    try:
-        meta = dict(session.get_modelmeta().custom_metadata_map)
-    except Exception:  # metadata is optional; a wrapped session may not have it
-        meta = {}
-    scale = _int_or_none(meta.get("tessera.scale")) or _int_or_none(hints.get("scale"))
-    multiple_of = _int_or_none(meta.get("tessera.multiple_of")) or _int_or_none(
-        hints.get("multiple_of")
-    )
-
-    def make(h: int, w: int) -> np.ndarray:
-        dims = (1, channels, h, w) if layout == "NCHW" else (1, h, w, channels)
-        return np.zeros(dims, np.float16 if fp16 else np.float32)
-
-    def out_hw(arr: np.ndarray) -> tuple[int, int]:
-        return (arr.shape[2], arr.shape[3]) if layout == "NCHW" else (arr.shape[1], arr.shape[2])
-
-    if fixed is not None:
+def probe_sizes(spec: ModelSpec, run: Callable[[np.ndarray], np.ndarray]) -> ModelSpec:
+    """Scale and multiple_of by running the model on tiny images, for an upscaler whose graph
+    (and catalog entry) did not tell them."""
+    c = spec.contract
+    name = spec.path.name
+    scale, multiple_of = c.scale, c.multiple_of
+    if c.fixed_size is not None:
         if scale is None:
-            oh, _ = out_hw(runner_probe(make(*fixed)))
-            scale = max(1, oh // fixed[0])
+            oh, _ = _out_hw(c, run(_tensor(c, *c.fixed_size)))
+            scale = max(1, oh // c.fixed_size[0])
         multiple_of = 1
     else:
-        if multiple_of is None:
-            for size in PROBE_SIZES:
-                try:
-                    result = runner_probe(make(size, size))
-                except InferenceError:  # the model refuses this size: try the next multiple
-                    continue
-                oh, _ = out_hw(result)
-                multiple_of = 1 if size == 61 else {62: 2, 60: 4, 56: 8, 48: 16, 64: 32}[size]
-                if scale is None and oh % size == 0:
-                    scale = oh // size
-                break
-            else:
-                raise ModelError(
-                    f"{entry.key.model.name} did not run on any small test image; is it an upscaler?"
-                )
+        for size in PROBE_SIZES:
+            try:
+                result = run(_tensor(c, size, size))
+            except InferenceError:  # the model refuses this size: try the next multiple
+                continue
+            oh, _ = _out_hw(c, result)
+            multiple_of = 1 if size == 61 else {62: 2, 60: 4, 56: 8, 48: 16, 64: 32}[size]
+            if oh % size == 0:
+                scale = oh // size
+            break
+        else:
+            raise ModelError(f"{name} did not run on any small test image; is it an upscaler?")
         if scale is None:
             size = max(multiple_of, 16) * max(1, math.ceil(16 / max(multiple_of, 16)))
-            oh, _ = out_hw(runner_probe(make(size, size)))
+            oh, _ = _out_hw(c, run(_tensor(c, size, size)))
             scale = oh // size
     if not scale or scale < 1:
-        raise ModelError(f"{entry.key.model.name}: could not work out the upscale factor.")
-    info = UpscalerInfo(
-        inp.name, out.name, layout, channels, fp16, int(scale), int(multiple_of or 1), fixed
-    )
-    entry.facts["upscaler"] = info
-    return info
+        raise ModelError(f"{name}: could not work out the upscale factor.")
+    return replace(spec, contract=replace(c, scale=int(scale), multiple_of=int(multiple_of)))
 
 
-def _int_or_none(value: object) -> int | None:
-    try:
-        return int(str(value)) if value not in (None, "") else None
-    except ValueError:
-        return None
-
-
-def auto_tile(ctx: RunContext, info: UpscalerInfo) -> int:
+def auto_tile(ctx: RunContext, config: UpscaleConfig) -> int:
     """The largest tile whose estimated activation memory fits the budget.
 
     The `auto_start` option skips the estimate and starts from that tile (halving on
     out-of-memory as usual): for a user who knows the device better than the estimate does.
     """
-    start = ctx.option("auto_start", None)
-    if start:
-        return max(int(start), ctx.settings.min_tile)
-    weights = max(ctx.entry.file_size, 1)
+    if config.auto_start:
+        return max(config.auto_start, ctx.settings.min_tile)
+    scale = ctx.spec.contract.scale or 1
+    weights = max(ctx.session.file_size, 1)
     # Live activation bytes per input pixel grow with the network's width and depth (weights as
     # a proxy), plus the float output tile and its copy.
-    per_pixel = min(max(weights // 16_000, 512), 8192) + info.scale * info.scale * 3 * 4 * 2
-    device = ctx.entry.key.device
+    per_pixel = min(max(weights // 16_000, 512), 8192) + scale * scale * 3 * 4 * 2
+    device = ctx.session.key.device
     budget: float
     if device.is_gpu:
         free = memory.free_gpu_memory(device.index)
@@ -155,13 +99,10 @@ def auto_tile(ctx: RunContext, info: UpscalerInfo) -> int:
         if ctx.settings.gpu_mem_limit:
             budget = min(budget, 0.8 * ctx.settings.gpu_mem_limit)
     else:
-        from engine.runtime.sessions import cpu_arena_limit
-
         limit = cpu_arena_limit() or ctx.settings.cpu_mem_limit
         # On the CPU a bigger tile barely runs faster, while its arena stays in RSS: keep it lean.
         budget = 0.5 * limit if limit else min(memory.ram_snapshot().available / 8, 96 << 20)
-    cap = int(ctx.option("max_tile", MAX_AUTO_TILE))
-    tile = cap
+    tile = config.max_tile
     while tile > ctx.settings.min_tile and tile * tile * per_pixel > budget:
         tile //= 2
     return max(tile, ctx.settings.min_tile)
@@ -169,81 +110,90 @@ def auto_tile(ctx: RunContext, info: UpscalerInfo) -> int:
 
 class Upscale(OperationBase):
     operation: ClassVar[Operation] = Operation.UPSCALE
+    config = UpscaleConfig(max_tile=512, auto_start=None)
 
-    def _info(self, ctx: RunContext) -> UpscalerInfo:
+    def configure(self, options: OperationOptions, spec: ModelSpec) -> None:
+        given = of_type(options, UpscaleOptions) or UpscaleOptions()
+        self.config = settle(given, of_type(spec.defaults, UpscaleOptions))
+
+    def complete(self, spec: ModelSpec, session: SessionHandle) -> ModelSpec:
+        if spec.contract.scale is not None:
+            return spec  # the graph or the catalog told the sizes: no run needed
+
         def probe(arr: np.ndarray) -> np.ndarray:
-            inp = ctx.entry.session.get_inputs()[0].name
-            return np.asarray(ctx.run({inp: arr}, count=False)[0])
+            c = spec.contract
+            return np.asarray(
+                session.run({c.image_input: arr}, last=False, outputs=[c.image_output])[0]
+            )
 
-        return describe(ctx.entry, probe, dict(ctx.model_options))
+        return probe_sizes(spec, probe)
 
-    def minimal_feeds(self, entry: SessionEntry) -> dict[str, np.ndarray] | None:
-        info = entry.facts.get("upscaler")
-        if not isinstance(info, UpscalerInfo) or info.fixed is not None:
+    def minimal_feeds(self, spec: ModelSpec) -> dict[str, np.ndarray] | None:
+        c = spec.contract
+        if c.fixed_size is not None:
             return None
-        m = max(info.multiple_of, 4)
-        dims = (1, info.channels, m, m) if info.layout == "NCHW" else (1, m, m, info.channels)
-        return {info.input_name: np.zeros(dims, np.float16 if info.fp16 else np.float32)}
+        m = max(c.multiple_of, 4)
+        return {c.image_input: _tensor(c, m, m)}
 
     def process(self, image: DecodedImage, ctx: RunContext) -> list[Product]:
-        info = self._info(ctx)
+        c = ctx.spec.contract
+        scale = c.scale or 1
         auto = ctx.request.tile is None
-        tile = auto_tile(ctx, info) if auto else int(ctx.request.tile or 0)
+        tile = auto_tile(ctx, self.config) if auto else int(ctx.request.tile or 0)
         frames_out: list[np.ndarray] = []
         n = len(image.frames)
         for index, frame in enumerate(image.frames):
             while True:
+                failure: ResourceError | None = None
                 try:
-                    frames_out.append(self._frame(frame, info, tile, index, n, ctx))
+                    frames_out.append(self._frame(frame, c, tile, index, n, ctx))
+                except ResourceError as e:
+                    failure = e  # the handle has already released the failed session (M5)
+                if failure is None:
                     break
-                except ResourceError:
-                    next_tile = tile // 2
-                    # RunContext.run has already released the failed session (M5).
-                    if not auto or next_tile < ctx.settings.min_tile or info.fixed is not None:
-                        raise
-                    log.warning(
-                        "out of memory at tile %d; retrying at %d on a fresh session",
-                        tile,
-                        next_tile,
-                    )
-                    ctx.entry = ctx.renew_session()
-                    tile = next_tile
-                    info = self._info(ctx)
+                next_tile = tile // 2
+                if not auto or next_tile < ctx.settings.min_tile or c.fixed_size is not None:
+                    raise failure
+                log.warning(
+                    "out of memory at tile %d; retrying at %d on a fresh session", tile, next_tile
+                )
+                del failure
+                ctx.session.renew()
+                tile = next_tile
             ctx.emit(ctx.progress(ProgressKind.FRAME_FINISHED))
         ctx.used_tile = (
-            None if info.fixed is None and tile >= max(image.frames[0].shape[:2]) else tile
+            None if c.fixed_size is None and tile >= max(image.frames[0].shape[:2]) else tile
         )
-        return write_frames(ctx, image, f"x{info.scale}", frames_out, ProductKind.IMAGE, image.meta)
+        return write_frames(ctx, image, f"x{scale}", frames_out, ProductKind.IMAGE, image.meta)
 
     def _frame(
         self,
         frame: np.ndarray,
-        info: UpscalerInfo,
+        c: Contract,
         tile: int,
         index: int,
         count: int,
         ctx: RunContext,
     ) -> np.ndarray:
-        h, w, c = frame.shape
-        colour = frame[..., :3] if c >= 3 else frame[..., :1]
-        alpha = frame[..., c - 1 :] if c in (2, 4) else None
-        padded_colour = pad_to_multiple(colour, info.multiple_of)
-        padded_alpha = pad_to_multiple(alpha, info.multiple_of) if alpha is not None else None
-        if info.fixed is not None:
-            fh, fw = info.fixed
+        scale = c.scale or 1
+        h, w, channels = frame.shape
+        colour = frame[..., :3] if channels >= 3 else frame[..., :1]
+        alpha = frame[..., channels - 1 :] if channels in (2, 4) else None
+        padded_colour = pad_to_multiple(colour, c.multiple_of)
+        padded_alpha = pad_to_multiple(alpha, c.multiple_of) if alpha is not None else None
+        if c.fixed_size is not None:
+            fh, fw = c.fixed_size
             padded_colour = _pad_at_least(padded_colour, fh, fw)
             padded_alpha = _pad_at_least(padded_alpha, fh, fw) if padded_alpha is not None else None
         ph, pw = padded_colour.shape[:2]
-        if info.fixed is not None:
-            plan = _fixed_plan(ph, pw, info.fixed, ctx.settings.overlap)
+        if c.fixed_size is not None:
+            plan = _fixed_plan(ph, pw, c.fixed_size, ctx.settings.overlap)
         else:
-            plan = plan_tiles(ph, pw, tile, ctx.settings.overlap, info.multiple_of)
-        passes = _passes(colour.shape[2], alpha is not None, info.channels)
+            plan = plan_tiles(ph, pw, tile, ctx.settings.overlap, c.multiple_of)
+        passes = _passes(colour.shape[2], alpha is not None, c.channels)
         ctx.start_frame(index, count, plan.count * len(passes))
         dtype = frame.dtype
-        assemblers = [
-            TileAssembler(plan, info.scale, width, np.dtype(dtype)) for _, width in passes
-        ]
+        assemblers = [TileAssembler(plan, scale, width, np.dtype(dtype)) for _, width in passes]
         for t in plan.tiles:
             for (build, _), asm in zip(passes, assemblers, strict=True):
                 region_c = padded_colour[t.y0 : t.y1, t.x0 : t.x1]
@@ -251,13 +201,13 @@ class Upscale(OperationBase):
                     padded_alpha[t.y0 : t.y1, t.x0 : t.x1] if padded_alpha is not None else None
                 )
                 model_in, reduce = build(region_c, region_a)
-                tensor = _to_tensor(to_float(model_in), info)
-                result = ctx.run({info.input_name: tensor}, outputs=[info.output_name])[0]
-                out = _from_tensor(np.asarray(result), info)
+                tensor = _to_tensor(to_float(model_in), c)
+                result = ctx.run({c.image_input: tensor}, outputs=[c.image_output])[0]
+                out = _from_tensor(np.asarray(result), c)
                 asm.add(t, reduce(out))
         parts = [asm.finish() for asm in assemblers]
         full = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=2)
-        return np.ascontiguousarray(full[: h * info.scale, : w * info.scale])
+        return np.ascontiguousarray(full[: h * scale, : w * scale])
 
 
 Pass = tuple[
@@ -320,14 +270,14 @@ def _channel_pass(
     return build
 
 
-def _to_tensor(x: np.ndarray, info: UpscalerInfo) -> np.ndarray:
-    arr = x.transpose(2, 0, 1)[None] if info.layout == "NCHW" else x[None]
-    return np.ascontiguousarray(arr, dtype=np.float16 if info.fp16 else np.float32)
+def _to_tensor(x: np.ndarray, c: Contract) -> np.ndarray:
+    arr = x.transpose(2, 0, 1)[None] if c.layout is Layout.NCHW else x[None]
+    return np.ascontiguousarray(arr, dtype=np.float16 if c.fp16 else np.float32)
 
 
-def _from_tensor(y: np.ndarray, info: UpscalerInfo) -> np.ndarray:
+def _from_tensor(y: np.ndarray, c: Contract) -> np.ndarray:
     # A view in HWC order; the assembler clips and quantises, so no copy is made here.
-    arr = y[0].transpose(1, 2, 0) if info.layout == "NCHW" else y[0]
+    arr = y[0].transpose(1, 2, 0) if c.layout is Layout.NCHW else y[0]
     return arr.astype(np.float32, copy=False)
 
 
@@ -338,8 +288,6 @@ def _pad_at_least(img: np.ndarray, h: int, w: int) -> np.ndarray:
     return np.pad(img, ((0, ph), (0, pw), (0, 0)), mode="edge")
 
 
-def _fixed_plan(h: int, w: int, fixed: tuple[int, int], overlap: int) -> Any:
-    from engine.tiling.plan import TilePlan, axis_spans
-
+def _fixed_plan(h: int, w: int, fixed: tuple[int, int], overlap: int) -> TilePlan:
     fh, fw = fixed
     return TilePlan(h, w, fh, fw, overlap, axis_spans(h, fh, overlap), axis_spans(w, fw, overlap))

@@ -1,8 +1,14 @@
-"""The session cache: the only code in Tessera that constructs an `InferenceSession` (M1, M6).
+"""Where a session is born and where a run is made: the session cache and the session handle.
 
-Sessions are keyed by (model file, device, runtime) and live until released: operations hand
-back their temporary arena memory (M2) but keep the session and its weights. The cache is
-owned by one thread — the engine thread — and refuses to be used from another.
+`create_session` is the only code in Tessera that constructs an `InferenceSession` (M1, M6).
+The cache keys sessions by (model file, device, runtime); they live until released:
+operations hand back their temporary arena memory (M2) but keep the session and its weights.
+The cache is owned by one thread — the engine thread — and refuses to be used from another.
+
+A request holds its model's session through one `SessionHandle`, the single owner of that
+session's life during the request: it loads the session on first use, makes every run (a
+fresh RunOptions, the arena shrink only when asked for the last run, cancel, error mapping),
+releases the session when the device ran out of memory (M5) and renews it, and counts.
 """
 
 from __future__ import annotations
@@ -11,14 +17,26 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.errors import DeviceUnavailable, ModelError, ResourceError, is_out_of_memory
+import numpy as np
+
+from engine.cancel import CancelToken
+from engine.errors import (
+    Cancelled,
+    DeviceUnavailable,
+    EngineError,
+    ModelError,
+    ResourceError,
+    is_out_of_memory,
+    map_error,
+)
 from engine.runtime.arena import cpu_arena_limit
 from engine.runtime.providers import (
+    SHRINK_KEY,
     Device,
     ProviderPlan,
     Runtime,
@@ -55,9 +73,8 @@ class SessionEntry:
     created_at: float
     last_used: float
     load_seconds: float
-    runs: int = 0
+    runs: int = 0  # successful runs over the session's life (the memory panel shows them)
     shrinks: int = 0
-    facts: dict[str, object] = field(default_factory=dict)  # per-session probe results (scale…)
 
 
 @dataclass(frozen=True)
@@ -142,9 +159,13 @@ class SessionCache:
         self._threads = threads
         self._wrap = wrap
         self._owner: int | None = None
+        # Totals over the cache's life; a request's own counts are on its SessionHandle.
         self.created = 0
         self.reused = 0
         self.released = 0
+        self.runs = 0
+        self.shrinks = 0
+        self.last_run_started: float | None = None  # perf_counter at the start of the latest run
 
     def _check_thread(self) -> None:
         me = threading.get_ident()
@@ -160,6 +181,11 @@ class SessionCache:
 
     def __contains__(self, key: SessionKey) -> bool:
         return key in self._entries
+
+    def handle(self, key: SessionKey) -> SessionHandle:
+        """A request's hold on the session for `key`; nothing is loaded until it is used."""
+        self._check_thread()
+        return SessionHandle(self, key)
 
     def peek(self, key: SessionKey) -> SessionEntry | None:
         """The cached session for `key` without creating or counting a use."""
@@ -255,3 +281,120 @@ class SessionCache:
             )
             for e in sorted(self._entries.values(), key=lambda e: e.created_at)
         )
+
+
+class SessionHandle:
+    """One request's hold on one model's session: loads, runs, releases, renews and counts.
+
+    Counts are this request's: sessions created and reused, runs made and attempted, shrinks.
+    Every run also counts on the session's entry (its life) and on the cache (its totals).
+    """
+
+    def __init__(self, cache: SessionCache, key: SessionKey) -> None:
+        self.cache = cache
+        self.key = key
+        self._entry: SessionEntry | None = None
+        self.created = 0
+        self.reused = 0
+        self.runs = 0  # runs that completed
+        self.attempted = 0  # runs started, including failed and cancelled ones
+        self.shrinks = 0
+        self.load_seconds = 0.0
+        self.first_run_at: float | None = None  # perf_counter at the start of the first run
+
+    @property
+    def loaded(self) -> bool:
+        return self._entry is not None and self._entry.session is not None
+
+    def entry(self) -> SessionEntry:
+        """The session, loaded on first use (and again after a release)."""
+        if self._entry is None or self._entry.session is None:
+            entry, created = self.cache.get(self.key)
+            if created:
+                self.created += 1
+                self.load_seconds += entry.load_seconds
+            else:
+                self.reused += 1
+            self._entry = entry
+        return self._entry
+
+    @property
+    def shrink_target(self) -> str | None:
+        return self.entry().shrink_target
+
+    @property
+    def file_size(self) -> int:
+        return self.entry().file_size
+
+    def run(
+        self,
+        feeds: Mapping[str, np.ndarray],
+        *,
+        last: bool,
+        cancel: CancelToken | None = None,
+        outputs: Sequence[str] | None = None,
+    ) -> list[Any]:
+        """One model run. `last` asks for the arena shrink (M2); the session's providers decide
+        whether there is one to ask for (M3). On out-of-memory the session is released (M5)."""
+        import onnxruntime as ort
+
+        if cancel is not None:
+            cancel.check()
+        entry = self.entry()
+        # A fresh RunOptions per run: `terminate` stays latched once set.
+        options = ort.RunOptions()
+        shrink = entry.shrink_target if last else None
+        if shrink is not None:
+            options.add_run_config_entry(SHRINK_KEY, shrink)
+        started = time.perf_counter()
+        if self.first_run_at is None:
+            self.first_run_at = started
+        self.cache.last_run_started = started
+        self.attempted += 1
+        failure: EngineError | None = None
+        if cancel is not None:
+            cancel.attach(options)
+        try:
+            result = entry.session.run(list(outputs) if outputs else None, dict(feeds), options)
+        except Exception as e:  # ORT's exceptions do not derive from RuntimeError
+            failure = self._failure(e, cancel)
+        finally:
+            if cancel is not None:
+                cancel.detach()
+        if failure is not None:
+            del entry  # this frame must not keep the session alive (its traceback outlives it)
+            if isinstance(failure, ResourceError):
+                # M5: destroyed with its arena here, before anyone can create the next one.
+                self.release()
+            raise failure
+        self.runs += 1
+        entry.runs += 1
+        self.cache.runs += 1
+        if shrink is not None:
+            self.shrinks += 1
+            entry.shrinks += 1
+            self.cache.shrinks += 1
+        return list(result)
+
+    def _failure(self, error: Exception, cancel: CancelToken | None) -> EngineError:
+        """The engine error for an ORT failure, its cause kept without its traceback: the
+        traceback holds onnxruntime's `Session.run` frame, and with it the session."""
+        log.warning("run failed: %s", error)
+        error.__traceback__ = None
+        mapped: EngineError
+        if cancel is not None and cancel.cancelled:
+            mapped = Cancelled()
+        else:
+            mapped = map_error(error, self.key.model.name, str(self.key.device))
+        mapped.__cause__ = error
+        return mapped
+
+    def release(self) -> None:
+        """Drop the session from the cache and destroy it (M5); the next use loads a new one."""
+        self._entry = None
+        self.cache.release(self.key)
+
+    def renew(self) -> SessionEntry:
+        """A fresh session in place of this one (the failed one is destroyed first)."""
+        self.release()
+        return self.entry()

@@ -10,7 +10,9 @@ import numpy as np
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QBrush, QColor, QImage, QPainter, QPixmap
 
-from gui.engine_thread import DEFAULT_MAX_PIXELS, image_size, list_sequence, load_image
+from engine.io.reading import image_size, load_image
+from engine.io.sequences import list_sequence
+from engine.settings import DEFAULT_MAX_PIXELS
 
 MAX_VIEW_FRAMES = 300  # frames decoded for the scrubber; longer sequences show their first ones
 
@@ -59,7 +61,7 @@ def load_display(path: Path, max_frames: int = MAX_VIEW_FRAMES) -> DisplayImage:
     if path.is_dir():
         files = list_sequence(path)
         if not files:
-            from gui.engine_thread import EngineError
+            from engine.errors import EngineError
 
             raise EngineError(f"{path.name}: the folder holds no image files.")
         frames: list[QImage] = []
@@ -105,7 +107,7 @@ def make_thumbnail(path: Path, edge: int) -> Thumbnail:
     if path.is_dir():
         files = list_sequence(path)
         if not files:
-            from gui.engine_thread import EngineError
+            from engine.errors import EngineError
 
             raise EngineError(f"{path.name}: the folder holds no image files.")
         source, count = files[0], len(files)

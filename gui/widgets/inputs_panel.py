@@ -22,7 +22,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gui.engine_thread import FETCH_STARTER, ModelInventory
+from engine.models.catalog import FETCH_STARTER
+from engine.models.inventory import ModelInventory
 
 THUMB = 96
 KEY = Qt.ItemDataRole.UserRole

@@ -19,7 +19,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gui.engine_thread import MemorySnapshot, SessionInfo, SessionKey
+from engine.runtime.memory import MemorySnapshot
+from engine.runtime.sessions import SessionInfo, SessionKey
 from gui.widgets.vram_gauge import fmt_bytes
 
 COLUMNS = ("Model", "Device", "Runtime", "Provider", "File size", "Runs", "Last used")

@@ -25,16 +25,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gui.engine_thread import (
-    FETCH_STARTER,
-    CatalogEntry,
-    Family,
-    ModelInventory,
-    Operation,
-    RuntimeReport,
-    Source,
-    family_of,
-)
+from engine.models.catalog import FETCH_STARTER, CatalogEntry, Family, Source, family_of
+from engine.models.inventory import ModelInventory
+from engine.requests import Operation
+from engine.runtime.devices import RuntimeReport
 from gui.settings import AppSettings
 from gui.widgets.vram_gauge import fmt_bytes
 
@@ -281,18 +275,6 @@ class OperationPanel(QWidget):
                 self.model.setCurrentIndex(row)
                 return True
         return False
-
-    def installed_count(self, family: Family | None = None) -> int:
-        inv = self.inventory
-        if inv is None:
-            return 0
-        count = sum(1 for m in inv.installed if family is None or m.entry.family is family)
-        count += sum(
-            1
-            for u in inv.unknown
-            if u.family is not None and (family is None or u.family is family)
-        )
-        return count
 
     def missing(self, family: Family) -> list[CatalogEntry]:
         return [e for e in self.inventory.missing if e.family is family] if self.inventory else []

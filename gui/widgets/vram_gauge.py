@@ -7,7 +7,7 @@ from PySide6.QtCore import QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QMouseEvent, QPainter, QPaintEvent, QPalette
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
-from gui.engine_thread import GpuSnapshot, MemorySnapshot
+from engine.runtime.memory import GpuSnapshot, MemorySnapshot
 
 GB = 1024**3
 

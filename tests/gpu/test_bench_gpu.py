@@ -81,7 +81,7 @@ def test_bench_gpu_measures_with_and_without_the_shrink_on_a_stand_in_gpu(
     with_shrink, without = gpu["runs"]["with_shrink"], gpu["runs"]["without_shrink"]
     assert with_shrink["providers"][0] == without["providers"][0] == CUDA_EP
     assert with_shrink["shrinks"] == 1 and without["shrinks"] == 0  # only the shrink is switched
-    assert with_shrink["runs"] == without["runs"] > 1
+    assert with_shrink["runs"] == without["runs"] >= 1  # no probe run: the graph tells the scale
     for run in (with_shrink, without):
         assert run["after_load_bytes"] > 0 and run["peak_bytes"] >= run["after_load_bytes"]
         assert run["samples"] >= 1

@@ -1,0 +1,221 @@
+"""What a request may set for each operation: one typed, frozen options object per operation.
+
+A request carries the options of its operation (`UpscaleOptions`, `BackgroundOptions`,
+`DepthOptions`, `GeometryOptions`). A field left None takes the model's default (its catalog
+entry), then Tessera's own; `settle()` does that once, at the start of an operation, and gives
+the operation its `…Config`, where every field is set. Code writes options as typed objects, so
+a misspelled option cannot be written; the command line parses `KEY=VALUE` text with
+`parse_options`, which refuses an unknown key or a bad value with one line naming what is
+accepted (exit 2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, TypeVar, get_type_hints, overload
+
+from engine.errors import UsageError
+
+
+class Normalization(StrEnum):
+    IMAGENET = "imagenet"  # (x − mean) / std with ImageNet's mean and std, x in 0…1
+    ZERO_ONE = "zero_one"  # x in 0…1, nothing else
+
+
+def _range(low: int, high: int, help: str) -> dict[str, Any]:
+    return {"range": (low, high), "help": help}
+
+
+@dataclass(frozen=True)
+class UpscaleOptions:
+    max_tile: int | None = field(
+        default=None, metadata=_range(16, 8192, "largest tile `auto` may choose, in input pixels")
+    )
+    auto_start: int | None = field(
+        default=None, metadata=_range(16, 8192, "start `auto` from this tile instead of estimating")
+    )
+
+
+@dataclass(frozen=True)
+class BackgroundOptions:
+    normalization: Normalization | None = field(
+        default=None, metadata={"help": "how pixels are scaled for the model"}
+    )
+    input_size: int | None = field(
+        default=None, metadata=_range(32, 4096, "side fed to a model whose input size is dynamic")
+    )
+    refine_foreground: bool | None = field(
+        default=None, metadata={"help": "refine edge colours (blur fusion), off by default"}
+    )
+
+
+@dataclass(frozen=True)
+class DepthOptions:
+    normalization: Normalization | None = field(
+        default=None, metadata={"help": "how pixels are scaled for the model"}
+    )
+    process_res: int | None = field(
+        default=None, metadata=_range(14, 4096, "longest side fed to a dynamic model")
+    )
+
+
+@dataclass(frozen=True)
+class GeometryOptions:
+    # MoGe-2's resolution levels 0…9 span 1200…3600 tokens.
+    num_tokens: int | None = field(
+        default=None, metadata=_range(1200, 3600, "image tokens MoGe-2 works at")
+    )
+
+
+OperationOptions = UpscaleOptions | BackgroundOptions | DepthOptions | GeometryOptions
+Opts = TypeVar("Opts", UpscaleOptions, BackgroundOptions, DepthOptions, GeometryOptions)
+
+
+# What an operation works with: every option settled.
+
+
+@dataclass(frozen=True)
+class UpscaleConfig:
+    max_tile: int
+    auto_start: int | None  # None: estimate the starting tile from the memory budget
+
+
+@dataclass(frozen=True)
+class BackgroundConfig:
+    normalization: Normalization
+    input_size: int
+    refine_foreground: bool
+
+
+@dataclass(frozen=True)
+class DepthConfig:
+    normalization: Normalization
+    process_res: int
+
+
+@dataclass(frozen=True)
+class GeometryConfig:
+    num_tokens: int
+
+
+# Tessera's own defaults, used where neither the request nor the model's catalog entry says.
+_BUILTIN: Mapping[type[Any], Any] = {
+    UpscaleOptions: UpscaleConfig(max_tile=512, auto_start=None),
+    BackgroundOptions: BackgroundConfig(
+        normalization=Normalization.IMAGENET, input_size=1024, refine_foreground=False
+    ),
+    DepthOptions: DepthConfig(normalization=Normalization.IMAGENET, process_res=504),
+    GeometryOptions: GeometryConfig(num_tokens=1800),
+}
+
+
+@overload
+def settle(options: UpscaleOptions, model: UpscaleOptions | None) -> UpscaleConfig: ...
+@overload
+def settle(options: BackgroundOptions, model: BackgroundOptions | None) -> BackgroundConfig: ...
+@overload
+def settle(options: DepthOptions, model: DepthOptions | None) -> DepthConfig: ...
+@overload
+def settle(options: GeometryOptions, model: GeometryOptions | None) -> GeometryConfig: ...
+def settle(options: Any, model: Any) -> Any:
+    """Every option set: the request's value, else the model's default, else Tessera's."""
+    builtin = _BUILTIN[type(options)]
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(options):
+        value = getattr(options, f.name)
+        if value is None and model is not None:
+            value = getattr(model, f.name)
+        values[f.name] = getattr(builtin, f.name) if value is None else value
+    return type(builtin)(**values)
+
+
+def of_type(options: object, cls: type[Opts]) -> Opts | None:
+    """`options` when it is a `cls` (a model's defaults may be another family's), else None."""
+    return options if isinstance(options, cls) else None
+
+
+def keys(cls: type[Any]) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def describe_keys(cls: type[Any]) -> str:
+    """`name (what it takes)` for every option of `cls`, for messages and --help."""
+    hints = get_type_hints(cls)
+    parts = []
+    for f in dataclasses.fields(cls):
+        parts.append(f"{f.name} ({_accepted(hints[f.name], f.metadata)})")
+    return ", ".join(parts)
+
+
+def _accepted(hint: Any, metadata: Mapping[str, Any]) -> str:
+    if "range" in metadata:
+        low, high = metadata["range"]
+        return f"a whole number from {low} to {high}"
+    if hint == Normalization | None:
+        return " or ".join(n.value for n in Normalization)
+    return "true or false"
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def _parse_value(name: str, hint: Any, meta: Mapping[str, Any], raw: object) -> Any:
+    what = _accepted(hint, meta)
+    label = f"option {name}"
+    if "range" in meta:
+        low, high = meta["range"]
+        value: Any = raw
+        if isinstance(raw, str):
+            try:
+                value = int(raw.strip())
+            except ValueError:
+                raise UsageError(f"{label} takes {what}, not {raw!r}.") from None
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UsageError(f"{label} takes {what}, not {raw!r}.")
+        if not low <= value <= high:
+            raise UsageError(f"{label} takes {what}, not {value}.")
+        return value
+    if hint == Normalization | None:
+        try:
+            return Normalization(str(raw).strip().lower())
+        except ValueError:
+            raise UsageError(f"{label} takes {what}, not {raw!r}.") from None
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise UsageError(f"{label} takes {what}, not {raw!r}.")
+
+
+def parse_options(cls: type[Opts], given: Mapping[str, object], operation: str) -> Opts:
+    """Options of `cls` from text or plain values; UsageError names the accepted keys or range."""
+    hints = get_type_hints(cls)
+    by_name = {f.name: f for f in dataclasses.fields(cls)}
+    values: dict[str, Any] = {}
+    for key, raw in given.items():
+        f = by_name.get(key.strip())
+        if f is None:
+            raise UsageError(
+                f"{operation} has no option {key!r}; its options are: {describe_keys(cls)}."
+            )
+        values[f.name] = (
+            None if raw is None else _parse_value(f.name, hints[f.name], f.metadata, raw)
+        )
+    return cls(**values)
+
+
+def check_options(options: OperationOptions, operation: str) -> None:
+    """Refuse a typed options object whose values are out of range (built by code, not parsed)."""
+    given = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
+    cls: type[Any] = type(options)
+    parse_options(cls, {k: v for k, v in given.items() if v is not None}, operation)
