@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.cancel import CancelToken
@@ -32,12 +33,14 @@ from engine.operations import operation_class
 from engine.operations.base import OperationBase, RunContext
 from engine.requests import (
     InputFailure,
+    MemoryReport,
     OperationRequest,
     Product,
     Progress,
     ProgressKind,
     Result,
 )
+from engine.runtime import memory
 from engine.runtime.arena import register_cpu_arena
 from engine.runtime.providers import Device, Runtime
 from engine.runtime.sessions import (
@@ -54,6 +57,17 @@ log = logging.getLogger(__name__)
 ProgressCallback = Callable[[Progress], None]
 
 
+@dataclass
+class _Work:
+    """What a request has done so far: products, failures, the last input's context."""
+
+    products: list[Product] = field(default_factory=list)
+    failures: list[InputFailure] = field(default_factory=list)
+    last: RunContext | None = None
+    tile: int | None = None
+    io_seconds: float = 0.0
+
+
 def _noop(_: Progress) -> None:
     pass
 
@@ -63,12 +77,14 @@ class Engine:
         self, settings: EngineSettings | None = None, *, session_wrap: SessionWrap | None = None
     ) -> None:
         self.settings = settings or EngineSettings()
-        if self.settings.cpu_mem_limit:
+        if self.settings.cpu_mem_limit or not self.settings.keep_cpu_arena:
+            # Once per process (M9, M11): the first engine's limit stays until restart.
             register_cpu_arena(self.settings.cpu_mem_limit)
         self.sessions = SessionCache(
             gpu_mem_limit=self.settings.gpu_mem_limit,
             threads=self.settings.threads,
             wrap=session_wrap,
+            cpu_shrink=not self.settings.keep_cpu_arena,
         )
         # Model descriptions completed by a probe run, kept per session key (the file's).
         self._completed: dict[SessionKey, ModelSpec] = {}
@@ -112,76 +128,118 @@ class Engine:
         if cancel is not None:
             cancel.check()
         groups = self._groups(request)
-        emit(Progress(request.id, ProgressKind.STARTED, input_count=len(groups)))
-        session = self.sessions.handle(key)
-        session.entry()
-        emit(Progress(request.id, ProgressKind.LOADED, input_count=len(groups)))
-        products: list[Product] = []
-        failures: list[InputFailure] = []
-        used_tile: int | None = None
-        ctx: RunContext | None = None
-        io_seconds = 0.0
-        for index, group in enumerate(groups):
-            source = group[0] if len(group) == 1 else group[0].parent
-            ctx = RunContext(
-                request=request,
-                settings=self.settings,
-                session=session,
-                spec=spec,
-                cancel=cancel,
-                emit=emit,
-                input_index=index,
-                input_count=len(groups),
-                final_input=index == len(groups) - 1,
-                sequence=len(group) > 1 or group[0].is_dir(),
-            )
+        with memory.RssPeak() as peak:
+            emit(Progress(request.id, ProgressKind.STARTED, input_count=len(groups)))
+            session = self.sessions.handle(key)
+            session.entry()
+            rss_after_load = memory.process_rss()
+            gpu_after_load = self._gpu_used(key)
+            emit(Progress(request.id, ProgressKind.LOADED, input_count=len(groups)))
+            work = _Work()
             try:
-                if cancel is not None:
-                    cancel.check()
-                ctx.spec = spec = self._complete(op, spec, session)
-                decode_start = time.perf_counter()
-                image = self._load(group)
-                ctx.io_seconds += time.perf_counter() - decode_start
-                ctx.out_dir = self._out_dir(request, source)
-                products.extend(op.process(image, ctx))
-                used_tile = ctx.used_tile if ctx.used_tile is not None else used_tile
-                io_seconds += ctx.io_seconds
-                emit(ctx.progress(ProgressKind.INPUT_FINISHED))
-            except Cancelled:
-                self._clean_up(op, spec, session)
-                raise
-            except EngineError as e:
-                log.info("%s failed: %s", source, e)
-                failures.append(InputFailure(source, e.kind, _name_file(source, str(e))))
-                emit(ctx.progress(ProgressKind.INPUT_FAILED, str(e)))
-            except Exception as e:  # a bug must not take the batch (or the engine thread) down
-                log.exception("unexpected error on %s", source)
-                failures.append(
-                    InputFailure(
-                        source,
-                        ErrorKind.INTERNAL,
-                        f"{source.name}: unexpected error ({e}); see the log.",
+                for index, group in enumerate(groups):
+                    spec = self._input(
+                        op, spec, session, request, group, index, len(groups), cancel, emit, work
                     )
-                )
-                emit(ctx.progress(ProgressKind.INPUT_FAILED, str(e)))
-        if ctx is not None and not ctx.last_run_shrunk:
-            self._clean_up(op, spec, session)
+            finally:
+                # M2/M10/M11: however the operation ended, what it took is handed back.
+                self._hand_back(op, spec, session, work)
+        report = MemoryReport(
+            rss_after_load=rss_after_load,
+            rss_peak=peak.peak,
+            rss_after=memory.process_rss(),
+            gpu_used_after_load=gpu_after_load,
+            gpu_used_after=self._gpu_used(key),
+        )
         timings: dict[str, float] = {"load_s": session.load_seconds}
         if session.first_run_at is not None:
             timings["first_run_s"] = session.first_run_at - started
-        timings["io_s"] = io_seconds  # decoding inputs and writing products
+        timings["io_s"] = work.io_seconds  # decoding inputs and writing products
         timings["total_s"] = time.perf_counter() - started
         return Result(
             request_id=request.id,
-            products=tuple(products),
-            failures=tuple(failures),
+            products=tuple(work.products),
+            failures=tuple(work.failures),
             runs=session.runs,
             shrinks=session.shrinks,
             sessions_created=session.created,
             sessions_reused=session.reused,
             timings=timings,
-            tile=used_tile,
+            tile=work.tile,
+            memory=report,
         )
+
+    def _input(
+        self,
+        op: OperationBase,
+        spec: ModelSpec,
+        session: SessionHandle,
+        request: OperationRequest,
+        group: list[Path],
+        index: int,
+        count: int,
+        cancel: CancelToken | None,
+        emit: ProgressCallback,
+        work: _Work,
+    ) -> ModelSpec:
+        """One input of the batch: its failure is reported and the batch goes on; a cancel
+        ends the request. Returns the model's description, completed once by a probe."""
+        source = group[0] if len(group) == 1 else group[0].parent
+        ctx = RunContext(
+            request=request,
+            settings=self.settings,
+            session=session,
+            spec=spec,
+            cancel=cancel,
+            emit=emit,
+            input_index=index,
+            input_count=count,
+            final_input=index == count - 1,
+            sequence=len(group) > 1 or group[0].is_dir(),
+        )
+        work.last = ctx
+        failure: InputFailure | None = None
+        try:
+            if cancel is not None:
+                cancel.check()
+            # Inside the input's own handling: a reload after a release (M5) that fails is this
+            # input's failure, not the batch's.
+            ctx.spec = spec = self._complete(op, spec, session)
+            decode_start = time.perf_counter()
+            image = self._load(group)
+            ctx.io_seconds += time.perf_counter() - decode_start
+            ctx.out_dir = self._out_dir(request, source)
+            work.products.extend(op.process(image, ctx))
+            if ctx.used_tile is not None:
+                work.tile = ctx.used_tile
+            emit(ctx.progress(ProgressKind.INPUT_FINISHED))
+        except Cancelled:
+            raise
+        except EngineError as e:
+            log.info("%s failed: %s", source, e)
+            failure = InputFailure(source, e.kind, _name_file(source, str(e)))
+        except MemoryError:
+            log.warning("%s: out of memory outside the model", source, exc_info=True)
+            failure = InputFailure(
+                source,
+                ErrorKind.RESOURCE,
+                f"{source.name}: not enough memory to process this image. Close other programs "
+                "or use a smaller image.",
+            )
+        except Exception as e:  # a bug must not take the batch (or the engine thread) down
+            log.exception("unexpected error on %s", source)
+            failure = InputFailure(
+                source, ErrorKind.INTERNAL, f"{source.name}: unexpected error ({e}); see the log."
+            )
+        finally:
+            work.io_seconds += ctx.io_seconds
+        if failure is not None:
+            work.failures.append(failure)
+            emit(ctx.progress(ProgressKind.INPUT_FAILED, failure.message))
+        return spec
+
+    def _gpu_used(self, key: SessionKey) -> int | None:
+        return memory.gpu_used(key.device.index) if key.device.is_gpu else None
 
     def _complete(self, op: OperationBase, spec: ModelSpec, session: SessionHandle) -> ModelSpec:
         """The model's description completed by the operation's probe, once per session key."""
@@ -191,18 +249,39 @@ class Engine:
             self._completed[session.key] = known
         return known
 
-    def _clean_up(self, op: OperationBase, spec: ModelSpec, session: SessionHandle) -> None:
-        """One smallest run with the shrink so a cancelled or failed job does not keep its
-        peak (M10): only where this request ran the session and it has an arena to shrink."""
-        if not session.loaded or session.attempted == 0 or session.shrink_target is None:
-            return
-        feeds = op.minimal_feeds(spec)
-        if feeds is None:
-            return
-        try:
-            session.run(feeds, last=True, cancel=None)
-        except EngineError as e:
-            log.warning("shrink run after the job failed: %s", e)
+    def _hand_back(
+        self, op: OperationBase, spec: ModelSpec, session: SessionHandle, work: _Work
+    ) -> None:
+        """What the operation took goes back, however it ended (M2, M10, M11).
+
+        Its last run asked for the arena shrink when that run was the request's last and its
+        outputs could be kept out of the arena. When not (a cancel, a failure, the final inputs
+        failed before running, or the last run's output shapes were not known), one more run
+        asks for it, its outputs in buffers of ours: the smallest input a dynamic model takes,
+        or — when the operation ended by itself, not by a cancel, which must stay prompt — the
+        full input a fixed-size model takes. Only for a session this request ran, that has an
+        arena to shrink. Then the C heap's free pages go back to the system.
+        """
+        shrunk = work.last is not None and work.last.last_run_shrunk
+        if not shrunk and session.loaded and session.attempted and session.shrink_target:
+            cancelled = (
+                work.last is not None
+                and work.last.cancel is not None
+                and (work.last.cancel.cancelled)
+            )
+            feeds = op.minimal_feeds(spec) or (None if cancelled else op.full_feeds(spec))
+            if feeds is not None:
+                try:
+                    buffers = op.output_buffers(spec, feeds) or session.buffers_for(feeds)
+                    if buffers is None:  # learn the output shapes of this input first
+                        session.run(feeds, last=False, cancel=None)
+                        buffers = session.buffers_for(feeds)
+                    # Outputs outside the arena, so no region stays pinned through the shrink.
+                    session.run(feeds, last=True, cancel=None, into=buffers)
+                except EngineError as e:
+                    log.warning("the hand-back run after the job failed: %s", e)
+        if not self.settings.keep_cpu_arena:
+            memory.trim_heap()
 
     def _groups(self, request: OperationRequest) -> list[list[Path]]:
         groups: list[list[Path]] = []

@@ -18,7 +18,14 @@ from typing import Any
 
 from engine.cancel import CancelToken
 from engine.errors import EXIT_CODES, EngineError, ErrorKind, UsageError
-from engine.requests import Operation, OperationRequest, Progress, ProgressKind, Result
+from engine.requests import (
+    MemoryReport,
+    Operation,
+    OperationRequest,
+    Progress,
+    ProgressKind,
+    Result,
+)
 from engine.settings import EngineSettings
 
 log = logging.getLogger("engine")
@@ -80,6 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--cpu-mem-limit", type=_megabytes, default=None, metavar="MB")
     run.add_argument("--gpu-mem-limit", type=_megabytes, default=None, metavar="MB")
+    run.add_argument(
+        "--keep-cpu-arena",
+        action="store_true",
+        help="do not hand the CPU arena back after each operation (faster repeats, more RAM held)",
+    )
     run.add_argument("--models-dir", type=Path, default=None)
     run.add_argument("--json", action="store_true", help="print one JSON object with the outcome")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -151,7 +163,24 @@ def _result_json(result: Result) -> dict[str, Any]:
         "sessions": {"created": result.sessions_created, "reused": result.sessions_reused},
         "tile": result.tile,
         "timings": dict(result.timings),
+        "memory": _memory_json(result.memory),
     }
+
+
+def _memory_json(report: MemoryReport | None) -> dict[str, int] | None:
+    """Integer bytes; the GPU figures only where NVML sees the session's device."""
+    if report is None:
+        return None
+    data = {
+        "rss_after_load": report.rss_after_load,
+        "rss_peak": report.rss_peak,
+        "rss_after": report.rss_after,
+    }
+    if report.gpu_used_after_load is not None:
+        data["gpu_used_after_load"] = report.gpu_used_after_load
+    if report.gpu_used_after is not None:
+        data["gpu_used_after"] = report.gpu_used_after
+    return data
 
 
 def exit_code_for(result: Result) -> int:
@@ -180,6 +209,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         models_dir=args.models_dir,
         cpu_mem_limit=args.cpu_mem_limit,
         gpu_mem_limit=args.gpu_mem_limit,
+        keep_cpu_arena=args.keep_cpu_arena,
     )
     request = OperationRequest(
         operation=Operation(args.operation),

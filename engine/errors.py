@@ -77,6 +77,13 @@ class InferenceError(EngineError):
     kind = ErrorKind.INFERENCE
 
 
+class DeviceFault(EngineError):
+    """The device hit an error that poisons the session (a sticky CUDA error): the session is
+    released, and the next job loads a fresh one."""
+
+    kind = ErrorKind.DEVICE
+
+
 class Cancelled(EngineError):
     kind = ErrorKind.CANCELLED
 
@@ -98,6 +105,19 @@ OOM_MARKERS = (
     "cudaerrormemoryallocation",
     "failed to create engine",
     "insufficient workspace",
+    "8007000e",  # DirectML's E_OUTOFMEMORY: "Not enough memory resources are available…"
+    "not enough memory resources",
+)
+# CUDA errors after which the context, and every session on it, is unusable (reference/ort.md).
+STICKY_MARKERS = (
+    "cuda failure 700",
+    "illegal memory access",
+    "illegal address",
+    "cudaerrorillegaladdress",
+    "unspecified launch failure",
+    "cudaerrorlaunchfailure",
+    "misaligned address",
+    "illegal instruction",
 )
 TERMINATE_MARKER = "exiting due to terminate flag"
 
@@ -118,4 +138,9 @@ def map_error(error: BaseException, model: str, device: str) -> EngineError:
             "(or automatic tiling), lower the image size, or close other programs using the device."
         )
     first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    if any(marker in text.lower() for marker in STICKY_MARKERS):
+        return DeviceFault(
+            f"{device} failed while running {model} ({first[:300]}); the model was unloaded "
+            "and the next job loads it again. If this repeats, update the GPU driver."
+        )
     return InferenceError(f"{model} failed on {device}: {first[:400]}")

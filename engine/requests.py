@@ -169,6 +169,22 @@ class InputFailure:
 
 
 @dataclass(frozen=True)
+class MemoryReport:
+    """What the process held around one request, in bytes (M11: memory handed back)."""
+
+    rss_after_load: int  # process RSS once the model's session was ready
+    rss_peak: int  # the process's high-water mark during the request
+    rss_after: int  # after the operation and its hand-back
+    gpu_used_after_load: int | None = None  # where NVML sees the session's device
+    gpu_used_after: int | None = None
+
+    @property
+    def held_after(self) -> int:
+        """RSS the operation left held above the loaded model (negative: it gave back more)."""
+        return self.rss_after - self.rss_after_load
+
+
+@dataclass(frozen=True)
 class Result:
     request_id: str
     products: tuple[Product, ...]
@@ -179,6 +195,7 @@ class Result:
     sessions_reused: int
     timings: Mapping[str, float]
     tile: int | None = None  # tile edge finally used (after any halving), None when untiled
+    memory: MemoryReport | None = None
 
     @property
     def ok(self) -> bool:

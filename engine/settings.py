@@ -43,6 +43,7 @@ def default_models_dir() -> Path:
 class EngineSettings:
     models_dir: Path | None = None  # None: TESSERA_MODELS_DIR, else the user's data folder
     cpu_mem_limit: int | None = None  # bytes; caps the shared CPU arena (M9)
+    keep_cpu_arena: bool = False  # True: no CPU hand-back (M11); ORT's own arenas keep peaks
     gpu_mem_limit: int | None = None  # bytes; CUDA gpu_mem_limit (M9)
     max_pixels: int = DEFAULT_MAX_PIXELS
     overlap: int = 32  # tile overlap in input pixels

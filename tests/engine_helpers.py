@@ -12,7 +12,47 @@ from engine.runtime.providers import SHRINK_KEY
 from engine.runtime.sessions import SessionKey
 
 
-class ReportingSession:
+class BindingLog:
+    """An IOBinding that keeps the inputs bound to it, so a proxy sees a bound run's feeds."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.inputs: dict[str, np.ndarray] = {}
+
+    def bind_cpu_input(self, name: str, value: np.ndarray) -> None:
+        self.inputs[name] = value
+        self.inner.bind_cpu_input(name, value)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class SessionProxy:
+    """Base of the tests' session wraps: `before_run` sees the feeds and the RunOptions of
+    every run, whether its outputs come back from ORT (`run`) or go into the engine's own
+    buffers (`run_with_iobinding`), and returns the RunOptions to run with."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def before_run(self, feeds: dict[str, np.ndarray], run_options: Any) -> Any:
+        return run_options
+
+    def run(self, outputs: Any, feeds: Any, run_options: Any = None) -> Any:
+        return self._inner.run(outputs, feeds, self.before_run(dict(feeds), run_options))
+
+    def io_binding(self) -> BindingLog:
+        return BindingLog(self._inner.io_binding())
+
+    def run_with_iobinding(self, binding: BindingLog, run_options: Any = None) -> Any:
+        options = self.before_run(binding.inputs, run_options)
+        return self._inner.run_with_iobinding(binding.inner, options)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class ReportingSession(SessionProxy):
     """A real CPU session seen through the session boundary as if it ran on `provider`.
 
     It records the arena-shrink entry of every run's RunOptions, then runs the real session
@@ -21,7 +61,7 @@ class ReportingSession:
     """
 
     def __init__(self, inner: Any, provider: str, device_id: int, log: list[str | None]) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._provider = provider
         self._device_id = device_id
         self.log = log
@@ -32,7 +72,7 @@ class ReportingSession:
     def get_provider_options(self) -> dict[str, dict[str, str]]:
         return {self._provider: {"device_id": str(self._device_id)}, "CPUExecutionProvider": {}}
 
-    def run(self, outputs: Any, feeds: Any, run_options: Any = None) -> Any:
+    def before_run(self, feeds: dict[str, np.ndarray], run_options: Any) -> Any:
         import onnxruntime as ort
 
         value: str | None = None
@@ -45,10 +85,13 @@ class ReportingSession:
         clean = ort.RunOptions()
         if run_options is not None and run_options.terminate:
             clean.terminate = True
-        return self._inner.run(outputs, feeds, clean)
+        return clean
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+
+def cuda_shrink(device: int = 0) -> str:
+    """What a CUDA session's last run asks for: its GPU arena, and Tessera's shared CPU arena
+    (M11), which its outputs come back through."""
+    return f"cpu:0;gpu:{device}"
 
 
 class Recorder:

@@ -25,7 +25,7 @@ from engine.runtime.providers import (
 )
 from engine.settings import EngineSettings
 from tests.contract_models import make_upscaler
-from tests.engine_helpers import Recorder, gif3, photo
+from tests.engine_helpers import Recorder, SessionProxy, cuda_shrink, gif3, photo
 
 
 def _request(model: Path, inputs: list[Path], out: Path, **kw: object) -> OperationRequest:
@@ -73,7 +73,7 @@ def test_m2_single_run_shrinks_at_its_only_run(upscaler: Path, tmp_path: Path) -
     )
     assert result.ok and result.shrinks == 1
     assert _shrinks(recorder.log) == [len(recorder.log) - 1]
-    assert recorder.log[-1] == "gpu:0"
+    assert recorder.log[-1] == cuda_shrink()
 
 
 def test_m2_only_the_last_frame_shrinks(upscaler: Path, tmp_path: Path) -> None:
@@ -91,7 +91,7 @@ def test_m2_only_the_last_frame_shrinks(upscaler: Path, tmp_path: Path) -> None:
         )
     )
     assert result.ok and result.runs == 3
-    assert recorder.log == [None, None, "gpu:0"]
+    assert recorder.log == [None, None, cuda_shrink()]
 
 
 def test_m2_tiles_of_two_frames_shrink_only_at_the_very_last(
@@ -111,7 +111,7 @@ def test_m2_tiles_of_two_frames_shrink_only_at_the_very_last(
         )
     )
     assert result.ok and result.runs == 12
-    assert recorder.log == [None] * 11 + ["gpu:1"]  # gpu:1 named for device gpu:1
+    assert recorder.log == [None] * 11 + [cuda_shrink(1)]  # gpu:1 named for device gpu:1
 
 
 @pytest.mark.parametrize("provider", [CPU_EP, DIRECTML_EP, COREML_EP])
@@ -119,7 +119,9 @@ def test_m3_other_providers_never_get_the_shrink(
     upscaler: Path, tmp_path: Path, provider: str
 ) -> None:
     recorder = Recorder(provider)
-    engine = Engine(EngineSettings(models_dir=tmp_path), session_wrap=recorder)
+    # A CPU session without the CPU hand-back (keep_cpu_arena) has nothing to shrink either.
+    settings = EngineSettings(models_dir=tmp_path, keep_cpu_arena=provider == CPU_EP)
+    engine = Engine(settings, session_wrap=recorder)
     runtime = {CPU_EP: "cpu", DIRECTML_EP: "directml", COREML_EP: "coreml"}[provider]
     device = "cpu" if provider == CPU_EP else "gpu:0"
     result = engine.run(
@@ -145,6 +147,12 @@ def test_m3_shrink_target_comes_from_actual_providers() -> None:
     # A CUDA request that ORT silently put on the CPU gets nothing.
     assert shrink_target([CPU_EP], {CPU_EP: {}}) is None
     assert shrink_target([DIRECTML_EP, CPU_EP], {DIRECTML_EP: {"device_id": "0"}}) is None
+    # With Tessera's shared CPU arena handed back (M11): CPU and GPU-arena sessions shrink it
+    # too; DirectML and CoreML still get nothing (M3).
+    assert shrink_target([CPU_EP], {CPU_EP: {}}, cpu_arena=True) == "cpu:0"
+    assert shrink_target([CUDA_EP, CPU_EP], {CUDA_EP: {"device_id": "3"}}, True) == "cpu:0;gpu:3"
+    assert shrink_target([DIRECTML_EP, CPU_EP], {DIRECTML_EP: {"device_id": "0"}}, True) is None
+    assert shrink_target([COREML_EP, CPU_EP], {}, cpu_arena=True) is None
     cuda = provider_plan(Device.parse("gpu:2"), Runtime.CUDA).providers[0][1]
     assert cuda["device_id"] == "2" and cuda["arena_extend_strategy"] == "kSameAsRequested"
     assert cuda["cudnn_conv_algo_search"] == "HEURISTIC" and "enable_cuda_graph" not in cuda
@@ -152,7 +160,7 @@ def test_m3_shrink_target_comes_from_actual_providers() -> None:
 
 def test_m4_products_identical_with_and_without_cleanup(upscaler: Path, tmp_path: Path) -> None:
     img = photo(tmp_path / "a.png", width=70, height=50, mode="RGBA")
-    plain = Engine(EngineSettings(models_dir=tmp_path, overlap=8)).run(
+    plain = Engine(EngineSettings(models_dir=tmp_path, overlap=8, keep_cpu_arena=True)).run(
         _request(upscaler, [img], tmp_path / "plain", tile=32)
     )
     recorder = Recorder(CUDA_EP)
@@ -194,11 +202,12 @@ def test_m8_cancel_between_tiles_runs_no_further_tile(upscaler: Path, tmp_path: 
 
     out = tmp_path / "o"
     engine.run(_request(upscaler, [photo(tmp_path / "w.png")], tmp_path / "warm"))  # load + probe
-    runs_before = engine.sessions.runs
+    runs_before, shrinks_before = engine.sessions.runs, engine.sessions.shrinks
     with pytest.raises(Cancelled):
         engine.run(_request(upscaler, [img], out, tile=32), progress, token)
     assert seen == [1, 2]
-    assert engine.sessions.runs - runs_before == 2
+    # Two tile runs, then the M10 clean-up run that hands the CPU arena back.
+    assert engine.sessions.runs - runs_before == 3 and engine.sessions.shrinks == shrinks_before + 1
     assert len(engine.sessions) == 1  # the session stays cached
     assert not out.exists() or not list(out.iterdir())  # no product, no partial file
 
@@ -227,7 +236,7 @@ def test_m8_terminate_interrupts_a_long_run(tmp_path: Path) -> None:
 
     watcher = threading.Thread(target=cancel_when_running)
     watcher.start()
-    runs_before = engine.sessions.runs
+    runs_before, shrinks_before = engine.sessions.runs, engine.sessions.shrinks
     t1 = time.perf_counter()
     try:
         with pytest.raises(Cancelled):
@@ -236,7 +245,9 @@ def test_m8_terminate_interrupts_a_long_run(tmp_path: Path) -> None:
         watcher.join()
     elapsed = time.perf_counter() - t1
     print(f"cancelled after {elapsed:.3f}s; a run on 1/16 of the pixels takes {small:.3f}s")
-    assert engine.sessions.runs == runs_before  # the run did not complete: it was terminated
+    # The run did not complete (terminated); the one run that did is the M10 clean-up.
+    assert engine.sessions.runs == runs_before + 1
+    assert engine.sessions.shrinks == shrinks_before + 1
     assert len(engine.sessions) == 1
     assert not (tmp_path / "o").exists() or not list((tmp_path / "o").iterdir())
 
@@ -275,7 +286,7 @@ def test_m10_cancelled_job_still_hands_back_its_peak(upscaler: Path, tmp_path: P
             token,
         )
     # Two tile runs without the shrink, then one smallest run that asks for it.
-    assert recorder.log == [None, None, "gpu:0"]
+    assert recorder.log == [None, None, cuda_shrink()]
 
 
 def test_m10_batch_whose_last_input_fails_still_shrinks(upscaler: Path, tmp_path: Path) -> None:
@@ -290,7 +301,7 @@ def test_m10_batch_whose_last_input_fails_still_shrinks(upscaler: Path, tmp_path
         _request(upscaler, [good, bad], tmp_path / "o", device="gpu:0", runtime="cuda")
     )
     assert len(result.products) == 1 and len(result.failures) == 1
-    assert recorder.log == [None, "gpu:0"]
+    assert recorder.log == [None, cuda_shrink()]
 
 
 def test_progress_events_come_in_order(upscaler: Path, tmp_path: Path) -> None:
@@ -313,21 +324,15 @@ def test_cancel_while_the_model_is_being_probed_is_a_cancel(tmp_path: Path) -> N
     from typing import Any
 
     from engine.runtime.sessions import SessionKey
-    from tests.slow_models import make_slow_upscaler
+    from tests.slow_models import make_unstated_upscaler
 
-    model = make_slow_upscaler(tmp_path / "m" / "slow.onnx", layers=4)
+    model = make_unstated_upscaler(tmp_path / "m" / "slow.onnx", layers=4)
     token = CancelToken()
 
-    class CancelOnFirstRun:
-        def __init__(self, inner: Any) -> None:
-            self._inner = inner
-
-        def run(self, outputs: Any, feeds: Any, run_options: Any = None) -> Any:
-            token.cancel()  # sets `terminate` on the RunOptions the runner attached
-            return self._inner.run(outputs, feeds, run_options)
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self._inner, name)
+    class CancelOnFirstRun(SessionProxy):
+        def before_run(self, feeds: dict[str, np.ndarray], run_options: Any) -> Any:
+            token.cancel()  # sets `terminate` on the RunOptions the handle attached
+            return run_options
 
     def wrap(session: Any, _key: SessionKey) -> Any:
         return CancelOnFirstRun(session)

@@ -56,6 +56,20 @@ class _RunRecorder:
     def __call__(self, session: Any, _key: object) -> Any:
         recorder = self
 
+        class Binding:
+            """Keeps the inputs bound for a run, while recording."""
+
+            def __init__(self, inner: Any) -> None:
+                self.inner = inner
+
+            def bind_cpu_input(self, name: str, value: np.ndarray) -> None:
+                if recorder.recording:
+                    recorder.tensors.append(np.array(value))
+                self.inner.bind_cpu_input(name, value)
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self.inner, name)
+
         class Recording:
             def run(self, outputs: Any, feeds: Any, run_options: Any = None) -> Any:
                 if recorder.recording:
@@ -63,6 +77,16 @@ class _RunRecorder:
                 start = time.perf_counter()
                 try:
                     return session.run(outputs, feeds, run_options)
+                finally:
+                    recorder.run_seconds += time.perf_counter() - start
+
+            def io_binding(self) -> Binding:
+                return Binding(session.io_binding())
+
+            def run_with_iobinding(self, binding: Binding, run_options: Any = None) -> Any:
+                start = time.perf_counter()
+                try:
+                    return session.run_with_iobinding(binding.inner, run_options)
                 finally:
                     recorder.run_seconds += time.perf_counter() - start
 

@@ -63,6 +63,12 @@ class RemoveBackground(OperationBase):
             return None
         return {c.image_input: np.zeros((1, 3, 32, 32), input_dtype(c))}
 
+    def full_feeds(self, spec: ModelSpec) -> dict[str, np.ndarray] | None:
+        c = spec.contract
+        if c.fixed_size is None:
+            return None
+        return {c.image_input: np.zeros((1, 3, *c.fixed_size), input_dtype(c))}
+
     def process(self, image: DecodedImage, ctx: RunContext) -> list[Product]:
         c = ctx.spec.contract
         size = c.fixed_size or (self.config.input_size,) * 2

@@ -19,7 +19,7 @@ import numpy as np
 from engine.cancel import CancelToken
 from engine.errors import UsageError
 from engine.io.image import DecodedImage
-from engine.models.contracts import ModelSpec
+from engine.models.contracts import Contract, ModelSpec
 from engine.options import OperationOptions
 from engine.requests import Operation, OperationRequest, Product, Progress, ProgressKind
 from engine.runtime.sessions import SessionHandle
@@ -71,12 +71,28 @@ class RunContext:
         *,
         outputs: Sequence[str] | None = None,
         count: bool = True,
+        into: Mapping[str, np.ndarray] | None = None,
     ) -> list[Any]:
         """One counted model run of the current frame, with progress after it. `count=False`
-        is a probe: never the last run, no progress."""
+        is a probe: never the last run, no progress. `into`: the outputs' buffers (see
+        SessionHandle.run).
+
+        The request's last run asks for the arena shrink (M2) when its outputs can be written
+        outside the arena — into `into`, or into buffers of the shapes the graph states or an
+        earlier run with the same inputs showed — because an output left in the arena would
+        pin an arena region through the shrink. Otherwise the engine's hand-back run after the
+        operation is the one that shrinks."""
         last = count and self.is_last_run()
-        result = self.session.run(feeds, last=last, cancel=self.cancel, outputs=outputs)
-        self.last_run_shrunk = last and self.session.shrink_target is not None
+        buffers = (
+            into
+            or static_buffers(self.spec.contract, outputs)
+            or self.session.buffers_for(feeds, outputs)
+        )
+        shrink = last and buffers is not None
+        result = self.session.run(
+            feeds, last=shrink, cancel=self.cancel, outputs=outputs, into=buffers
+        )
+        self.last_run_shrunk = shrink and self.session.shrink_target is not None
         if count:
             self.runs_done += 1
             self.emit(self.progress(ProgressKind.RUN_FINISHED))
@@ -115,15 +131,46 @@ class OperationBase(ABC):
         """Run the model over every frame of `image` and write the products atomically."""
 
     def minimal_feeds(self, spec: ModelSpec) -> dict[str, np.ndarray] | None:
-        """The smallest valid input, for the shrink run after a cancel or failure (M10).
+        """The smallest valid input, for the hand-back run after a cancel or failure (M10).
 
-        None for models with fixed input shapes: a full-size run would cost a peak of its own.
+        None for models with fixed input shapes (see `full_feeds`).
         """
+        return None
+
+    def output_buffers(
+        self, spec: ModelSpec, feeds: Mapping[str, np.ndarray]
+    ) -> dict[str, np.ndarray] | None:
+        """Buffers for every output of a run on `feeds` (the hand-back run), where the model's
+        description tells their shapes without running it; None where it does not."""
+        return static_buffers(spec.contract, None)
+
+    def full_feeds(self, spec: ModelSpec) -> dict[str, np.ndarray] | None:
+        """A fixed-size model's whole input (zeros), for the hand-back run when the operation's
+        final inputs failed before running (M2): it costs one run, and its own peak goes back
+        at its end. None where the model's input size is dynamic."""
         return None
 
     def check_request(self, request: OperationRequest) -> None:
         if not request.inputs:
             raise UsageError("No input files were given.")
+
+
+def static_buffers(
+    contract: Contract, outputs: Sequence[str] | None
+) -> dict[str, np.ndarray] | None:
+    """Buffers for the outputs asked for (all when None) where the graph states their whole
+    shape; None where one of them is dynamic."""
+    names = list(outputs) if outputs else [t.name for t in contract.outputs]
+    buffers: dict[str, np.ndarray] = {}
+    for name in names:
+        spec = contract.tensor(name)
+        dims = spec.shape
+        if dims is None or not all(isinstance(d, int) and d > 0 for d in dims):
+            return None
+        if spec.dtype not in ("float32", "float16"):
+            return None
+        buffers[name] = np.empty([d for d in dims if isinstance(d, int)], spec.dtype)
+    return buffers
 
 
 def output_name(source: Path, suffix: str, ext: str) -> str:

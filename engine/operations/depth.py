@@ -134,6 +134,12 @@ class Depth(OperationBase):
             return None
         return {c.image_input: _feed(c, np.zeros((3, PATCH, PATCH), np.float32))}
 
+    def full_feeds(self, spec: ModelSpec) -> dict[str, np.ndarray] | None:
+        c = spec.contract
+        if c.fixed_size is None:
+            return None
+        return {c.image_input: _feed(c, np.zeros((3, *c.fixed_size), np.float32))}
+
     def process(self, image: DecodedImage, ctx: RunContext) -> list[Product]:
         c = ctx.spec.contract
         outputs = _outputs(c)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import ClassVar
 
@@ -36,8 +36,13 @@ log = logging.getLogger(__name__)
 PROBE_SIZES = (61, 62, 60, 56, 48, 64)  # odd first: a success there means no multiple_of
 
 
-def _tensor(c: Contract, h: int, w: int) -> np.ndarray:
+def _tensor(c: Contract, h: int, w: int, *, output: bool = False) -> np.ndarray:
+    """A zero image tensor for the model's input, or (`output`) a buffer for its image output."""
     dims = (1, c.channels, h, w) if c.layout is Layout.NCHW else (1, h, w, c.channels)
+    if output:
+        return np.empty(
+            dims, np.float16 if c.tensor(c.image_output).dtype == "float16" else np.float32
+        )
     return np.zeros(dims, np.float16 if c.fp16 else np.float32)
 
 
@@ -135,6 +140,19 @@ class Upscale(OperationBase):
         m = max(c.multiple_of, 4)
         return {c.image_input: _tensor(c, m, m)}
 
+    def output_buffers(
+        self, spec: ModelSpec, feeds: Mapping[str, np.ndarray]
+    ) -> dict[str, np.ndarray] | None:
+        c = spec.contract
+        tensor = feeds[c.image_input]
+        h, w = _out_hw(c, tensor)  # the input's H and W, read the same way as an output's
+        scale = c.scale or 1
+        return {c.image_output: _tensor(c, h * scale, w * scale, output=True)}
+
+    def full_feeds(self, spec: ModelSpec) -> dict[str, np.ndarray] | None:
+        c = spec.contract
+        return None if c.fixed_size is None else {c.image_input: _tensor(c, *c.fixed_size)}
+
     def process(self, image: DecodedImage, ctx: RunContext) -> list[Product]:
         c = ctx.spec.contract
         scale = c.scale or 1
@@ -194,6 +212,9 @@ class Upscale(OperationBase):
         ctx.start_frame(index, count, plan.count * len(passes))
         dtype = frame.dtype
         assemblers = [TileAssembler(plan, scale, width, np.dtype(dtype)) for _, width in passes]
+        # Every tile has one shape: ORT writes each result into this one buffer, outside its
+        # arena (nothing of the arena stays pinned when the last run shrinks it, M11).
+        result_buffer = _tensor(c, plan.tile_h * scale, plan.tile_w * scale, output=True)
         for t in plan.tiles:
             for (build, _), asm in zip(passes, assemblers, strict=True):
                 region_c = padded_colour[t.y0 : t.y1, t.x0 : t.x1]
@@ -202,8 +223,12 @@ class Upscale(OperationBase):
                 )
                 model_in, reduce = build(region_c, region_a)
                 tensor = _to_tensor(to_float(model_in), c)
-                result = ctx.run({c.image_input: tensor}, outputs=[c.image_output])[0]
-                out = _from_tensor(np.asarray(result), c)
+                result = ctx.run(
+                    {c.image_input: tensor},
+                    outputs=[c.image_output],
+                    into={c.image_output: result_buffer},
+                )[0]
+                out = _from_tensor(result, c)
                 asm.add(t, reduce(out))
         parts = [asm.finish() for asm in assemblers]
         full = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=2)

@@ -5,8 +5,10 @@ No Qt here; the GUI polls these off the engine thread about once a second.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
+import sys
 import threading
 from dataclasses import dataclass
 
@@ -141,3 +143,97 @@ def free_gpu_memory(index: int) -> int | None:
 
 def process_rss() -> int:
     return int(psutil.Process().memory_info().rss)
+
+
+def _libc() -> object | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
+
+
+_LIBC = _libc()
+
+
+def trim_heap() -> None:
+    """Give the C heap's free pages back to the system (glibc's malloc_trim).
+
+    numpy's temporaries of a few MB come from the heap once glibc has raised its mmap
+    threshold, and freed heap memory stays in the process: after an operation that is tens of
+    MB of RSS held for nothing (M11). A no-op where there is no glibc.
+    """
+    trim = getattr(_LIBC, "malloc_trim", None)
+    if trim is not None:
+        trim(0)
+
+
+def _read_hwm() -> int | None:
+    """This process's peak RSS (VmHWM) in bytes, from /proc; None where there is no /proc."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _reset_hwm() -> bool:
+    """Start a new peak-RSS measurement (Linux: writing 5 to clear_refs resets VmHWM)."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+            f.write("5")
+    except OSError:
+        return False
+    return _read_hwm() is not None
+
+
+class RssPeak:
+    """The process's RSS high-water mark over a `with` block.
+
+    Exact on Linux (the kernel's VmHWM, reset at the start); elsewhere sampled every few
+    milliseconds on a side thread, which can miss a peak shorter than that.
+    """
+
+    def __init__(self, interval: float = 0.003) -> None:
+        self.interval = interval
+        self.peak = 0
+        self._exact = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.peak = max(self.peak, process_rss())
+
+    def read(self) -> int:
+        """The peak so far."""
+        if self._exact:
+            return max(self.peak, _read_hwm() or 0)
+        return max(self.peak, process_rss())
+
+    def __enter__(self) -> RssPeak:
+        self.peak = process_rss()
+        self._exact = _reset_hwm()
+        if not self._exact:
+            self._thread = threading.Thread(target=self._loop, name="rss-peak", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.peak = self.read()
+
+
+def gpu_used(index: int) -> int | None:
+    """Bytes of GPU `index` this process uses where the driver says, else the device's used
+    memory; None where NVML does not see the device."""
+    for g in gpu_snapshots():
+        if g.index == index:
+            return g.own if g.own is not None else g.used
+    return None

@@ -160,21 +160,32 @@ def provider_plan(
 
 
 def shrink_target(
-    providers: Sequence[str], provider_options: Mapping[str, Mapping[str, Any]]
+    providers: Sequence[str],
+    provider_options: Mapping[str, Mapping[str, Any]],
+    cpu_arena: bool = False,
 ) -> str | None:
-    """The arena-shrink value for a session, from its actual providers (M2, M3).
+    """The arena-shrink value for a session, from its actual providers (M2, M3, M11).
 
-    Only when the session's first provider has a GPU arena; the device id is the session's own,
-    not a hard-coded 0.
+    `gpu:<id>` when the session's first provider has a GPU arena, with the session's own device
+    id (not a hard-coded 0); `cpu:0` when `cpu_arena` — Tessera's shared CPU arena is
+    registered and handed back — and the session is a CPU session or one of those GPU
+    sessions (whose outputs come back through the CPU arena). DirectML, CoreML and the rest
+    get nothing: their arenas cannot shrink, and the key fails or crashes their runs.
     """
-    if not providers or providers[0] not in SHRINK_CAPABLE:
+    if not providers:
         return None
     first = providers[0]
-    opts = provider_options.get(first, {})
-    device_id = str(opts.get("device_id", "0")).strip() or "0"
-    if not device_id.isdigit():
-        return None
-    return f"gpu:{int(device_id)}"
+    parts: list[str] = []
+    if cpu_arena and (first == CPU_EP or first in SHRINK_CAPABLE):
+        parts.append("cpu:0")
+    if first in SHRINK_CAPABLE:
+        opts = provider_options.get(first, {})
+        device_id = str(opts.get("device_id", "0")).strip() or "0"
+        if not device_id.isdigit():
+            return None
+        parts.append(f"gpu:{int(device_id)}")
+    # No spaces; ORT checks only the entries up to the first valid one, so build it exactly.
+    return ";".join(parts) or None
 
 
 def available_providers() -> list[str]:

@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ import numpy as np
 from engine.cancel import CancelToken
 from engine.errors import (
     Cancelled,
+    DeviceFault,
     DeviceUnavailable,
     EngineError,
     ModelError,
@@ -34,7 +35,7 @@ from engine.errors import (
     is_out_of_memory,
     map_error,
 )
-from engine.runtime.arena import cpu_arena_limit
+from engine.runtime.arena import USE_ENV_ALLOCATORS, cpu_arena_registered
 from engine.runtime.providers import (
     SHRINK_KEY,
     Device,
@@ -49,7 +50,25 @@ from engine.runtime.providers import (
 
 log = logging.getLogger(__name__)
 
-USE_ENV_ALLOCATORS = "session.use_env_allocators"
+
+@dataclass(frozen=True)
+class FileIdentity:
+    """Which version of a file: a model replaced in place (a download, fetch-starter) is
+    another version, so the next request loads it instead of reusing the old session."""
+
+    size: int
+    mtime_ns: int
+    inode: int
+
+    @classmethod
+    def of(cls, path: Path) -> FileIdentity:
+        try:
+            st = path.stat()
+        except OSError as e:
+            raise ModelError(
+                f"The model file {path.name} cannot be read ({e.strerror or e})."
+            ) from e
+        return cls(st.st_size, st.st_mtime_ns, st.st_ino)
 
 
 @dataclass(frozen=True)
@@ -57,10 +76,16 @@ class SessionKey:
     model: Path  # resolved absolute path of the model file
     device: Device
     runtime: Runtime  # concrete: never AUTO
+    identity: FileIdentity | None = None  # None: whatever the file is now (tests, unload)
 
     @classmethod
     def make(cls, model: Path, device: Device, runtime: Runtime) -> SessionKey:
-        return cls(Path(model).resolve(), device, resolve_runtime(device, runtime))
+        path = Path(model).resolve()
+        return cls(path, device, resolve_runtime(device, runtime), FileIdentity.of(path))
+
+    def same_place(self, other: SessionKey) -> bool:
+        """The same model path, device and runtime, whatever the file's version."""
+        return (self.model, self.device, self.runtime) == (other.model, other.device, other.runtime)
 
 
 @dataclass
@@ -75,6 +100,11 @@ class SessionEntry:
     load_seconds: float
     runs: int = 0  # successful runs over the session's life (the memory panel shows them)
     shrinks: int = 0
+    # Output shapes and dtypes seen per input signature, so a later run with the same inputs
+    # can have its outputs written into the caller's buffers (see SessionHandle.run's `into`).
+    output_shapes: dict[tuple[Any, ...], dict[str, tuple[tuple[int, ...], np.dtype[Any]]]] = field(
+        default_factory=dict
+    )
 
 
 @dataclass(frozen=True)
@@ -106,12 +136,14 @@ def create_session(
     so.log_severity_level = 3
     if threads:
         so.intra_op_num_threads = threads
-    if cpu_arena_limit() is not None:
+    if cpu_arena_registered():
         so.add_session_config_entry(USE_ENV_ALLOCATORS, "1")
     source: str | bytes = model if isinstance(model, bytes) else str(model)
     try:
+        # enable_fallback=0 at construction (M7): otherwise, on a provider error, ORT rebuilds
+        # the session without provider options (device 0, no memory limit) before we can say no.
         session = ort.InferenceSession(
-            source, so, providers=plan.names, provider_options=plan.options
+            source, so, providers=plan.names, provider_options=plan.options, enable_fallback=0
         )
     except Exception as e:  # ORT's exceptions are not RuntimeError subclasses
         text = str(e)
@@ -133,8 +165,6 @@ def create_session(
         ):
             raise ModelError(f"{name} is not a valid ONNX model ({_first_line(text)}).") from e
         raise ModelError(f"ONNX Runtime could not load {name}: {_first_line(text)}") from e
-    # A request for a device must never be run silently on another one (M7).
-    session.disable_fallback()
     return session
 
 
@@ -153,11 +183,13 @@ class SessionCache:
         gpu_mem_limit: int | None = None,
         threads: int = 0,
         wrap: SessionWrap | None = None,
+        cpu_shrink: bool = True,
     ) -> None:
         self._entries: dict[SessionKey, SessionEntry] = {}
         self._gpu_mem_limit = gpu_mem_limit
         self._threads = threads
         self._wrap = wrap
+        self._cpu_shrink = cpu_shrink  # hand the shared CPU arena back (M11) where registered
         self._owner: int | None = None
         # Totals over the cache's life; a request's own counts are on its SessionHandle.
         self.created = 0
@@ -200,6 +232,9 @@ class SessionCache:
             entry.last_used = time.time()
             self.reused += 1
             return entry, False
+        for stale in [k for k in self._entries if k.same_place(key)]:
+            log.info("%s changed on disk: unloading the old version", key.model.name)
+            self.release(stale)
         entry = self._create(key)
         self._entries[key] = entry
         self.created += 1
@@ -230,7 +265,11 @@ class SessionCache:
                 f"ONNX Runtime could only start {actual[0] if actual else 'nothing'}; "
                 "Tessera does not run a GPU request on the CPU. Choose device cpu to run there."
             )
-        target = shrink_target(actual, session.get_provider_options())
+        target = shrink_target(
+            actual,
+            session.get_provider_options(),
+            cpu_arena=self._cpu_shrink and cpu_arena_registered(),
+        )
         now = time.time()
         log.info("loaded %s on %s via %s (shrink %s)", path.name, key.device, actual[0], target)
         return SessionEntry(
@@ -333,9 +372,15 @@ class SessionHandle:
         last: bool,
         cancel: CancelToken | None = None,
         outputs: Sequence[str] | None = None,
+        into: Mapping[str, np.ndarray] | None = None,
     ) -> list[Any]:
         """One model run. `last` asks for the arena shrink (M2); the session's providers decide
-        whether there is one to ask for (M3). On out-of-memory the session is released (M5)."""
+        whether there is one to ask for (M3). On out-of-memory the session is released (M5).
+
+        `into` gives the outputs' buffers (by name, in the caller's memory): ORT writes there
+        instead of into its arena, so no output pins an arena region when the last run shrinks
+        it, and a tiled operation reuses one buffer for every tile. The result is then those
+        buffers, in the order of `outputs`."""
         import onnxruntime as ort
 
         if cancel is not None:
@@ -355,7 +400,10 @@ class SessionHandle:
         if cancel is not None:
             cancel.attach(options)
         try:
-            result = entry.session.run(list(outputs) if outputs else None, dict(feeds), options)
+            if into:
+                result = self._run_bound(entry, feeds, outputs or list(into), into, options)
+            else:
+                result = entry.session.run(list(outputs) if outputs else None, dict(feeds), options)
         except Exception as e:  # ORT's exceptions do not derive from RuntimeError
             failure = self._failure(e, cancel)
         finally:
@@ -363,10 +411,21 @@ class SessionHandle:
                 cancel.detach()
         if failure is not None:
             del entry  # this frame must not keep the session alive (its traceback outlives it)
-            if isinstance(failure, ResourceError):
-                # M5: destroyed with its arena here, before anyone can create the next one.
+            if isinstance(failure, (ResourceError, DeviceFault)):
+                # M5: destroyed with its arena here, before anyone can create the next one (and
+                # a session hit by a sticky device error is poisoned for good).
                 self.release()
             raise failure
+        if not into:
+            entry.output_shapes.setdefault(
+                _signature(feeds, outputs),
+                {
+                    name: (tuple(np.shape(value)), np.asarray(value).dtype)
+                    for name, value in zip(
+                        outputs or self._output_names(entry), result, strict=False
+                    )
+                },
+            )
         self.runs += 1
         entry.runs += 1
         self.cache.runs += 1
@@ -375,6 +434,42 @@ class SessionHandle:
             entry.shrinks += 1
             self.cache.shrinks += 1
         return list(result)
+
+    def buffers_for(
+        self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None
+    ) -> dict[str, np.ndarray] | None:
+        """Fresh buffers for the outputs of a run with these inputs, where an earlier run with
+        the same input shapes showed their shapes; None where none has yet."""
+        entry = self._entry
+        if entry is None:
+            return None
+        known = entry.output_shapes.get(_signature(feeds, outputs))
+        if known is None:
+            return None
+        return {name: np.empty(shape, dtype) for name, (shape, dtype) in known.items()}
+
+    @staticmethod
+    def _output_names(entry: SessionEntry) -> list[str]:
+        return [o.name for o in entry.session.get_outputs()]
+
+    @staticmethod
+    def _run_bound(
+        entry: SessionEntry,
+        feeds: Mapping[str, np.ndarray],
+        outputs: Sequence[str],
+        into: Mapping[str, np.ndarray],
+        options: Any,
+    ) -> list[np.ndarray]:
+        binding = entry.session.io_binding()
+        for name, value in feeds.items():
+            binding.bind_cpu_input(name, np.ascontiguousarray(value))
+        for name in outputs:
+            buffer = into[name]
+            if not buffer.flags.c_contiguous or not buffer.flags.writeable:
+                raise ValueError(f"the buffer for {name} must be C-contiguous and writeable")
+            binding.bind_output(name, "cpu", 0, buffer.dtype, buffer.shape, buffer.ctypes.data)
+        entry.session.run_with_iobinding(binding, options)
+        return [into[name] for name in outputs]
 
     def _failure(self, error: Exception, cancel: CancelToken | None) -> EngineError:
         """The engine error for an ORT failure, its cause kept without its traceback: the
@@ -398,3 +493,12 @@ class SessionHandle:
         """A fresh session in place of this one (the failed one is destroyed first)."""
         self.release()
         return self.entry()
+
+
+def _signature(feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None) -> tuple[Any, ...]:
+    """What decides a run's output shapes: its inputs' names, shapes and dtypes, and which
+    outputs were asked for."""
+    ins = tuple(
+        sorted((name, tuple(np.shape(v)), np.asarray(v).dtype.str) for name, v in feeds.items())
+    )
+    return (ins, tuple(outputs) if outputs else None)

@@ -19,7 +19,7 @@ from engine.runtime.memory import GpuSnapshot
 from engine.runtime.providers import CUDA_EP
 from engine.runtime.sessions import SessionKey
 from engine.settings import EngineSettings
-from tests.engine_helpers import Recorder
+from tests.engine_helpers import Recorder, cuda_shrink
 
 
 def test_bench_gpu_without_a_gpu_says_unrun_and_why(capsys: pytest.CaptureFixture[str]) -> None:
@@ -90,4 +90,4 @@ def test_bench_gpu_measures_with_and_without_the_shrink_on_a_stand_in_gpu(
     assert rows["GPU vs CPU result: max |diff|"]["value"] <= 1
     # The session of the with-shrink run asked for the shrink at its last run only (M2).
     shrink_log = [v for v in recorder.log if v is not None]
-    assert shrink_log == ["gpu:0"]
+    assert shrink_log == [cuda_shrink()]

@@ -104,7 +104,7 @@ def test_m7_the_session_really_runs_on_cuda_and_takes_the_shrink(up4: Path, tmp_
     [entry] = engine.sessions.entries()
     assert type(entry.session).__name__ == "InferenceSession"  # no wrapper anywhere
     assert entry.session.get_providers()[0] == CUDA_EP == entry.providers[0]
-    assert entry.shrink_target == "gpu:0"
+    assert entry.shrink_target == "cpu:0;gpu:0"  # the GPU arena and the shared CPU arena (M11)
     # The shrink run option went to ORT on the last run, and the run succeeded (M2, M3).
     assert result.shrinks == 1 and result.runs > 1
     engine.unload_all()
