@@ -69,6 +69,9 @@ class GeometryOptions:
     num_tokens: int | None = field(
         default=None, metadata=_range(1200, 3600, "image tokens MoGe-2 works at")
     )
+    process_res: int | None = field(
+        default=None, metadata=_range(56, 16384, "longest side fed to the model")
+    )
 
 
 OperationOptions = UpscaleOptions | BackgroundOptions | DepthOptions | GeometryOptions
@@ -100,6 +103,7 @@ class DepthConfig:
 @dataclass(frozen=True)
 class GeometryConfig:
     num_tokens: int
+    process_res: int
 
 
 # Tessera's own defaults, used where neither the request nor the model's catalog entry says.
@@ -109,7 +113,8 @@ _BUILTIN: Mapping[type[Any], Any] = {
         normalization=Normalization.IMAGENET, input_size=1024, refine_foreground=False
     ),
     DepthOptions: DepthConfig(normalization=Normalization.IMAGENET, process_res=504),
-    GeometryOptions: GeometryConfig(num_tokens=1800),
+    # 1280: over twice the token grid of 3600 tokens at 4:3, and the 2:1 grid's longest side.
+    GeometryOptions: GeometryConfig(num_tokens=1800, process_res=1280),
 }
 
 

@@ -15,10 +15,10 @@ from onnx import TensorProto, helper
 from PIL import Image
 
 from engine.api import Engine
+from engine.io.tiff import TiffWriter
 from engine.models.contracts import ModelSpec
 from engine.operations.depth import Depth, upper_bound_size
 from engine.operations.depth_codec import read_depth_text
-from engine.operations.products import _write_tiff
 from engine.requests import Operation, ProductKind
 from engine.settings import EngineSettings
 from tests.contract_models import LUMA, make_da3
@@ -171,7 +171,11 @@ def test_sixteen_bit_png_is_near_bright_and_decodes_to_the_tiff(
 def test_float_tiff_round_trips_exactly(tmp_path: Path) -> None:
     values = np.random.default_rng(0).standard_normal((3, 17, 23)).astype(np.float32) * 1e3
     values[0, 0, 0], values[1, 1, 1], values[2, 2, 2] = np.nan, np.float32(1e-42), np.inf
-    path = _write_tiff(tmp_path / "x.tif", list(values))
+    path = tmp_path / "x.tif"
+    with open(path, "wb") as out:
+        writer = TiffWriter(out)
+        for page in values:
+            writer.add_page(page)
     pages = read_tiff(path)
     assert len(pages) == 3
     for page, expected in zip(pages, values, strict=True):

@@ -6,8 +6,10 @@ uint8 or uint16, upright, with every frame of an animation composited to the ful
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -85,7 +87,9 @@ class ImageMeta:
 @dataclass(frozen=True)
 class DecodedImage:
     source: Path
-    frames: tuple[np.ndarray, ...]  # each H×W×C, uint8/uint16, same shape and dtype; read-only
+    # Each H×W×C, uint8/uint16, same shape and dtype; read-only. A tuple, or for a streamed
+    # multi-frame file a sequence that decodes each frame when it is used.
+    frames: Sequence[np.ndarray]
     meta: ImageMeta
 
     @property
@@ -95,8 +99,8 @@ class DecodedImage:
     @property
     def size(self) -> tuple[int, int]:
         """(width, height) of every frame."""
-        height, width = self.frames[0].shape[:2]
-        return width, height
+        shape = getattr(self.frames, "shape", None) or self.frames[0].shape
+        return int(shape[1]), int(shape[0])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -156,3 +160,26 @@ def reshape_channels(frame: np.ndarray, colour: bool, alpha: bool) -> np.ndarray
 
 def sample_top(frame: np.ndarray) -> int:
     return 65535 if frame.dtype == np.uint16 else 255
+
+
+@dataclass(frozen=True)
+class Rows:
+    """A frame made band by band: `make(start, stop)` gives rows start…stop as an array of
+    `shape[1:]` and `dtype`. Writers take a band at a time, so a product computed from a
+    smaller map (a mask, a depth map) never exists whole at full size in memory."""
+
+    shape: tuple[int, int, int]
+    dtype: np.dtype[Any]
+    make: Callable[[int, int], np.ndarray]
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        start, stop, step = rows.indices(self.shape[0])
+        if step != 1:
+            raise ValueError("Rows gives contiguous bands only")
+        band = self.make(start, stop)
+        if band.shape != (stop - start, *self.shape[1:]) or band.dtype != self.dtype:
+            raise ValueError(f"a band of {band.shape} {band.dtype} for a {self.shape} frame")
+        return band
+
+    def materialise(self) -> np.ndarray:
+        return self[0 : self.shape[0]]

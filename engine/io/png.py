@@ -14,6 +14,7 @@ import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 
@@ -21,8 +22,10 @@ __all__ = [
     "CHANNELS",
     "MODES16",
     "SIGNATURE",
+    "FrameLike",
     "Png",
     "PngError",
+    "PngWriter",
     "decode_png",
     "encode_png",
     "key_alpha",
@@ -340,7 +343,19 @@ def _png_chunk(kind: bytes, body: bytes) -> bytes:
     return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
 
 
-def _compressed_rows(frame: np.ndarray) -> Iterator[bytes]:
+class FrameLike(Protocol):
+    """A frame to encode: an H×W×C array, or a source that makes a band of rows on demand."""
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def dtype(self) -> np.dtype[Any]: ...
+
+    def __getitem__(self, rows: slice, /) -> np.ndarray: ...
+
+
+def _compressed_rows(frame: FrameLike) -> Iterator[bytes]:
     height, width, channels = frame.shape
     depth = frame.dtype.itemsize
     bpp = channels * depth
@@ -371,23 +386,31 @@ def _text_chunk(key: str, value: str) -> bytes:
         return _png_chunk(b"iTXt", body)
 
 
-def encode_png(
-    path: Path,
-    frames: Sequence[np.ndarray],
-    *,
-    durations: Sequence[int],
-    loop: int = 0,
-    icc: bytes | None = None,
-    dpi: tuple[float, float] | None = None,
-    exif: bytes | None = None,
-    text: Mapping[str, str] | None = None,
-) -> None:
-    """Write `frames` (H×W×C uint8 or uint16, all one shape) to `path` as a PNG, or an APNG
-    when there are several (`durations`: one per frame, in ms; `loop` 0 = forever), streaming
-    the rows."""
-    height, width, channels = frames[0].shape
-    bits = 8 * frames[0].dtype.itemsize
-    with open(path, "wb") as out:
+class PngWriter:
+    """Writes a PNG — or an APNG when `frames` > 1 — frame by frame, rows block by block, so
+    neither the frames nor a whole frame's filtered bytes are ever all in memory. A frame is
+    an H×W×C uint8/uint16 array or a `Rows` source that makes its rows on demand."""
+
+    def __init__(
+        self,
+        out: BinaryIO,
+        *,
+        shape: tuple[int, int, int],
+        dtype: np.dtype[Any],
+        frames: int = 1,
+        loop: int = 0,
+        icc: bytes | None = None,
+        dpi: tuple[float, float] | None = None,
+        exif: bytes | None = None,
+        text: Mapping[str, str] | None = None,
+    ) -> None:
+        self._out = out
+        self._shape = shape
+        self._count = frames
+        self._added = 0
+        self._sequence = 0
+        height, width, channels = shape
+        bits = 8 * np.dtype(dtype).itemsize
         out.write(SIGNATURE)
         header = struct.pack(">IIBBBBB", width, height, bits, _COLOUR_TYPE[channels], 0, 0, 0)
         out.write(_png_chunk(b"IHDR", header))
@@ -400,23 +423,65 @@ def encode_png(
             out.write(_png_chunk(b"pHYs", struct.pack(">IIB", ppm[0], ppm[1], 1)))
         if exif:
             out.write(_png_chunk(b"eXIf", exif[6:] if exif.startswith(b"Exif\0\0") else exif))
-        animated = len(frames) > 1
-        sequence = 0
-        if animated:
-            out.write(_png_chunk(b"acTL", struct.pack(">II", len(frames), loop)))
-        for index, (frame, delay) in enumerate(zip(frames, durations, strict=True)):
-            if animated:
-                control = struct.pack(
-                    ">IIIIIHHBB", sequence, width, height, 0, 0, min(delay, 65535), 1000, 0, 0
-                )
-                out.write(_png_chunk(b"fcTL", control))
-                sequence += 1
-            for piece in _compressed_rows(frame):
-                if not piece:
-                    continue
-                if index == 0:
-                    out.write(_png_chunk(b"IDAT", piece))
-                else:
-                    out.write(_png_chunk(b"fdAT", struct.pack(">I", sequence) + piece))
-                    sequence += 1
-        out.write(_png_chunk(b"IEND", b""))
+        if frames > 1:
+            out.write(_png_chunk(b"acTL", struct.pack(">II", frames, loop)))
+
+    def add(self, frame: FrameLike, duration: int = 100) -> None:
+        """The next frame (`duration` in ms, for an APNG)."""
+        if tuple(frame.shape) != self._shape:
+            raise ValueError(f"frame of shape {tuple(frame.shape)} in a {self._shape} PNG")
+        if self._added >= self._count:
+            raise ValueError(f"more than the {self._count} frame(s) announced")
+        height, width, _ = self._shape
+        if self._count > 1:
+            control = struct.pack(
+                ">IIIIIHHBB", self._sequence, width, height, 0, 0, min(duration, 65535), 1000, 0, 0
+            )
+            self._out.write(_png_chunk(b"fcTL", control))
+            self._sequence += 1
+        for piece in _compressed_rows(frame):
+            if not piece:
+                continue
+            if self._added == 0:
+                self._out.write(_png_chunk(b"IDAT", piece))
+            else:
+                self._out.write(_png_chunk(b"fdAT", struct.pack(">I", self._sequence) + piece))
+                self._sequence += 1
+        self._added += 1
+
+    def close(self) -> None:
+        if self._added != self._count:
+            raise ValueError(f"{self._added} frame(s) written of the {self._count} announced")
+        self._out.write(_png_chunk(b"IEND", b""))
+
+
+def encode_png(
+    path: Path,
+    frames: Sequence[FrameLike],
+    *,
+    durations: Sequence[int],
+    loop: int = 0,
+    icc: bytes | None = None,
+    dpi: tuple[float, float] | None = None,
+    exif: bytes | None = None,
+    text: Mapping[str, str] | None = None,
+) -> None:
+    """Write `frames` (H×W×C uint8 or uint16, all one shape) to `path` as a PNG, or an APNG
+    when there are several (`durations`: one per frame, in ms; `loop` 0 = forever), streaming
+    the rows."""
+    first = frames[0]
+    with open(path, "wb") as out:
+        writer = PngWriter(
+            out,
+            shape=tuple(first.shape),  # type: ignore[arg-type]
+            dtype=first.dtype,
+            frames=len(frames),
+            loop=loop,
+            icc=icc,
+            dpi=dpi,
+            exif=exif,
+            text=text,
+        )
+        for frame, delay in zip(frames, durations, strict=True):
+            writer.add(frame, delay)
+        writer.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import numpy as np
 from PIL import Image, PngImagePlugin
@@ -22,7 +23,7 @@ from engine.io.image import (
     sample_top,
     to_8bit,
 )
-from engine.io.png import encode_png
+from engine.io.png import FrameLike, PngWriter, encode_png
 from engine.io.publish import atomic_output
 
 
@@ -183,3 +184,95 @@ def write_image(
         except MemoryError as e:
             raise ResourceError(f"{path.name}: not enough memory to encode the image.") from e
         return publish()
+
+
+class ImageStream:
+    """One image file written frame by frame into its hidden temp, published by `publish()`.
+
+    PNG (and APNG) frames are encoded as they come, a band of rows at a time, so neither the
+    frames nor a whole frame need be in memory; a frame may be a `Rows` source. Pillow's
+    formats (WebP, TIFF, GIF…) write all frames at once: those are kept until `publish()`.
+    `discard()` (or leaving a `with` block by an exception) removes the temp file.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        shape: tuple[int, int, int],
+        dtype: np.dtype[Any],
+        frames: int = 1,
+        meta: ImageMeta | None = None,
+        text: Mapping[str, str] | None = None,
+        format: str | None = None,
+    ) -> None:
+        self.path = Path(path)
+        fmt = (format or WRITE_FORMATS.get(self.path.suffix.lower(), "")).upper()
+        fmt = "JPEG" if fmt == "JPG" else fmt
+        if fmt not in WRITE_FORMATS.values():
+            raise ValueError(f"cannot tell which image format to write for {self.path.name!r}")
+        if frames > 1 and fmt not in MULTI_FRAME_WRITE:
+            raise ValueError(f"{fmt} holds one frame; got {frames}")
+        self._fmt, self._meta, self._text = fmt, meta, text
+        self._count, self._added = frames, 0
+        self._durations = _durations(meta, frames)
+        self._held: list[np.ndarray] = []
+        self._output = atomic_output(self.path)
+        self._temp, self._publish = self._output.__enter__()
+        self._file: BinaryIO | None = None
+        self._png: PngWriter | None = None
+        if fmt == "PNG":
+            self._file = open(self._temp, "wb")
+            self._png = PngWriter(
+                self._file,
+                shape=shape,
+                dtype=np.dtype(dtype),
+                frames=frames,
+                loop=meta.loop if meta is not None and meta.loop is not None else 0,
+                icc=_icc_fits(meta.icc_profile, shape[2]) if meta is not None else None,
+                dpi=meta.dpi if meta is not None else None,
+                exif=meta.exif if meta is not None else None,
+                text=text,
+            )
+
+    def add(self, frame: FrameLike) -> None:
+        try:
+            if self._png is not None:
+                self._png.add(frame, self._durations[self._added])
+            else:
+                whole = frame if isinstance(frame, np.ndarray) else frame[0 : frame.shape[0]]
+                self._held.append(np.ascontiguousarray(whole))
+        except MemoryError as e:
+            self.discard()
+            raise ResourceError(f"{self.path.name}: not enough memory to encode the image.") from e
+        except BaseException:
+            self.discard()
+            raise
+        self._added += 1
+
+    def publish(self) -> Path:
+        """Finish the file and give it its final name (or a numbered one); returns that."""
+        try:
+            if self._png is not None and self._file is not None:
+                self._png.close()
+                self._file.close()
+                self._file = None
+            else:
+                _encode_pillow(self._temp, self._fmt, self._held, self._meta, self._text)
+                self._held.clear()
+            path = self._publish()
+        except BaseException as e:
+            self.discard(e)
+            raise
+        self._output.__exit__(None, None, None)
+        return path
+
+    def discard(self, error: BaseException | None = None) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        self._held.clear()
+        if error is None:
+            self._output.__exit__(None, None, None)
+        else:
+            self._output.__exit__(type(error), error, error.__traceback__)

@@ -19,32 +19,35 @@ DA3 depth is positive depth (exp activation): far is large. Products:
 - `<stem>-depth-preview.png`: Turbo colours of the same normalised value (near is red).
 - `<stem>-depth-conf.tif` (float32) when the model has `depth_conf`, `<stem>-sky.png` (255
   where sky ≥ 0.5) when it has `sky`.
-All frames of one request share one depth range, so a sequence does not flicker: the maps
-are kept at the model's resolution until every frame ran, then resized and encoded.
+All frames of one request share one depth range, so a sequence does not flicker: the float
+products are written as each frame runs, the maps wait at the model's resolution (on disk for
+a sequence, engine/io/spill.py) until every frame ran, and the 16-bit and preview products are
+then made from them. Every full-size product is made a band of rows at a time.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 from PIL import Image
 
-from engine.io.image import DecodedImage
+from engine.io.image import DecodedImage, Rows
+from engine.io.spill import FrameSpill
 from engine.models.contracts import Contract, ModelSpec
 from engine.operations.base import OperationBase, RunContext
 from engine.operations.colormap import turbo
-from engine.operations.depth_codec import depth_range, depth_text, encode_depth16, nearness
+from engine.operations.depth_codec import depth_text, encode_depth16, nearness
 from engine.operations.pixels import (
+    Bilinear,
     input_dtype,
     normalise,
     plane,
-    resize_bilinear,
-    resize_image,
-    rgb_float,
+    resize_planes,
 )
-from engine.operations.products import data_meta, write_float_tiff, write_frames
+from engine.operations.products import Products, data_meta
 from engine.options import (
     DepthConfig,
     DepthOptions,
@@ -109,10 +112,11 @@ def placement(
     return Placement(fixed, (h, w), ((fh - h) // 2, (fw - w) // 2))
 
 
-def _model_input(rgb: np.ndarray, place: Placement, norm: Normalization) -> np.ndarray:
+def _model_input(frame: np.ndarray, place: Placement, norm: Normalization) -> np.ndarray:
     h, w = place.image_hw
-    grows = h > rgb.shape[0] or w > rgb.shape[1]
-    resized = resize_image(rgb, h, w, Image.Resampling.BICUBIC if grows else Image.Resampling.BOX)
+    grows = h > frame.shape[0] or w > frame.shape[1]
+    resample = Image.Resampling.BICUBIC if grows else Image.Resampling.BOX
+    resized = resize_planes(frame, h, w, resample)
     # Pad value 0 after normalisation is the ImageNet mean colour.
     chw = np.zeros((3, *place.model_hw), np.float32)
     y, x = place.offset
@@ -143,51 +147,74 @@ class Depth(OperationBase):
     def process(self, image: DecodedImage, ctx: RunContext) -> list[Product]:
         c = ctx.spec.contract
         outputs = _outputs(c)
-        height, width = image.frames[0].shape[:2]
+        width, height = image.size
         place = placement(c.fixed_size, height, width, self.config.process_res)
         y, x = place.offset
         h, w = place.image_hw
-        maps: dict[str, list[np.ndarray]] = {name: [] for name in outputs}
         n = len(image.frames)
-        for index, frame in enumerate(image.frames):
-            ctx.start_frame(index, n, 1)
-            chw = _model_input(rgb_float(frame), place, self.config.normalization)
-            results = ctx.run({c.image_input: _feed(c, chw)}, outputs=outputs)
-            for name, result in zip(outputs, results, strict=True):
-                # Kept at the model's resolution: small, and resized once the range is known.
-                maps[name].append(plane(result)[y : y + h, x : x + w].copy())
-            ctx.emit(ctx.progress(ProgressKind.FRAME_FINISHED))
-
-        def full(m: np.ndarray) -> np.ndarray:
-            return resize_bilinear(m, height, width)
-
-        floats = [full(d) for d in maps[c.image_output]]
-        lo, hi = depth_range(floats)
         meta = data_meta(image)
-        products = [
-            *write_float_tiff(ctx, image, "depth", floats, ProductKind.DEPTH_FLOAT),
-            *write_frames(
-                ctx,
-                image,
-                "depth",
-                [encode_depth16(d, lo, hi) for d in floats],
-                ProductKind.DEPTH16,
-                meta,
-                text=depth_text(lo, hi, "relative"),
-            ),
-            *write_frames(
-                ctx,
-                image,
-                "depth-preview",
-                [turbo(nearness(d, lo, hi)) for d in floats],
-                ProductKind.DEPTH_PREVIEW,
-                meta,
-            ),
-        ]
-        if c.confidence_output is not None:
-            conf = [full(m) for m in maps[c.confidence_output]]
-            products += write_float_tiff(ctx, image, "depth-conf", conf, ProductKind.CONFIDENCE)
-        if c.sky_output is not None:
-            sky = [np.where(full(s) >= 0.5, 255, 0).astype(np.uint8) for s in maps[c.sky_output]]
-            products += write_frames(ctx, image, "sky", sky, ProductKind.SKY, meta)
-        return products
+        shape = (height, width, 1)
+        with Products(ctx, image) as products, FrameSpill() as depths:
+            # Made in this order, published in this order.
+            floats = products.float_product("depth", ProductKind.DEPTH_FLOAT)
+            encoded = products.image_product("depth", ProductKind.DEPTH16, meta, text={})
+            previews = products.image_product("depth-preview", ProductKind.DEPTH_PREVIEW, meta)
+            confs = products.float_product("depth-conf", ProductKind.CONFIDENCE)
+            skies = products.image_product("sky", ProductKind.SKY, meta)
+            lo, hi = np.inf, -np.inf
+            for index, frame in enumerate(image.frames):
+                ctx.start_frame(index, n, 1)
+                chw = _model_input(frame, place, self.config.normalization)
+                results = ctx.run({c.image_input: _feed(c, chw)}, outputs=outputs)
+                # Kept at the model's resolution: small; the products are made from it band by
+                # band at the image's size, in a second pass once the depth range is known.
+                maps = {
+                    name: plane(result)[y : y + h, x : x + w].copy()
+                    for name, result in zip(outputs, results, strict=True)
+                }
+                depth = Bilinear(maps[c.image_output], height, width)
+                products.add(floats, Rows(shape, _F32, _float_rows(depth)))
+                for _, _, band in depth.bands():
+                    finite = band[np.isfinite(band)]
+                    if finite.size:
+                        lo, hi = min(lo, float(finite.min())), max(hi, float(finite.max()))
+                if c.confidence_output is not None:
+                    conf = Bilinear(maps[c.confidence_output], height, width)
+                    products.add(confs, Rows(shape, _F32, _float_rows(conf)))
+                if c.sky_output is not None:
+                    sky = Bilinear(maps[c.sky_output], height, width)
+                    products.add(skies, Rows(shape, _U8, _sky_rows(sky)))
+                depths.append(maps[c.image_output])
+                ctx.emit(ctx.progress(ProgressKind.FRAME_FINISHED))
+            if lo > hi:  # no finite depth anywhere
+                lo = hi = 0.0
+            encoded.text = depth_text(lo, hi, "relative")
+            for small in depths:
+                depth = Bilinear(small, height, width)
+                products.add(encoded, Rows(shape, _U16, _encoded_rows(depth, lo, hi)))
+                products.add(previews, Rows((height, width, 3), _U8, _preview_rows(depth, lo, hi)))
+            return products.publish()
+
+
+_F32, _U16, _U8 = np.dtype(np.float32), np.dtype(np.uint16), np.dtype(np.uint8)
+
+
+RowMaker = Callable[[int, int], np.ndarray]
+
+
+def _float_rows(values: Bilinear) -> RowMaker:
+    return lambda start, stop: values.rows(start, stop)[..., None]
+
+
+def _sky_rows(sky: Bilinear) -> RowMaker:
+    return lambda start, stop: np.where(sky.rows(start, stop) >= 0.5, 255, 0).astype(np.uint8)[
+        ..., None
+    ]
+
+
+def _encoded_rows(depth: Bilinear, lo: float, hi: float) -> RowMaker:
+    return lambda start, stop: encode_depth16(depth.rows(start, stop), lo, hi)[..., None]
+
+
+def _preview_rows(depth: Bilinear, lo: float, hi: float) -> RowMaker:
+    return lambda start, stop: turbo(nearness(depth.rows(start, stop), lo, hi))

@@ -1,8 +1,13 @@
 """Geometry with MoGe-2 (official ONNX): metric depth, normals, camera intrinsics, point cloud.
 
-Input: `image` B×3×H×W float32 RGB in 0…1 at the image's own size (the graph normalises and
-resizes to its token grid) and `num_tokens` int64 with the rank the session declares (scalar or
-[1]); the `num_tokens` option, default 1800, is clamped to 1200…3600.
+Input: `image` B×3×H×W float32 RGB in 0…1 (the graph normalises and resizes to its token
+grid) and `num_tokens` int64 with the rank the session declares (scalar or [1]); options
+`num_tokens` (1200…3600, default 1800) and `process_res` (default 1280). The model is fed the
+image at its own size, or shrunk (area filter) so its longest side is `process_res`: the
+graph works at its token grid (under 1000 px at 3600 tokens) whatever it is fed, while its
+input and its three full-size outputs at 12 Mpx would take about 600 MB. The outputs are
+brought back to the image's size bilinearly (normals made unit again), a band of rows at a
+time, for every product.
 
 Post-processing re-implements the reference `MoGeModel.infer()` (microsoft/MoGe v2):
 1. valid = mask > 0.5;
@@ -33,17 +38,20 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import BinaryIO, ClassVar
 
 import numpy as np
+from PIL import Image
 
-from engine.io.image import DecodedImage
+from engine.io.image import DecodedImage, Rows
+from engine.io.spill import FrameSpill
 from engine.models.contracts import Contract, ModelSpec
 from engine.operations.base import OperationBase, RunContext
-from engine.operations.depth_codec import depth_range, depth_text, encode_depth16
-from engine.operations.pixels import input_dtype, rgb_float, to_nchw
-from engine.operations.products import data_meta, write_float_tiff, write_frames, write_per_frame
+from engine.operations.depth_codec import depth_text, encode_depth16
+from engine.operations.pixels import Bilinear, input_dtype, resize_planes, rgb_float
+from engine.operations.products import Products, data_meta
 from engine.options import (
     GeometryConfig,
     GeometryOptions,
@@ -53,8 +61,6 @@ from engine.options import (
 )
 from engine.requests import Operation, Product, ProductKind, ProgressKind
 
-DEFAULT_TOKENS = 1800
-TOKEN_RANGE = (1200, 3600)  # MoGe-2's resolution levels 0…9
 OUTPUTS = ("points", "normal", "mask", "metric_scale")
 SAMPLE = 64  # side of the point-map sample the focal and shift are fitted on
 EDGE_RTOL = 0.04
@@ -196,23 +202,12 @@ class FrameGeometry:
 def infer(
     points: np.ndarray, normal: np.ndarray, mask: np.ndarray, metric_scale: float
 ) -> FrameGeometry:
-    """The reference infer() after the network, for one image (H×W×3, H×W×3, H×W)."""
+    """The reference infer() after the network, for one image (H×W×3, H×W×3, H×W), at the
+    model's own size: what the operation makes band by band."""
     h, w = mask.shape
-    valid = mask > 0.5
-    focal, shift = recover_focal_shift(points, valid)
-    depth = points[..., 2].astype(np.float32) + np.float32(shift)
-    valid &= depth > 0
-    depth = np.where(valid, depth * np.float32(metric_scale), np.float32(np.nan)).astype(np.float32)
-    intrinsics = Intrinsics.from_focal(w, h, focal, shift, metric_scale)
-    return FrameGeometry(depth, normal.astype(np.float32, copy=False), intrinsics)
-
-
-def points_from_depth(depth: np.ndarray, k: Intrinsics) -> np.ndarray:
-    """Force projection: each pixel centre back-projected at its depth."""
-    h, w = depth.shape
-    x = ((np.arange(w, dtype=np.float32) + 0.5) / w - 0.5) / np.float32(k.fx)
-    y = ((np.arange(h, dtype=np.float32) + 0.5) / h - 0.5) / np.float32(k.fy)
-    return np.stack([x[None, :] * depth, y[:, None] * depth, depth], axis=-1)
+    maps = _model_maps(points, normal, mask, metric_scale, h, w)
+    full = _FullSize(maps, h, w)
+    return FrameGeometry(full.depth(0, h), full.normal(0, h), maps.intrinsics)
 
 
 def depth_edge(depth: np.ndarray, rtol: float = EDGE_RTOL) -> np.ndarray:
@@ -242,43 +237,114 @@ PLY_VERTEX = np.dtype(
 )
 
 
-def ply_bytes(points: np.ndarray, normals: np.ndarray, colours: np.ndarray) -> bytes:
-    vertices = np.empty(len(points), PLY_VERTEX)
-    for i, name in enumerate(("x", "y", "z")):
-        vertices[name] = points[:, i]
-    for i, name in enumerate(("nx", "ny", "nz")):
-        vertices[name] = normals[:, i]
-    for i, name in enumerate(("red", "green", "blue")):
-        vertices[name] = colours[:, i]
-    header = (
-        "ply\nformat binary_little_endian 1.0\n"
-        "comment Tessera geometry (MoGe-2): OpenCV camera frame, x right, y down, z forward; metres\n"
-        f"element vertex {len(points)}\n"
-        "property float x\nproperty float y\nproperty float z\n"
-        "property float nx\nproperty float ny\nproperty float nz\n"
-        "property uchar red\nproperty uchar green\nproperty uchar blue\n"
-        "end_header\n"
-    )
-    return header.encode("ascii") + vertices.tobytes()
+PLY_HEADER = (
+    "ply\nformat binary_little_endian 1.0\n"
+    "comment Tessera geometry (MoGe-2): OpenCV camera frame, x right, y down, z forward; metres\n"
+    "element vertex {count}\n"
+    "property float x\nproperty float y\nproperty float z\n"
+    "property float nx\nproperty float ny\nproperty float nz\n"
+    "property uchar red\nproperty uchar green\nproperty uchar blue\n"
+    "end_header\n"
+)
+BAND = 64  # rows of a full-size product made at once
 
 
-def _normal_map(geo: FrameGeometry) -> np.ndarray:
-    rgb = np.rint((np.clip(geo.normal, -1.0, 1.0) + 1.0) * 127.5).astype(np.uint8)
-    rgb[np.isnan(geo.depth)] = 0
-    return rgb
+@dataclass(frozen=True)
+class _ModelMaps:
+    """One frame as the model saw it (its input size) and what infer() found there."""
+
+    z: np.ndarray  # points' z + shift, float32: depth before the metric scale
+    mask: np.ndarray  # the model's mask, a probability
+    normal: np.ndarray  # unit normals, H×W×3
+    intrinsics: Intrinsics  # of the image at its own size
+    metric_scale: float
 
 
-def _point_cloud(geo: FrameGeometry, frame: np.ndarray) -> bytes:
-    keep = ~np.isnan(geo.depth)
-    keep &= ~depth_edge(geo.depth)
-    points = points_from_depth(geo.depth, geo.intrinsics)[keep]
-    colours = np.rint(rgb_float(frame)[keep] * 255).astype(np.uint8)
-    return ply_bytes(points, geo.normal[keep], colours)
+class _FullSize:
+    """One frame's geometry at the image's size, made a band of rows at a time from the
+    model's maps: depth in metres (NaN where invalid), normals, validity."""
+
+    def __init__(self, maps: _ModelMaps, height: int, width: int) -> None:
+        self.maps, self.height, self.width = maps, height, width
+        self.z = Bilinear(maps.z, height, width)
+        self.mask = Bilinear(maps.mask, height, width)
+        self.normals = Bilinear(maps.normal, height, width)
+
+    def depth(self, start: int, stop: int) -> np.ndarray:
+        z = self.z.rows(start, stop)
+        valid = (self.mask.rows(start, stop) > 0.5) & (z > 0)
+        metric = np.float32(self.maps.metric_scale)
+        return np.where(valid, z * metric, np.float32(np.nan)).astype(np.float32)
+
+    def normal(self, start: int, stop: int) -> np.ndarray:
+        n = self.normals.rows(start, stop)
+        if not self.normals.same:  # interpolated unit vectors are shorter: make them unit again
+            n = n / np.maximum(np.linalg.norm(n, axis=-1, keepdims=True), np.float32(1e-12))
+        return n.astype(np.float32, copy=False)
+
+    def normal_map(self, start: int, stop: int) -> np.ndarray:
+        rgb = np.rint((np.clip(self.normal(start, stop), -1.0, 1.0) + 1.0) * 127.5)
+        rgb = rgb.astype(np.uint8)
+        rgb[np.isnan(self.depth(start, stop))] = 0
+        return rgb
+
+    def mask_map(self, start: int, stop: int) -> np.ndarray:
+        return np.where(np.isnan(self.depth(start, stop)), 0, 255).astype(np.uint8)[..., None]
+
+    def kept(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        """(depth, points kept for the cloud) of rows start…stop: valid and off depth edges.
+        The edge test looks one row beyond the band, so bands join without a seam."""
+        lo, hi = max(0, start - 1), min(self.height, stop + 1)
+        around = self.depth(lo, hi)
+        depth = around[start - lo : start - lo + stop - start]
+        keep = ~np.isnan(depth) & ~depth_edge(around)[start - lo : start - lo + stop - start]
+        return depth, keep
+
+    def range(self) -> tuple[float, float]:
+        lo, hi = np.inf, -np.inf
+        for start in range(0, self.height, BAND):
+            values = self.depth(start, min(self.height, start + BAND))
+            finite = values[np.isfinite(values)]
+            if finite.size:
+                lo, hi = min(lo, float(finite.min())), max(hi, float(finite.max()))
+        return lo, hi
+
+
+def _write_cloud(full: _FullSize, frame: np.ndarray) -> Callable[[BinaryIO], None]:
+    """The binary PLY of the frame's points, written band by band (counted first: the header
+    states the number of vertices)."""
+    k = full.maps.intrinsics
+    height, width = full.height, full.width
+    x = ((np.arange(width, dtype=np.float32) + 0.5) / width - 0.5) / np.float32(k.fx)
+
+    def write(out: BinaryIO) -> None:
+        count = sum(
+            int(full.kept(s, min(height, s + BAND))[1].sum()) for s in range(0, height, BAND)
+        )
+        out.write(PLY_HEADER.format(count=count).encode("ascii"))
+        for start in range(0, height, BAND):
+            stop = min(height, start + BAND)
+            depth, keep = full.kept(start, stop)
+            rows = np.arange(start, stop, dtype=np.float32)
+            y = ((rows + 0.5) / height - 0.5) / np.float32(k.fy)
+            vertices = np.empty(int(keep.sum()), PLY_VERTEX)
+            vertices["x"] = (x[None, :] * depth)[keep]
+            vertices["y"] = (y[:, None] * depth)[keep]
+            vertices["z"] = depth[keep]
+            normals = full.normal(start, stop)[keep]
+            for i, name in enumerate(("nx", "ny", "nz")):
+                vertices[name] = normals[:, i]
+            colours = np.rint(rgb_float(frame[start:stop])[keep] * 255).astype(np.uint8)
+            for i, name in enumerate(("red", "green", "blue")):
+                vertices[name] = colours[:, i]
+            out.write(vertices.tobytes())
+
+    return write
 
 
 class Geometry(OperationBase):
     operation: ClassVar[Operation] = Operation.GEOMETRY
-    config = GeometryConfig(1800)
+    config = GeometryConfig(1800, 1280)
 
     def configure(self, options: OperationOptions, spec: ModelSpec) -> None:
         given = of_type(options, GeometryOptions) or GeometryOptions()
@@ -290,53 +356,98 @@ class Geometry(OperationBase):
 
     def process(self, image: DecodedImage, ctx: RunContext) -> list[Product]:
         c = ctx.spec.contract
-        frames: list[FrameGeometry] = []
+        width, height = image.size
+        model_hw = _fit(height, width, self.config.process_res)
         n = len(image.frames)
-        for index, frame in enumerate(image.frames):
-            ctx.start_frame(index, n, 1)
-            chw = to_nchw(rgb_float(frame))[0]
-            feeds = _feeds(c, chw, self.config.num_tokens)
-            points, normal, mask, metric = ctx.run(feeds, outputs=list(OUTPUTS))
-            scale = float(np.asarray(metric, np.float32).reshape(-1)[0])
-            frames.append(
-                infer(np.asarray(points)[0], np.asarray(normal)[0], np.asarray(mask)[0], scale)
-            )
-            ctx.emit(ctx.progress(ProgressKind.FRAME_FINISHED))
-        depths = [g.depth for g in frames]
-        lo, hi = depth_range(depths)
         meta = data_meta(image)
-        masks = [np.where(np.isnan(d), 0, 255).astype(np.uint8) for d in depths]
-        return [
+        one = (height, width, 1)
+        with Products(ctx, image) as products, FrameSpill() as spilled:
             # "geometry-" names keep these apart from the depth and cut-out products of the
-            # same photo in the same folder.
-            *write_float_tiff(ctx, image, "geometry-depth", depths, ProductKind.DEPTH_FLOAT),
-            *write_frames(
-                ctx,
-                image,
-                "geometry-depth",
-                [encode_depth16(d, lo, hi) for d in depths],
-                ProductKind.DEPTH16,
-                meta,
-                text=depth_text(lo, hi, "m"),
-            ),
-            *write_frames(
-                ctx, image, "normal", [_normal_map(g) for g in frames], ProductKind.NORMAL, meta
-            ),
-            *write_frames(ctx, image, "geometry-mask", masks, ProductKind.MASK, meta),
-            *write_per_frame(
-                ctx,
-                image,
-                "intrinsics",
-                ".json",
-                lambda i: frames[i].intrinsics.as_json().encode(),
-                ProductKind.INTRINSICS,
-            ),
-            *write_per_frame(
-                ctx,
-                image,
-                "points",
-                ".ply",
-                lambda i: _point_cloud(frames[i], image.frames[i]),
-                ProductKind.POINT_CLOUD,
-            ),
-        ]
+            # same photo in the same folder. Made in this order, published in this order.
+            floats = products.float_product("geometry-depth", ProductKind.DEPTH_FLOAT)
+            encoded = products.image_product("geometry-depth", ProductKind.DEPTH16, meta, text={})
+            normals = products.image_product("normal", ProductKind.NORMAL, meta)
+            masks = products.image_product("geometry-mask", ProductKind.MASK, meta)
+            cameras = products.bytes_product("intrinsics", ".json", ProductKind.INTRINSICS)
+            clouds = products.bytes_product("points", ".ply", ProductKind.POINT_CLOUD)
+            lo, hi = np.inf, -np.inf
+            metrics: list[float] = []
+            for index, frame in enumerate(image.frames):
+                ctx.start_frame(index, n, 1)
+                chw = resize_planes(frame, *model_hw, Image.Resampling.BOX).transpose(2, 0, 1)
+                feeds = _feeds(c, chw, self.config.num_tokens)
+                points, normal, mask, metric = ctx.run(feeds, outputs=list(OUTPUTS))
+                maps = _model_maps(
+                    np.asarray(points)[0],
+                    np.asarray(normal)[0],
+                    np.asarray(mask)[0],
+                    float(np.asarray(metric, np.float32).reshape(-1)[0]),
+                    height,
+                    width,
+                )
+                full = _FullSize(maps, height, width)
+                products.add(floats, Rows(one, _F32, _depth_rows(full)))
+                products.add(normals, Rows((height, width, 3), _U8, full.normal_map))
+                products.add(masks, Rows(one, _U8, full.mask_map))
+                products.add(cameras, _write_bytes(maps.intrinsics.as_json().encode()))
+                products.add(clouds, _write_cloud(full, frame))
+                frame_lo, frame_hi = full.range()
+                lo, hi = min(lo, frame_lo), max(hi, frame_hi)
+                spilled.append(np.stack([maps.z, maps.mask]))
+                metrics.append(maps.metric_scale)
+                ctx.emit(ctx.progress(ProgressKind.FRAME_FINISHED))
+            if lo > hi:  # no valid depth anywhere
+                lo = hi = 0.0
+            encoded.text = depth_text(lo, hi, "m")
+            for zm, metric_scale in zip(spilled, metrics, strict=True):
+                stand_in = _ModelMaps(
+                    zm[0], zm[1], np.zeros((1, 1, 3), np.float32), _NO_K, metric_scale
+                )
+                full = _FullSize(stand_in, height, width)
+                products.add(encoded, Rows(one, _U16, _encoded(full, lo, hi)))
+            return products.publish()
+
+
+_F32, _U16, _U8 = np.dtype(np.float32), np.dtype(np.uint16), np.dtype(np.uint8)
+_NO_K = Intrinsics(1, 1, 1.0, 1.0, 1.0, 0.0, 1.0)  # the second pass needs no camera
+
+
+def _depth_rows(full: _FullSize) -> Callable[[int, int], np.ndarray]:
+    return lambda start, stop: full.depth(start, stop)[..., None]
+
+
+def _encoded(full: _FullSize, lo: float, hi: float) -> Callable[[int, int], np.ndarray]:
+    return lambda start, stop: encode_depth16(full.depth(start, stop), lo, hi)[..., None]
+
+
+def _write_bytes(data: bytes) -> Callable[[BinaryIO], None]:
+    def write(out: BinaryIO) -> None:
+        out.write(data)
+
+    return write
+
+
+def _fit(height: int, width: int, longest: int) -> tuple[int, int]:
+    """The size the model is fed: the image's own, or shrunk so its longest side is `longest`."""
+    if max(height, width) <= longest:
+        return height, width
+    scale = longest / max(height, width)
+    return max(1, round(height * scale)), max(1, round(width * scale))
+
+
+def _model_maps(
+    points: np.ndarray,
+    normal: np.ndarray,
+    mask: np.ndarray,
+    metric_scale: float,
+    height: int,
+    width: int,
+) -> _ModelMaps:
+    """infer()'s focal and shift on the model's maps; the camera of the image's own size."""
+    valid = mask > 0.5
+    focal, shift = recover_focal_shift(points, valid)
+    z = points[..., 2].astype(np.float32) + np.float32(shift)
+    intrinsics = Intrinsics.from_focal(width, height, focal, shift, metric_scale)
+    return _ModelMaps(
+        z, mask.astype(np.float32), normal.astype(np.float32, copy=False), intrinsics, metric_scale
+    )

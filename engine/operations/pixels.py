@@ -7,6 +7,7 @@ pipelines do with PIL); model outputs are resized back with `resize_bilinear`, P
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -106,6 +107,84 @@ def resize_bilinear(arr: np.ndarray, height: int, width: int) -> np.ndarray:
     rows = src[r0] * (1 - ry_b) + src[r1] * ry_b
     cx_b = cx[(None, slice(None), *extra)]
     return rows[:, c0] * (1 - cx_b) + rows[:, c1] * cx_b
+
+
+class Bilinear:
+    """`resize_bilinear(src, height, width)` a band of output rows at a time: the same values,
+    without the full-size map ever existing (products are written band by band)."""
+
+    def __init__(self, src: np.ndarray, height: int, width: int) -> None:
+        self.src = np.asarray(src, dtype=np.float32)
+        self.height, self.width = height, width
+        self.same = self.src.shape[:2] == (height, width)
+        self._r0, self._r1, self._ry = _axis_weights(self.src.shape[0], height)
+        self._c0, self._c1, self._cx = _axis_weights(self.src.shape[1], width)
+
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        if self.same:
+            return self.src[start:stop].copy()
+        extra = (None,) * (self.src.ndim - 2)
+        ry = self._ry[start:stop][(slice(None), None, *extra)]
+        rows = self.src[self._r0[start:stop]] * (1 - ry) + self.src[self._r1[start:stop]] * ry
+        cx = self._cx[(None, slice(None), *extra)]
+        out: np.ndarray = rows[:, self._c0] * (1 - cx) + rows[:, self._c1] * cx
+        return out
+
+    def bands(self, rows: int = 64) -> Iterator[tuple[int, int, np.ndarray]]:
+        for start in range(0, self.height, rows):
+            stop = min(self.height, start + rows)
+            yield start, stop, self.rows(start, stop)
+
+    def min_max(self) -> tuple[float, float]:
+        """Of the whole resized map, band by band."""
+        lo, hi = np.inf, -np.inf
+        for _, _, band in self.bands():
+            lo, hi = min(lo, float(band.min())), max(hi, float(band.max()))
+        return lo, hi
+
+
+REDUCING_GAP = 1.5  # shrink by whole boxes first where the image is this many times larger
+
+
+def resize_planes(
+    frame: np.ndarray, height: int, width: int, resample: Image.Resampling, channels: int = 3
+) -> np.ndarray:
+    """The RGB of `frame` as float 0…1 at height×width, one colour plane at a time.
+
+    Like `resize_image(rgb_float(frame), …)`, without its full-size float RGB copy: where the
+    frame is more than 1.5× the target in both directions it is first averaged over whole
+    boxes, a band of rows at a time (Pillow's `reducing_gap` idea: the filter then runs on an
+    image a few times the target, and no full-size float plane exists); otherwise it is that
+    exact computation, one plane at a time."""
+    top = np.float32(top_value(frame))
+    fy = max(1, int(frame.shape[0] / (height * REDUCING_GAP)))
+    fx = max(1, int(frame.shape[1] / (width * REDUCING_GAP)))
+    boxes = fy > 1 and fx > 1
+    planes = []
+    for c in range(channels):
+        source = frame[..., min(c, frame.shape[2] - 1) if frame.shape[2] < 3 else c]
+        plane = _box_mean(source, fy, fx) / top if boxes else source.astype(np.float32) / top
+        if plane.shape != (height, width):
+            plane = np.asarray(Image.fromarray(plane).resize((width, height), resample))
+        planes.append(plane)
+    return np.stack(planes, axis=2).astype(np.float32, copy=False)
+
+
+def _box_mean(plane: np.ndarray, fy: int, fx: int) -> np.ndarray:
+    """Means over fy×fx boxes (the last row and column of boxes may be smaller), in float32,
+    a band of boxes at a time."""
+    h, w = plane.shape
+    cols = np.arange(0, w, fx)
+    widths = np.diff(np.append(cols, w)).astype(np.float32)
+    out = np.empty((-(-h // fy), len(cols)), np.float32)
+    step = fy * max(1, (1 << 20) // max(1, w * fy))  # whole boxes, about 4 MB of float rows
+    for start in range(0, h, step):
+        band = plane[start : start + step].astype(np.float32)
+        rows = np.arange(0, band.shape[0], fy)
+        heights = np.diff(np.append(rows, band.shape[0])).astype(np.float32)
+        sums = np.add.reduceat(np.add.reduceat(band, rows, axis=0), cols, axis=1)
+        out[start // fy : start // fy + len(rows)] = sums / heights[:, None] / widths[None, :]
+    return out
 
 
 def min_max(values: np.ndarray) -> np.ndarray:

@@ -10,35 +10,32 @@
   numbered from 1, `<stem>-<suffix>-0001.<ext>`, where stem is the first frame's;
 - products with no multi-frame form (PLY, JSON) are numbered per frame whenever there are
   several frames.
-Products are written only after every frame ran, so a cancelled or failed input leaves none.
+
+Products are made frame by frame (`Products`): each frame is encoded into the product's hidden
+temp file as soon as it exists, a band of rows at a time where it is computed band by band, so
+memory does not grow with the number of frames (PNG/APNG and float TIFF; Pillow's animated WebP
+and TIFF need all their frames at once). Everything is published together when the input is
+done: a cancelled or failed input leaves none.
 """
 
 from __future__ import annotations
 
-import functools
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 import numpy as np
-from PIL import Image
 
 from engine.io.image import DecodedImage, ImageMeta
-from engine.io.publish import atomic_output, write_bytes
-from engine.io.writing import write_image
+from engine.io.png import FrameLike
+from engine.io.publish import atomic_output
+from engine.io.tiff import TiffWriter
+from engine.io.writing import ImageStream
 from engine.operations.base import RunContext, output_name
 from engine.requests import Product, ProductKind
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-def from_several_files(ctx: RunContext) -> bool:
-    """True when this input's frames come from several files (a folder or a `sequence`),
-    rather than from one animated or multi-page file."""
-    return ctx.sequence
 
 
 def data_meta(image: DecodedImage) -> ImageMeta:
@@ -52,110 +49,229 @@ def _animated_ext(image: DecodedImage) -> str:
     return {"WEBP": ".webp", "TIFF": ".tif"}.get(image.meta.format, ".png")
 
 
-def _timed_io(func: Callable[P, R]) -> Callable[P, R]:
-    """Count a writer's time in `ctx.io_seconds` (its first argument is the RunContext)."""
+class _Sink:
+    """One product of an input: takes its frames one by one, publishes at the end."""
 
-    @functools.wraps(func)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        ctx = args[0]
+    def add(self, frame: Any) -> None:
+        raise NotImplementedError
+
+    def publish(self) -> list[Product]:
+        raise NotImplementedError
+
+    def discard(self) -> None:
+        raise NotImplementedError
+
+
+class _ImageSink(_Sink):
+    def __init__(
+        self,
+        products: Products,
+        suffix: str,
+        kind: ProductKind,
+        meta: ImageMeta,
+        text: Mapping[str, str] | None,
+    ) -> None:
+        self.p, self.suffix, self.kind, self.meta, self.text = products, suffix, kind, meta, text
+        self.streams: list[ImageStream] = []
+        self.published: list[Product] = []
+
+    def _path(self, index: int, ext: str) -> Path:
+        name = self.suffix if index < 0 else f"{self.suffix}-{index + 1:04d}"
+        return self.p.ctx.out_dir / output_name(self.p.image.source, name, ext)
+
+    def add(self, frame: FrameLike) -> None:
+        shape = (int(frame.shape[0]), int(frame.shape[1]), int(frame.shape[2]))
+        count = self.p.count
+        if count == 1 or self.p.several_files:
+            index = -1 if count == 1 else len(self.streams)
+            stream = ImageStream(
+                self._path(index, ".png"),
+                shape=shape,
+                dtype=frame.dtype,
+                meta=self.meta,
+                text=self.text,
+            )
+            self.streams.append(stream)
+            stream.add(frame)
+            return
+        if not self.streams:
+            sixteen = np.dtype(frame.dtype) == np.uint16
+            ext = ".png" if sixteen or self.text else _animated_ext(self.p.image)
+            self.streams.append(
+                ImageStream(
+                    self._path(-1, ext),
+                    shape=shape,
+                    dtype=frame.dtype,
+                    frames=count,
+                    meta=self.meta,
+                    text=self.text,
+                )
+            )
+        self.streams[0].add(frame)
+
+    def publish(self) -> list[Product]:
+        frames = 1 if self.p.count == 1 or self.p.several_files else self.p.count
+        for stream in self.streams:
+            self.published.append(Product(stream.publish(), self.kind, self.p.image.source, frames))
+        return self.published
+
+    def discard(self) -> None:
+        for stream in self.streams[len(self.published) :]:
+            stream.discard()
+
+
+class _FloatSink(_Sink):
+    """Float32 grey TIFF: one multi-page file, or one file per frame of a sequence."""
+
+    def __init__(self, products: Products, suffix: str, kind: ProductKind) -> None:
+        self.p, self.suffix, self.kind = products, suffix, kind
+        self.files: list[tuple[Any, Path, Any, Any, TiffWriter]] = []
+        self.published: list[Product] = []
+
+    def add(self, page: FrameLike) -> None:
+        if not self.files or (self.p.several_files and self.p.count > 1):
+            index = len(self.files)
+            name = (
+                self.suffix
+                if not self.p.several_files or self.p.count == 1
+                else (f"{self.suffix}-{index + 1:04d}")
+            )
+            path = self.p.ctx.out_dir / output_name(self.p.image.source, name, ".tif")
+            output = atomic_output(path)
+            temp, publish = output.__enter__()
+            handle = open(temp, "wb")
+            self.files.append((output, temp, publish, handle, TiffWriter(handle)))
+        self.files[-1][4].add_page(page)
+
+    def publish(self) -> list[Product]:
+        pages = 1 if self.p.several_files else self.p.count
+        for output, _temp, publish, handle, _writer in self.files[len(self.published) :]:
+            handle.close()
+            self.published.append(Product(publish(), self.kind, self.p.image.source, pages))
+            output.__exit__(None, None, None)
+        return self.published
+
+    def discard(self) -> None:
+        for output, _temp, _publish, handle, _writer in self.files[len(self.published) :]:
+            handle.close()
+            output.__exit__(None, None, None)
+
+
+class _BytesSink(_Sink):
+    """Products with no multi-frame form (PLY, JSON): numbered whenever there are several."""
+
+    def __init__(self, products: Products, suffix: str, ext: str, kind: ProductKind) -> None:
+        self.p, self.suffix, self.ext, self.kind = products, suffix, ext, kind
+        self.files: list[tuple[Any, Any]] = []
+        self.published: list[Product] = []
+
+    def add(self, write: Callable[[Any], None]) -> None:
+        """`write(file)` writes this frame's payload (in pieces, if it likes)."""
+        index = len(self.files)
+        name = self.suffix if self.p.count == 1 else f"{self.suffix}-{index + 1:04d}"
+        path = self.p.ctx.out_dir / output_name(self.p.image.source, name, self.ext)
+        output = atomic_output(path)
+        temp, publish = output.__enter__()
+        self.files.append((output, publish))
+        with open(temp, "wb") as f:
+            write(f)
+
+    def publish(self) -> list[Product]:
+        for output, publish in self.files[len(self.published) :]:
+            self.published.append(Product(publish(), self.kind, self.p.image.source))
+            output.__exit__(None, None, None)
+        return self.published
+
+    def discard(self) -> None:
+        for output, _publish in self.files[len(self.published) :]:
+            output.__exit__(None, None, None)
+
+
+class Products:
+    """The products of one input, made frame by frame and published together at the end.
+
+    Use as a context manager: leaving it by an exception discards every temp file.
+    """
+
+    def __init__(self, ctx: RunContext, image: DecodedImage) -> None:
+        self.ctx = ctx
+        self.image = image
+        self.count = len(image.frames)
+        self.several_files = ctx.sequence  # frames from several files: numbered products
+        self._sinks: list[_Sink] = []
+        self._by_name: dict[str, _Sink] = {}
+
+    def image_product(
+        self,
+        suffix: str,
+        kind: ProductKind,
+        meta: ImageMeta,
+        text: Mapping[str, str] | None = None,
+    ) -> _ImageSink:
+        return self._sink(suffix, lambda: _ImageSink(self, suffix, kind, meta, text))
+
+    def float_product(self, suffix: str, kind: ProductKind) -> _FloatSink:
+        return self._sink(f"{suffix}.tif", lambda: _FloatSink(self, suffix, kind))
+
+    def bytes_product(self, suffix: str, ext: str, kind: ProductKind) -> _BytesSink:
+        return self._sink(f"{suffix}{ext}", lambda: _BytesSink(self, suffix, ext, kind))
+
+    def _sink(self, name: str, make: Callable[[], Any]) -> Any:
+        sink = self._by_name.get(name)
+        if sink is None:
+            sink = make()
+            self._by_name[name] = sink
+            self._sinks.append(sink)
+        return sink
+
+    @contextmanager
+    def timed(self) -> Iterator[None]:
+        """Count the time inside the block as the request's file I/O (decoding and writing)."""
         start = time.perf_counter()
         try:
-            return func(*args, **kwargs)
+            yield
         finally:
-            if isinstance(ctx, RunContext):
-                ctx.io_seconds += time.perf_counter() - start
+            self.ctx.io_seconds += time.perf_counter() - start
 
-    return wrapper
+    def add(self, sink: _Sink, frame: Any) -> None:
+        with self.timed():
+            sink.add(frame)
+
+    def publish(self) -> list[Product]:
+        products: list[Product] = []
+        with self.timed():
+            for sink in self._sinks:
+                products.extend(sink.publish())
+        return products
+
+    def discard(self) -> None:
+        for sink in self._sinks:
+            sink.discard()
+
+    def __enter__(self) -> Products:
+        return self
+
+    def __exit__(self, kind: object, error: object, tb: object) -> None:
+        if error is not None:
+            self.discard()
+        # The sinks point back here: break the cycle, so the input's frames go as soon as the
+        # operation lets go of them, not at the next garbage collection.
+        self._sinks.clear()
+        self._by_name.clear()
 
 
-@_timed_io
 def write_frames(
     ctx: RunContext,
     image: DecodedImage,
     suffix: str,
-    frames: Sequence[np.ndarray],
+    frames: list[np.ndarray],
     kind: ProductKind,
     meta: ImageMeta,
     text: Mapping[str, str] | None = None,
 ) -> list[Product]:
-    """Write an image product (uint8/uint16 frames) by the module's multi-frame rule; `text`
-    goes into PNG text chunks."""
-    if len(frames) == 1:
-        path = write_image(
-            ctx.out_dir / output_name(image.source, suffix, ".png"), frames[0], meta, text=text
-        )
-        return [Product(path, kind, image.source)]
-    if from_several_files(ctx):
-        return [
-            Product(
-                write_image(
-                    ctx.out_dir / output_name(image.source, f"{suffix}-{i + 1:04d}", ".png"),
-                    frame,
-                    meta,
-                    text=text,
-                ),
-                kind,
-                image.source,
-            )
-            for i, frame in enumerate(frames)
-        ]
-    sixteen = frames[0].dtype == np.uint16
-    ext = ".png" if sixteen or text else _animated_ext(image)
-    path = write_image(
-        ctx.out_dir / output_name(image.source, suffix, ext), list(frames), meta, text=text
-    )
-    return [Product(path, kind, image.source, frames=len(frames))]
-
-
-def _write_tiff(path: Path, frames: Sequence[np.ndarray]) -> Path:
-    pages = [Image.fromarray(np.ascontiguousarray(f, dtype=np.float32)) for f in frames]
-    options: dict[str, Any] = {"compression": "tiff_adobe_deflate"}
-    if len(pages) > 1:
-        options.update(save_all=True, append_images=pages[1:])
-    with atomic_output(path) as (temp, publish):
-        pages[0].save(temp, format="TIFF", **options)
-        return publish()
-
-
-@_timed_io
-def write_float_tiff(
-    ctx: RunContext,
-    image: DecodedImage,
-    suffix: str,
-    frames: Sequence[np.ndarray],
-    kind: ProductKind,
-) -> list[Product]:
-    """Float32 grey TIFF(s) with the raw values (multi-page for an animated input)."""
-    if len(frames) == 1 or not from_several_files(ctx):
-        path = _write_tiff(ctx.out_dir / output_name(image.source, suffix, ".tif"), frames)
-        return [Product(path, kind, image.source, frames=len(frames))]
-    return [
-        Product(
-            _write_tiff(
-                ctx.out_dir / output_name(image.source, f"{suffix}-{i + 1:04d}", ".tif"), [f]
-            ),
-            kind,
-            image.source,
-        )
-        for i, f in enumerate(frames)
-    ]
-
-
-@_timed_io
-def write_per_frame(
-    ctx: RunContext,
-    image: DecodedImage,
-    suffix: str,
-    ext: str,
-    payload: Callable[[int], bytes],
-    kind: ProductKind,
-) -> list[Product]:
-    """Products with no multi-frame form (PLY, JSON), made one frame at a time by `payload`
-    so only one is held in memory; numbered whenever there are several frames."""
-    count = len(image.frames)
-    products = []
-    for i in range(count):
-        name = suffix if count == 1 else f"{suffix}-{i + 1:04d}"
-        path = write_bytes(ctx.out_dir / output_name(image.source, name, ext), payload(i))
-        products.append(Product(path, kind, image.source))
-    return products
+    """All frames of one image product at once (for frames already in memory)."""
+    with Products(ctx, image) as products:
+        sink = products.image_product(suffix, kind, meta, text)
+        for frame in frames:
+            products.add(sink, frame)
+        return products.publish()

@@ -22,7 +22,7 @@ from engine.io.image import DecodedImage, to_float
 from engine.models.catalog import Layout
 from engine.models.contracts import Contract, ModelSpec
 from engine.operations.base import OperationBase, RunContext
-from engine.operations.products import write_frames
+from engine.operations.products import Products
 from engine.options import OperationOptions, UpscaleConfig, UpscaleOptions, of_type, settle
 from engine.requests import Operation, Product, ProductKind, ProgressKind
 from engine.runtime import memory
@@ -158,31 +158,34 @@ class Upscale(OperationBase):
         scale = c.scale or 1
         auto = ctx.request.tile is None
         tile = auto_tile(ctx, self.config) if auto else int(ctx.request.tile or 0)
-        frames_out: list[np.ndarray] = []
         n = len(image.frames)
-        for index, frame in enumerate(image.frames):
-            while True:
-                failure: ResourceError | None = None
-                try:
-                    frames_out.append(self._frame(frame, c, tile, index, n, ctx))
-                except ResourceError as e:
-                    failure = e  # the handle has already released the failed session (M5)
-                if failure is None:
-                    break
-                next_tile = tile // 2
-                if not auto or next_tile < ctx.settings.min_tile or c.fixed_size is not None:
-                    raise failure
-                log.warning(
-                    "out of memory at tile %d; retrying at %d on a fresh session", tile, next_tile
-                )
-                del failure
-                ctx.session.renew()
-                tile = next_tile
-            ctx.emit(ctx.progress(ProgressKind.FRAME_FINISHED))
-        ctx.used_tile = (
-            None if c.fixed_size is None and tile >= max(image.frames[0].shape[:2]) else tile
-        )
-        return write_frames(ctx, image, f"x{scale}", frames_out, ProductKind.IMAGE, image.meta)
+        with Products(ctx, image) as products:
+            sink = products.image_product(f"x{scale}", ProductKind.IMAGE, image.meta)
+            for index, frame in enumerate(image.frames):
+                while True:
+                    failure: ResourceError | None = None
+                    try:
+                        out = self._frame(frame, c, tile, index, n, ctx)
+                    except ResourceError as e:
+                        failure = e  # the handle has already released the failed session (M5)
+                    if failure is None:
+                        break
+                    next_tile = tile // 2
+                    if not auto or next_tile < ctx.settings.min_tile or c.fixed_size is not None:
+                        raise failure
+                    log.warning(
+                        "out of memory at tile %d; retrying at %d on a fresh session",
+                        tile,
+                        next_tile,
+                    )
+                    del failure
+                    ctx.session.renew()
+                    tile = next_tile
+                products.add(sink, out)  # encoded now: frames do not pile up in memory
+                del out
+                ctx.emit(ctx.progress(ProgressKind.FRAME_FINISHED))
+            ctx.used_tile = None if c.fixed_size is None and tile >= max(image.size) else tile
+            return products.publish()
 
     def _frame(
         self,
