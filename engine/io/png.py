@@ -9,11 +9,13 @@ the rows block by block with libpng's per-row filter choice.
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -340,7 +342,7 @@ def _png_chunk(kind: bytes, body: bytes) -> bytes:
     return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
 
 
-def _compressed_rows(frame: np.ndarray) -> Iterator[bytes]:
+def _compressed_rows(frame: np.ndarray, check: Callable[[], None] | None = None) -> Iterator[bytes]:
     height, width, channels = frame.shape
     depth = frame.dtype.itemsize
     bpp = channels * depth
@@ -351,6 +353,8 @@ def _compressed_rows(frame: np.ndarray) -> Iterator[bytes]:
     compressor = zlib.compressobj(4)
     previous = np.zeros(stride, dtype=np.uint8)
     for start in range(0, height, step):
+        if check is not None:
+            check()  # a cancel stops a large write within one block of rows
         # Big-endian bytes block by block: never a second copy of the whole frame.
         part = frame[start : start + step]
         if depth == 2:
@@ -372,7 +376,7 @@ def _text_chunk(key: str, value: str) -> bytes:
 
 
 def encode_png(
-    path: Path,
+    path: Path | BinaryIO,
     frames: Sequence[np.ndarray],
     *,
     durations: Sequence[int],
@@ -381,13 +385,16 @@ def encode_png(
     dpi: tuple[float, float] | None = None,
     exif: bytes | None = None,
     text: Mapping[str, str] | None = None,
+    check: Callable[[], None] | None = None,
 ) -> None:
-    """Write `frames` (H×W×C uint8 or uint16, all one shape) to `path` as a PNG, or an APNG
-    when there are several (`durations`: one per frame, in ms; `loop` 0 = forever), streaming
-    the rows."""
+    """Write `frames` (H×W×C uint8 or uint16, all one shape) to `path` (a path, or a binary
+    file left open) as a PNG, or an APNG when there are several (`durations`: one per frame,
+    in ms; `loop` 0 = forever), streaming the rows. `check` is called between blocks of rows
+    and may raise to stop."""
     height, width, channels = frames[0].shape
     bits = 8 * frames[0].dtype.itemsize
-    with open(path, "wb") as out:
+    target = open(path, "wb") if isinstance(path, (str, Path)) else contextlib.nullcontext(path)
+    with target as out:
         out.write(SIGNATURE)
         header = struct.pack(">IIBBBBB", width, height, bits, _COLOUR_TYPE[channels], 0, 0, 0)
         out.write(_png_chunk(b"IHDR", header))
@@ -411,7 +418,7 @@ def encode_png(
                 )
                 out.write(_png_chunk(b"fcTL", control))
                 sequence += 1
-            for piece in _compressed_rows(frame):
+            for piece in _compressed_rows(frame, check):
                 if not piece:
                     continue
                 if index == 0:

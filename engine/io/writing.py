@@ -1,12 +1,13 @@
 """Writing image products: PNG (8/16-bit, APNG) through our encoder, other formats through Pillow.
 
-Every output goes through `engine.io.publish.atomic_output`: never overwritten, never half written.
+Every output goes through `engine.io.publish.open_output`: never overwritten, never half written.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 from PIL import Image, PngImagePlugin
@@ -23,7 +24,7 @@ from engine.io.image import (
     to_8bit,
 )
 from engine.io.png import encode_png
-from engine.io.publish import atomic_output
+from engine.io.publish import open_output
 
 
 def _prepare_frames(frames: np.ndarray | Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -79,7 +80,7 @@ def _flatten_alpha(frame: np.ndarray) -> np.ndarray:
 
 
 def _encode_pillow(
-    temp: Path,
+    out: BinaryIO,
     fmt: str,
     frames: list[np.ndarray],
     meta: ImageMeta | None,
@@ -127,17 +128,18 @@ def _encode_pillow(
         for key, value in text.items():
             info.add_text(key, value)
         options["pnginfo"] = info
-    images[0].save(temp, format=fmt, **options)
+    images[0].save(out, format=fmt, **options)
 
 
 def _encode_png(
-    temp: Path,
+    out: BinaryIO,
     frames: list[np.ndarray],
     meta: ImageMeta | None,
     text: Mapping[str, str] | None = None,
+    check: Callable[[], None] | None = None,
 ) -> None:
     encode_png(
-        temp,
+        out,
         frames,
         durations=_durations(meta, len(frames)),
         loop=meta.loop if meta is not None and meta.loop is not None else 0,
@@ -145,6 +147,7 @@ def _encode_png(
         dpi=meta.dpi if meta is not None else None,
         exif=meta.exif if meta is not None else None,
         text=text,
+        check=check,
     )
 
 
@@ -155,6 +158,7 @@ def write_image(
     *,
     format: str | None = None,
     text: Mapping[str, str] | None = None,
+    check: Callable[[], None] | None = None,
 ) -> Path:
     """Encode `frames` atomically to `path` or a numbered variant; returns the final path.
 
@@ -171,15 +175,17 @@ def write_image(
     prepared = _prepare_frames(frames)
     if len(prepared) > 1 and fmt not in MULTI_FRAME_WRITE:
         raise ValueError(f"{fmt} holds one frame; got {len(prepared)}")
-    with atomic_output(path) as (temp, publish):
+    with open_output(path) as pending:
         try:
             # Our own streaming PNG encoder: Pillow drops 16-bit colour to 8 bits, first copies
             # a frame into its own 4-byte-per-pixel image (doubling the peak), and merges
             # identical animation frames (a 3-frame input must give a 3-frame product).
             if fmt == "PNG":
-                _encode_png(temp, prepared, meta, text)
+                _encode_png(pending.file, prepared, meta, text, check)
             else:
-                _encode_pillow(temp, fmt, prepared, meta, text)
+                _encode_pillow(pending.file, fmt, prepared, meta, text)
         except MemoryError as e:
             raise ResourceError(f"{path.name}: not enough memory to encode the image.") from e
-        return publish()
+        if check is not None:
+            check()
+        return pending.publish()

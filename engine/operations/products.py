@@ -26,7 +26,7 @@ import numpy as np
 from PIL import Image
 
 from engine.io.image import DecodedImage, ImageMeta
-from engine.io.publish import atomic_output, write_bytes
+from engine.io.publish import open_output, write_bytes
 from engine.io.writing import write_image
 from engine.operations.base import RunContext, output_name
 from engine.requests import Product, ProductKind
@@ -68,6 +68,11 @@ def _timed_io(func: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
+def _check(ctx: RunContext) -> Callable[[], None] | None:
+    """What a writer calls between blocks of rows: the request's cancel check."""
+    return ctx.cancel.check if ctx.cancel is not None else None
+
+
 @_timed_io
 def write_frames(
     ctx: RunContext,
@@ -82,7 +87,11 @@ def write_frames(
     goes into PNG text chunks."""
     if len(frames) == 1:
         path = write_image(
-            ctx.out_dir / output_name(image.source, suffix, ".png"), frames[0], meta, text=text
+            ctx.out_dir / output_name(image.source, suffix, ".png"),
+            frames[0],
+            meta,
+            text=text,
+            check=_check(ctx),
         )
         return [Product(path, kind, image.source)]
     if from_several_files(ctx):
@@ -93,6 +102,7 @@ def write_frames(
                     frame,
                     meta,
                     text=text,
+                    check=_check(ctx),
                 ),
                 kind,
                 image.source,
@@ -102,7 +112,11 @@ def write_frames(
     sixteen = frames[0].dtype == np.uint16
     ext = ".png" if sixteen or text else _animated_ext(image)
     path = write_image(
-        ctx.out_dir / output_name(image.source, suffix, ext), list(frames), meta, text=text
+        ctx.out_dir / output_name(image.source, suffix, ext),
+        list(frames),
+        meta,
+        text=text,
+        check=_check(ctx),
     )
     return [Product(path, kind, image.source, frames=len(frames))]
 
@@ -112,9 +126,9 @@ def _write_tiff(path: Path, frames: Sequence[np.ndarray]) -> Path:
     options: dict[str, Any] = {"compression": "tiff_adobe_deflate"}
     if len(pages) > 1:
         options.update(save_all=True, append_images=pages[1:])
-    with atomic_output(path) as (temp, publish):
-        pages[0].save(temp, format="TIFF", **options)
-        return publish()
+    with open_output(path) as pending:
+        pages[0].save(pending.file, format="TIFF", **options)
+        return pending.publish()
 
 
 @_timed_io
