@@ -91,6 +91,33 @@ def png_header(head: bytes) -> tuple[int, int] | None:
     return head[24], head[25]
 
 
+_MAX_ICC = 8 << 20  # a colour profile inflating beyond this is dropped (a zlib bomb)
+_MAX_SIDE = (1 << 31) - 1  # the PNG specification's limit for a width or height
+
+
+def _ihdr(body: bytes) -> Png:
+    if len(body) != 13:
+        raise PngError("the IHDR chunk has the wrong length")
+    width, height, depth, ctype, compression, filtering, interlace = struct.unpack(">IIBBBBB", body)
+    if not (0 < width <= _MAX_SIDE and 0 < height <= _MAX_SIDE):
+        raise PngError(f"the image size {width}×{height} is invalid")
+    if depth != 16 or ctype not in CHANNELS:
+        raise PngError(f"bit depth {depth} with colour type {ctype} is not decoded here")
+    if compression != 0 or filtering != 0 or interlace not in (0, 1):
+        raise PngError("unknown compression, filter or interlace method")
+    return Png(width, height, depth, ctype, interlace)
+
+
+def _inflate_capped(body: bytes, limit: int) -> bytes | None:
+    """zlib data inflated, or None when it is damaged or would exceed `limit` bytes."""
+    inflater = zlib.decompressobj()
+    try:
+        out = inflater.decompress(body, limit + 1)
+    except zlib.error:
+        return None
+    return None if len(out) > limit else out
+
+
 def _parse_png(data: bytes) -> Png:
     if not data.startswith(SIGNATURE):
         raise PngError("not a PNG signature")
@@ -110,8 +137,9 @@ def _parse_png(data: bytes) -> Png:
             raise PngError(f"checksum error in the {kind.decode('latin-1')} chunk")
         pos = end
         if kind == b"IHDR":
-            width, height, depth, ctype, _, _, interlace = struct.unpack(">IIBBBBB", body)
-            png = Png(width, height, depth, ctype, interlace)
+            if png is not None:  # a second header could describe a far larger image
+                raise PngError("the file has more than one IHDR chunk")
+            png = _ihdr(body)
             continue
         if png is None:
             raise PngError("the IHDR chunk is missing")
@@ -121,6 +149,8 @@ def _parse_png(data: bytes) -> Png:
             png.idat.append(body)
         elif kind == b"fcTL" and png.num_plays is not None:
             _seq, w, h, x, y, num, den, dispose, blend = struct.unpack(">IIIIIHHBB", body)
+            if w == 0 or h == 0:
+                raise PngError("an animation frame has no pixels")
             delay = round(num * 1000 / (den or 100))
             current = _ApngFrame(w, h, x, y, delay, dispose, blend)
             if png.idat:  # a frame that starts after the default image: its data is fdAT
@@ -134,10 +164,8 @@ def _parse_png(data: bytes) -> Png:
             png.trns = body
         elif kind == b"iCCP":
             name_end = body.find(b"\0")
-            try:
-                png.icc = zlib.decompress(body[name_end + 2 :])
-            except zlib.error:
-                png.icc = None  # a broken profile is dropped; the pixels are still fine
+            # A broken or oversized profile is dropped; the pixels are still fine.
+            png.icc = _inflate_capped(body[name_end + 2 :], _MAX_ICC) if name_end >= 0 else None
         elif kind == b"eXIf":
             png.exif = body
         elif kind == b"pHYs" and len(body) == 9:
@@ -294,16 +322,34 @@ def _over(top: np.ndarray, bottom: np.ndarray) -> np.ndarray:
     return np.rint(np.clip(result, 0, 65535)).astype(np.uint16)
 
 
-def decode_png(data: bytes) -> tuple[Png, list[np.ndarray], list[int]]:
+def decode_png(
+    data: bytes, max_pixels: int | None = None
+) -> tuple[Png, list[np.ndarray], list[int]]:
     """The parsed chunks, the frames (uint16 H×W×C, an APNG composited to full canvases) and
-    the animation delays in ms (empty for a still image). Raises PngError, zlib.error,
-    ValueError or struct.error on a damaged file."""
-    png = _parse_png(data)
-    channels = CHANNELS[png.colour_type]
-    if png.num_plays is not None and png.frames:
-        frames, delays = _composite_apng(png, channels)
-        return png, frames, delays
-    return png, [_with_trns(_decode_png_pixels(png.idat, png, png.width, png.height), png)], []
+    the animation delays in ms (empty for a still image), of a 16-bit PNG.
+
+    Raises PngError on a damaged file, and before inflating anything when the image (all its
+    frames) has more than `max_pixels` pixels. MemoryError is left to the caller.
+    """
+    try:
+        png = _parse_png(data)
+        animated = png.num_plays is not None and bool(png.frames)
+        count = min(png.num_frames, len(png.frames)) if animated else 1
+        if max_pixels is not None and png.width * png.height * max(count, 1) > max_pixels:
+            raise PngError(
+                f"the image is {png.width}×{png.height} pixels × {count} frame(s), over the "
+                f"limit of {max_pixels} pixels"
+            )
+        channels = CHANNELS[png.colour_type]
+        if animated:
+            frames, delays = _composite_apng(png, channels)
+            if not frames:
+                raise PngError("the animation declares no frames")
+            return png, frames, delays
+        pixels = _decode_png_pixels(png.idat, png, png.width, png.height)
+        return png, [_with_trns(pixels, png)], []
+    except (struct.error, zlib.error, ValueError, KeyError, IndexError) as e:
+        raise PngError(str(e) or type(e).__name__) from e
 
 
 def key_alpha(pixels: np.ndarray, key: object, top: int) -> np.ndarray | None:
