@@ -144,12 +144,13 @@ class LiveFiles:
         return descriptor
 
     def discard(self, path: Path) -> None:
-        """Remove a temp file that will not be placed (it may already be gone)."""
+        """Remove a temp file that will not be placed. Never raises: it runs while another
+        error is being reported (the file may be gone, or its folder never existed)."""
         with self._lock:
             self._paths.discard(path)
             try:
                 os.unlink(path)
-            except FileNotFoundError:
+            except OSError:
                 pass
 
     def forget(self, path: Path) -> None:

@@ -9,6 +9,7 @@ registered in `engine.files.LIVE` while it exists, so a signal can remove it (en
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import secrets
 from collections.abc import Callable, Iterator
@@ -18,6 +19,8 @@ from typing import BinaryIO
 
 from engine.errors import BadInputError, ResourceError
 from engine.files import LIVE, ReplacedError, name_limits
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "PendingOutput",
@@ -99,6 +102,7 @@ class PendingOutput:
         """Sync the file and give it the first free name of `path`, path-1, path-2, …"""
         if self.published is not None:
             return self.published
+        log.info("publishing %s", self.path.name)
         try:
             self.file.flush()
             os.fsync(self.file.fileno())

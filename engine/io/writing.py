@@ -5,6 +5,7 @@ Every output goes through `engine.io.publish.open_output`: never overwritten, ne
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO
@@ -25,6 +26,8 @@ from engine.io.image import (
 )
 from engine.io.png import encode_png
 from engine.io.publish import open_output
+
+log = logging.getLogger(__name__)
 
 
 def _prepare_frames(frames: np.ndarray | Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -175,6 +178,7 @@ def write_image(
     prepared = _prepare_frames(frames)
     if len(prepared) > 1 and fmt not in MULTI_FRAME_WRITE:
         raise ValueError(f"{fmt} holds one frame; got {len(prepared)}")
+    log.info("encoding %s", path.name)
     with open_output(path) as pending:
         try:
             # Our own streaming PNG encoder: Pillow drops 16-bit colour to 8 bits, first copies

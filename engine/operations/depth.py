@@ -122,6 +122,13 @@ def _model_input(rgb: np.ndarray, place: Placement, norm: Normalization) -> np.n
 
 class Depth(OperationBase):
     operation: ClassVar[Operation] = Operation.DEPTH
+    products: ClassVar[tuple[str, ...]] = (
+        "depth.tif",
+        "depth.png",
+        "depth-preview.png",
+        "depth-conf.tif",
+        "sky.png",
+    )
     config = DepthConfig(Normalization.IMAGENET, 504)
 
     def configure(self, options: OperationOptions, spec: ModelSpec) -> None:

@@ -278,6 +278,14 @@ def _point_cloud(geo: FrameGeometry, frame: np.ndarray) -> bytes:
 
 class Geometry(OperationBase):
     operation: ClassVar[Operation] = Operation.GEOMETRY
+    products: ClassVar[tuple[str, ...]] = (
+        "geometry-depth.tif",
+        "geometry-depth.png",
+        "normal.png",
+        "geometry-mask.png",
+        "intrinsics.json",
+        "points.ply",
+    )
     config = GeometryConfig(1800)
 
     def configure(self, options: OperationOptions, spec: ModelSpec) -> None:
