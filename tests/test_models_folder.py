@@ -66,8 +66,9 @@ def test_a_models_folder_that_cannot_be_written(tmp_path: Path) -> None:
     folder.mkdir()
     folder.chmod(0o555)
     try:
+        add = ["models", "add", str(model), "--models-dir", str(folder)]
         p = subprocess.run(
-            [*_drop_root_override(), sys.executable, "-m", "engine", "models", "add", str(model), "--models-dir", str(folder)],
+            [*_drop_root_override(), sys.executable, "-m", "engine", *add],
             capture_output=True,
             text=True,
             timeout=120,
@@ -174,9 +175,8 @@ def test_a_models_folder_whose_name_is_not_utf8(
     make_upscaler(folder / "up2.onnx", scale=2)
     img = photo(tmp_path / "a.png", 12, 10)
     out = tmp_path / "out"
-    code = main(
-        ["run", "upscale", str(img), "--model", "up2", "--models-dir", str(folder), "--out", str(out)]
-    )
+    where = ["--models-dir", str(folder), "--out", str(out)]
+    code = main(["run", "upscale", str(img), "--model", "up2", *where])
     line = one_line(capsys.readouterr().err)
     assert code == 2, line
     assert "has bytes that are not UTF-8 text" in line and "mod\\xffels" in line, line
