@@ -206,9 +206,10 @@ class Engine:
             # input's failure, not the batch's.
             ctx.spec = spec = self._complete(op, spec, session)
             decode_start = time.perf_counter()
-            image = self._load(group)
+            image = self._load(group, cancel)
             ctx.io_seconds += time.perf_counter() - decode_start
             ctx.out_dir = self._out_dir(request, source)
+            op.check_output_names(image, ctx)  # a name the folder refuses: before inference
             work.products.extend(op.process(image, ctx))
             if ctx.used_tile is not None:
                 work.tile = ctx.used_tile
@@ -300,13 +301,16 @@ class Engine:
                 groups.append([p])
         return groups
 
-    def _load(self, group: list[Path]) -> DecodedImage:
+    def _load(self, group: list[Path], cancel: CancelToken | None) -> DecodedImage:
+        check = cancel.check if cancel is not None else None
         if len(group) == 1 and not group[0].is_dir():
-            return load_image(group[0], self.settings.max_pixels)
-        return load_sequence(group, self.settings.max_pixels)
+            return load_image(group[0], self.settings.max_pixels, check, stream=True)
+        return load_sequence(group, self.settings.max_pixels, check)
 
     def _out_dir(self, request: OperationRequest, source: Path) -> Path:
         out = request.output_dir or (source if source.is_dir() else source.parent)
+        if request.output_dir is not None and out.exists() and not out.is_dir():
+            raise UsageError(f"The output folder {out} is a file; give a folder with --out.")
         try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as e:

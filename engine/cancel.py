@@ -8,6 +8,11 @@ from typing import Any
 from engine.errors import Cancelled
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread of a command that has no engine thread to cancel:
+    it unwinds like Ctrl+C (exit 143 instead of 130)."""
+
+
 class CancelToken:
     """Set from any thread; checked by the engine before every run.
 

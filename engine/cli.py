@@ -1,23 +1,38 @@
 """`python -m engine …`: run operations, inspect devices, manage models, benchmark.
 
 Exit codes of `run` (DESIGN §5): 0 all done, 2 usage, 3 resource, 4 bad input or model,
-5 device unavailable, 130 cancelled.
+5 device unavailable, 130 cancelled (SIGINT), 143 terminated (SIGTERM).
+
+Stopping a run: the engine works on a thread of its own; SIGINT and SIGTERM (on Windows also
+Ctrl+Break and closing the console) set the request's cancel token, which is checked before
+every model run, interrupts a run in flight, and is checked between blocks of rows while a PNG
+is written and between frames while decoding. A C call (Pillow decoding one big image, zlib)
+cannot be interrupted, so the main thread waits at most `STOP_GRACE_S` for the engine thread;
+then it removes every temp file still registered (engine/files.py) and exits without waiting
+further. Either way it prints one line, lists the products already written under `--json`, and
+exits 130 (SIGINT) or 143 (SIGTERM).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import math
+import os
 import signal
 import sys
 import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
-from engine.cancel import CancelToken
-from engine.errors import EXIT_CODES, EngineError, ErrorKind, UsageError
+from engine.cancel import CancelToken, Terminated
+from engine.errors import EXIT_CODES, Cancelled, EngineError, ErrorKind, UsageError
+from engine.files import LIVE
 from engine.requests import (
     MemoryReport,
     Operation,
@@ -30,31 +45,54 @@ from engine.settings import EngineSettings
 
 log = logging.getLogger("engine")
 
+STOP_GRACE_S = 0.8  # after a stop signal, the longest wait for the engine thread
+TILE_RANGE = (16, 65536)
+MEGABYTES_RANGE = (1, 16 * 1024 * 1024)  # 1 MB … 16 TiB
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: the problem and where to read more, no usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {self.prog}: {message} (see `{self.prog} --help`)\n")
+
 
 def _tile(text: str) -> int | None:
-    if text == "auto":
+    if text.strip().lower() == "auto":
         return None
+    low, high = TILE_RANGE
     try:
-        value = int(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError("--tile takes a number of pixels or 'auto'") from e
-    if value < 16:
-        raise argparse.ArgumentTypeError("--tile must be at least 16 pixels")
+        value = int(text.strip())
+    except ValueError:
+        value = None
+    if value is None or not low <= value <= high:
+        raise argparse.ArgumentTypeError(
+            f"--tile takes a whole number of pixels from {low} to {high}, or auto; not {text!r}"
+        )
     return value
 
 
 def _megabytes(text: str) -> int:
+    low, high = MEGABYTES_RANGE
     try:
         value = float(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError("give the limit in megabytes, for example 2048") from e
-    if value <= 0:
-        raise argparse.ArgumentTypeError("the limit must be positive")
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and low <= value <= high):
+        raise argparse.ArgumentTypeError(
+            f"the limit takes megabytes from {low} to {high}, for example 2048; not {text!r}"
+        )
     return int(value * 1024 * 1024)
 
 
+def _folder(text: str) -> Path:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("--out needs a folder; an empty name is not one")
+    return Path(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m engine", description="Tessera's engine.")
+    parser = Parser(prog="python -m engine", description="Tessera's engine.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -67,12 +105,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--runtime", default="auto", help="auto, cpu, cuda, tensorrt, directml, coreml"
     )
     run.add_argument(
-        "--out", type=Path, default=None, help="output folder (default: beside each input)"
+        "--out", type=_folder, default=None, help="output folder (default: beside each input)"
     )
     run.add_argument(
         "--tile", type=_tile, default=None, help="tile edge in pixels, or auto (default)"
     )
-    run.add_argument("--max-tile", type=int, default=None, help="largest tile auto may choose")
+    run.add_argument(
+        "--max-tile", default=None, metavar="N", help="largest tile auto may choose (16…8192)"
+    )
     run.add_argument(
         "--sequence", action="store_true", help="treat all inputs as frames of one sequence"
     )
@@ -193,6 +233,7 @@ def exit_code_for(result: Result) -> int:
         ErrorKind.BAD_INPUT,
         ErrorKind.BAD_MODEL,
         ErrorKind.INFERENCE,
+        ErrorKind.USAGE,  # e.g. an output folder that is a file, found at that input
     ):
         if kind in kinds:
             return EXIT_CODES[kind]
@@ -237,20 +278,16 @@ def cmd_run(args: argparse.Namespace) -> int:
             log.exception("unexpected failure")
             outcome["error"] = e
 
-    # The engine runs on a worker thread so Ctrl+C can cancel a run in flight (M8).
+    # The engine runs on a worker thread so a signal can cancel a run in flight (M8).
     worker = threading.Thread(target=work, name="engine", daemon=True)
-
-    def on_sigint(_signum: int, _frame: FrameType | None) -> None:
-        cancel.cancel()
-
-    previous = signal.signal(signal.SIGINT, on_sigint)
-    try:
+    stop = StopSignals(cancel)
+    with LIVE.watching() as placed, stop.installed():
         worker.start()
-        while worker.is_alive():
-            worker.join(0.1)
-    finally:
-        signal.signal(signal.SIGINT, previous)
+        while worker.is_alive() and not stop.waited_enough():
+            worker.join(0.05)
         bar.close()
+        if stop.signum is not None:
+            return stop.finish(worker, outcome, LIVE.snapshot(placed), args.json)
     error = outcome.get("error")
     if error is not None:
         code = error.exit_code if isinstance(error, EngineError) else 1
@@ -268,6 +305,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                             "message": message,
                         },
                         "exit_code": code,
+                        "products": [{"path": str(p)} for p in placed],
                     }
                 )
             )
@@ -285,6 +323,116 @@ def cmd_run(args: argparse.Namespace) -> int:
         for p in result.products:
             print(p.path)
     return code
+
+
+SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+class StopSignals:
+    """SIGINT and SIGTERM (Windows: also Ctrl+Break and closing the console) cancel the run.
+
+    The first signal is kept: it decides the exit code. The handlers only set flags (they run
+    in the main thread between two bytecodes); the main thread does the rest in `finish`.
+    """
+
+    def __init__(self, cancel: CancelToken) -> None:
+        self.cancel = cancel
+        self.signum: int | None = None
+        self.at = 0.0
+        self.done = threading.Event()  # set once the process may end (Windows console close)
+
+    def stop(self, signum: int) -> None:
+        if self.signum is None:
+            self.signum, self.at = signum, time.monotonic()
+        self.cancel.cancel()
+
+    def _handler(self, signum: int, _frame: FrameType | None) -> None:
+        self.stop(signum)
+
+    def waited_enough(self) -> bool:
+        return self.signum is not None and time.monotonic() - self.at > STOP_GRACE_S
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        names = ["SIGINT", "SIGTERM", "SIGBREAK"]  # SIGBREAK: Ctrl+Break, Windows only
+        numbers = [getattr(signal, n) for n in names if hasattr(signal, n)]
+        previous = {n: signal.signal(n, self._handler) for n in numbers}
+        console = _console_close_handler(self) if sys.platform == "win32" else None
+        try:
+            yield
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+            self.done.set()
+            del console  # kept alive until here: the console may call it at any time
+
+    def exit_code(self) -> int:
+        # SIGBREAK and closing the console count as terminated.
+        return {int(k): v for k, v in SIGNAL_EXIT.items()}.get(self.signum or 0, 143)
+
+    def finish(
+        self, worker: threading.Thread, outcome: dict[str, Any], placed: list[Path], as_json: bool
+    ) -> int:
+        """After a stop signal: clean up, print one line (and the JSON), and end."""
+        abandoned = worker.is_alive()  # stuck in a C call: do not wait for it any longer
+        removed = LIVE.abandon()  # the temp files it (or a finished cancel) left registered
+        code = self.exit_code()
+        name = signal.Signals(self.signum).name if self.signum in set(signal.Signals) else "stop"
+        result = outcome.get("result")
+        if isinstance(result, Result) and not abandoned:
+            code = exit_code_for(result)  # the run had already finished: it is reported as such
+        error = outcome.get("error")
+        if error is not None and not isinstance(error, Cancelled) and not abandoned:
+            code = error.exit_code if isinstance(error, EngineError) else 1
+        count = len(placed)
+        line = (
+            f"Stopped by {name}: {count} product{'s' if count != 1 else ''} written"
+            + (f", {len(removed)} unfinished file(s) removed" if removed else "")
+            + ("." if code in (130, 143) else f"; the run had already ended (exit {code}).")
+        )
+        print(line, file=sys.stderr)
+        if as_json:
+            data: dict[str, Any] = (
+                _result_json(result)
+                if isinstance(result, Result) and not abandoned
+                else {"products": [{"path": str(p)} for p in placed]}
+            )
+            data.update(
+                signal=name,
+                exit_code=code,
+                error={"kind": ErrorKind.CANCELLED.value, "message": line},
+            )
+            print(json.dumps(data, indent=2))
+        if abandoned:
+            # The engine thread may sit in a C call for a long time; no finaliser may wait
+            # for it (or run ORT's destructors under it), so end the process here.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            logging.shutdown()
+            os._exit(code)
+        return code
+
+
+def _console_close_handler(stop: StopSignals) -> object:  # pragma: no cover - Windows only
+    """Closing the console window, logging off or shutting down: Windows calls this on a
+    thread of its own and ends the process when it returns (or after about 5 s)."""
+    if sys.platform != "win32":
+        return None
+    import ctypes
+    from ctypes import wintypes
+
+    events = (2, 5, 6)  # CTRL_CLOSE_EVENT, CTRL_LOGOFF_EVENT, CTRL_SHUTDOWN_EVENT
+
+    @ctypes.WINFUNCTYPE(wintypes.BOOL, wintypes.DWORD)
+    def handler(event: int) -> bool:
+        if event not in events:
+            return False  # Ctrl+C and Ctrl+Break arrive as SIGINT / SIGBREAK
+        stop.stop(signal.SIGTERM)
+        stop.done.wait(STOP_GRACE_S + 2.0)  # let the main thread clean up before Windows ends us
+        return True
+
+    ctypes.windll.kernel32.SetConsoleCtrlHandler(handler, True)
+    return handler
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
@@ -313,6 +461,9 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    # Outside `run` (which cancels its engine thread instead), SIGTERM unwinds the main thread
+    # like Ctrl+C, so the `finally` blocks remove their temp files; downloads keep their .part.
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         if args.command == "run":
             return cmd_run(args)
@@ -329,7 +480,13 @@ def main(argv: list[str] | None = None) -> int:
     except EngineError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as e:
+        print("Stopped.", file=sys.stderr)
+        return 143 if isinstance(e, Terminated) else 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     parser.error(f"unknown command {args.command}")
-    return 2
+
+
+def _raise_terminated(_signum: int, _frame: FrameType | None) -> None:
+    raise Terminated

@@ -413,3 +413,45 @@ def make_external_data(path: Path, location: str, *, write_data: bool = True) ->
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(model.SerializeToString())  # onnx.save would resolve the location
     return path
+
+
+def make_nonfinite(
+    src: Path,
+    dst: Path,
+    *,
+    output: str | None = None,
+    value: float = float("nan"),
+    above: float = float("-inf"),
+    where_mask: str | None = None,
+) -> Path:
+    """A copy of the model at `src` whose `output` (default: the first) is `value` (NaN, inf)
+    wherever its own value exceeds `above` — everywhere by default — like a model whose fp16
+    arithmetic overflows. `where_mask` ("valid" or "invalid") instead poisons a MoGe model's
+    points where its `mask` output says the pixel is (in)valid (mask > 0.5)."""
+    model = onnx.load(str(src))
+    graph = model.graph
+    name = output or graph.output[0].name
+    raw = f"{name}_raw"
+    for node in graph.node:
+        node.output[:] = [raw if o == name else o for o in node.output]
+    for node in graph.node:
+        node.input[:] = [raw if i == name else i for i in node.input]
+    graph.initializer.append(_const("poison_value", np.array(value, np.float32)))
+    if where_mask is None:
+        graph.initializer.append(_const("poison_above", np.array(above, np.float32)))
+        graph.node.append(helper.make_node("Greater", [raw, "poison_above"], ["poison_if"]))
+        condition = "poison_if"
+    else:
+        graph.initializer.append(_const("poison_half", np.array(0.5, np.float32)))
+        graph.initializer.append(_const("poison_axis", np.array([-1], np.int64)))
+        op = "Greater" if where_mask == "valid" else "LessOrEqual"
+        graph.node.append(helper.make_node(op, ["mask", "poison_half"], ["poison_mask"]))
+        graph.node.append(
+            helper.make_node("Unsqueeze", ["poison_mask", "poison_axis"], ["poison_if"])
+        )
+        condition = "poison_if"
+    graph.node.append(helper.make_node("Where", [condition, "poison_value", raw], [name]))
+    onnx.checker.check_model(model)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(dst))
+    return dst

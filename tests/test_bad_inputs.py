@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -37,6 +38,7 @@ from tests.contract_models import (
     make_da3,
     make_external_data,
     make_moge,
+    make_nonfinite,
     make_two_strings,
     make_u2net,
     make_upscaler,
@@ -125,6 +127,9 @@ def build_corpus(base: Path) -> Corpus:
     add_bad("text file named .png", "notes.png", b"shopping list\nmilk\n")
     bad["decompression bomb 30000x30000"] = png_header_only(folder / "bomb.png", 30000, 30000)
     bad["missing file"] = folder / "missing.png"
+    # 250 characters before ".png": every product name is over the 255-byte limit of the
+    # file system, which must be found before the model runs, not when the product is written.
+    add_bad("254-character name", "n" * 250 + ".png", png)
 
     good: dict[str, Path] = {}
     rng = np.random.default_rng(7)
@@ -153,6 +158,10 @@ def build_corpus(base: Path) -> Corpus:
     good["unicode name"] = folder / "ünïcødé 图像.png"
     photo(folder / "spaced   name  .png", 18, 12, seed=4)
     good["space-filled name"] = folder / "spaced   name  .png"
+    # 77 CJK characters: 231 bytes, so every product name fits in 255 bytes; a temp name cut
+    # by characters rather than bytes would not.
+    photo(folder / ("长" * 77 + ".png"), 16, 12, seed=5)
+    good["231-byte CJK name"] = folder / ("长" * 77 + ".png")
     return Corpus(folder, bad, good)
 
 
@@ -395,7 +404,13 @@ def bad_models(folder: Path) -> dict[str, tuple[Path, str]]:
     target = folder.parent / f"{folder.name}-linked-target.bin"
     target.write_bytes(b"\0" * 3 * 3 * 3 * 3 * 4)
     (folder / "linked.bin").symlink_to(target)
+    (folder / "folder.onnx").mkdir()
+    os.mkfifo(folder / "pipe.onnx")
+    (folder / "loop.onnx").symlink_to(folder / "loop.onnx")
     return {
+        "a folder named .onnx": (folder / "folder.onnx", "is a folder, not a model file"),
+        "a FIFO named .onnx": (folder / "pipe.onnx", "is not a regular file"),
+        "a symbolic link loop": (folder / "loop.onnx", "loops back on itself"),
         "truncated ONNX": (folder / "truncated.onnx", "truncated"),
         "fits no family": (folder / "strings.onnx", "fits none of Tessera's model families"),
         "external data via ..": (folder / "deep" / "escapes.onnx", "leaves the model's folder"),
@@ -427,3 +442,149 @@ def test_bad_model_files_in_every_family(
             problems += [f"wrote {q.name}" for q in (out.iterdir() if out.exists() else [])]
             checks.case(f"{what} / {family}", problems)
     checks.finish()
+
+
+# ------------------------------------------------------------- models returning NaN or inf
+
+
+def test_models_returning_nan_or_inf_in_every_family(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A model whose output is not finite (fp16 overflow, broken export) is a bad model: exit 4,
+    a message naming the model (and the frame and tile where it was first seen), nothing
+    written — not an all-black product with exit 0."""
+    img = photo(tmp_path / "a.png", 40, 30)
+    checks = Checks("models returning NaN or inf (x4 families)")
+    for family, fam in FAMILIES.items():
+        good = fam.make_model(tmp_path / "models" / family)
+        for value, word in ((float("nan"), "NaN"), (float("inf"), "infinite")):
+            model = make_nonfinite(good, tmp_path / "models" / f"{family}-{word}.onnx", value=value)
+            out = tmp_path / f"out-{family}-{word}"
+            code = cli_main(["run", family, str(img), "--model", str(model), "--out", str(out)])
+            err = capsys.readouterr().err
+            problems = [] if code == EXIT_BAD else [f"exit {code}"]
+            if model.name not in err or f"returned {word} values" not in err:
+                problems.append(f"message {err.strip()!r}")
+            problems += [f"wrote {q.name}" for q in (out.iterdir() if out.exists() else [])]
+            checks.case(f"{family}: {word}", problems)
+    checks.finish()
+
+
+def test_nonfinite_output_names_the_first_tile_where_it_appeared(tmp_path: Path) -> None:
+    # White only in the bottom-right corner: the poisoned (bright) output starts at a late tile.
+    pixels = np.full((64, 64, 3), 60, np.uint8)
+    pixels[48:, 48:] = 255
+    Image.fromarray(pixels).save(tmp_path / "corner.png")
+    model = make_nonfinite(
+        make_upscaler(tmp_path / "up2.onnx", scale=2), tmp_path / "hot.onnx", above=0.99
+    )
+    out = tmp_path / "out"
+    p = engine_cli(
+        "run",
+        "upscale",
+        tmp_path / "corner.png",
+        "--model",
+        model,
+        "--out",
+        out,
+        "--tile",
+        "32",
+        "--json",
+    )
+    data = json.loads(p.stdout)
+    assert p.returncode == EXIT_BAD and data["failures"][0]["kind"] == "bad_model", p.stderr
+    message = data["failures"][0]["message"]
+    assert "hot.onnx returned NaN values" in message and "corner.png" in message
+    last = re.search(r"\(tile (\d+) of (\d+)\)", message)
+    assert last and last[1] == last[2] != "1", message  # only the last tile holds the corner
+    assert not out.exists() or not list(out.iterdir())
+
+
+def test_geometry_points_may_be_infinite_where_its_own_mask_is_invalid(tmp_path: Path) -> None:
+    """MoGe-2's points are exp(z): they may overflow where its mask says "invalid" (sky), and
+    infer() drops those pixels; the same values where the mask is valid are a broken model."""
+    moge = make_moge(tmp_path / "moge.onnx")
+    pixels = np.full((28, 42, 3), 90, np.uint8)
+    pixels[:, 30:] = 255  # near-white: invalid in the contract model's mask
+    Image.fromarray(pixels).save(tmp_path / "sky.png")
+    for where, expect in (("invalid", 0), ("valid", EXIT_BAD)):
+        model = make_nonfinite(
+            moge,
+            tmp_path / f"moge-{where}.onnx",
+            output="points",
+            value=float("inf"),
+            where_mask=where,
+        )
+        out = tmp_path / f"out-{where}"
+        p = engine_cli("run", "geometry", tmp_path / "sky.png", "--model", model, "--out", out)
+        assert p.returncode == expect, p.stderr
+        if expect == 0:
+            assert (out / "sky-geometry-depth.tif").is_file() and (out / "sky-points.ply").is_file()
+        else:
+            assert "infinite values in its output 'points'" in p.stderr
+            assert not out.exists() or not list(out.iterdir())
+
+
+# ------------------------------------------------------------------- output names, up front
+
+
+def test_an_output_name_too_long_is_refused_before_inference(tmp_path: Path) -> None:
+    model = make_upscaler(tmp_path / "up2.onnx", scale=2)
+    long = photo(tmp_path / ("n" * 250 + ".png"), 20, 14)
+    fine = photo(tmp_path / "fine.png", 20, 14)
+    out = tmp_path / "out"
+    p = engine_cli("run", "upscale", long, fine, "--model", model, "--out", out, "--json")
+    data = json.loads(p.stdout)
+    assert p.returncode == EXIT_BAD, p.stderr
+    (failure,) = data["failures"]
+    assert failure["kind"] == "bad_input" and "too long" in failure["message"]
+    assert data["runs"] == 1, "the long name must be refused before its model run"
+    assert sorted(q.name for q in out.iterdir()) == ["fine-x2.png"]
+
+
+# The child runs the CLI on a "file system" that refuses ':' in names, as FAT, exFAT and SMB
+# shares do (EINVAL). No such file system can be mounted here, so os.open is made to refuse.
+FAT_NAMES = """
+import errno, os, sys
+real_open = os.open
+def fat_open(path, *args, **kwargs):
+    if ":" in os.path.basename(os.fsdecode(path)):
+        raise OSError(errno.EINVAL, "Invalid argument", os.fsdecode(path))
+    return real_open(path, *args, **kwargs)
+os.open = fat_open
+from engine.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_name_the_file_system_refuses_is_found_before_inference(tmp_path: Path) -> None:
+    model = make_upscaler(tmp_path / "up2.onnx", scale=2)
+    odd = photo(tmp_path / "12:30 photo.png", 20, 14)
+    out = tmp_path / "out"
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            FAT_NAMES,
+            "run",
+            "upscale",
+            str(odd),
+            "--model",
+            str(model),
+            "--out",
+            str(out),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        cwd=ROOT,
+    )
+    data = json.loads(p.stdout)
+    assert p.returncode == EXIT_BAD, p.stderr
+    (failure,) = data["failures"]
+    assert failure["kind"] == "bad_input" and "refuses this name" in failure["message"]
+    assert "12:30 photo" in failure["message"]
+    assert data["runs"] == 0, "the name must be refused before the model runs"
+    assert not list(out.iterdir())

@@ -264,3 +264,96 @@ def test_devices_lists_every_runtime() -> None:
     cpu = next(r for r in rows if r["runtime"] == "cpu")
     assert cpu["ok"] and cpu["provider"] == "CPUExecutionProvider"
     assert all(r["ok"] or r["detail"] for r in rows)
+
+
+# ------------------------------------------------------------- options checked before work
+
+BAD_OPTIONS = {
+    # what is given -> a phrase the one line must contain
+    ("--option", "auto_start=abc"): "auto_start takes a whole number from 16 to 8192",
+    ("--option", "max_tile=big"): "max_tile takes a whole number from 16 to 8192",
+    ("--option", "foo=bar"): "upscale has no option 'foo'; its options are: max_tile",
+    ("--option", "no-equals-sign"): "write KEY=VALUE",
+    ("--max-tile", "0"): "max_tile takes a whole number from 16 to 8192, not 0",
+    ("--max-tile", "big"): "max_tile takes a whole number from 16 to 8192, not 'big'",
+    ("--cpu-mem-limit", "inf"): "megabytes from 1 to 16777216",
+    ("--cpu-mem-limit", "nan"): "megabytes from 1 to 16777216",
+    ("--cpu-mem-limit", "1e30"): "megabytes from 1 to 16777216",
+    ("--cpu-mem-limit", "0"): "megabytes from 1 to 16777216",
+    ("--cpu-mem-limit", "-5"): "megabytes from 1 to 16777216",
+    ("--gpu-mem-limit", "inf"): "megabytes from 1 to 16777216",
+    ("--gpu-mem-limit", "lots"): "megabytes from 1 to 16777216",
+    ("--tile", "0"): "--tile takes a whole number of pixels from 16 to 65536, or auto",
+    ("--tile", "15"): "--tile takes a whole number of pixels from 16 to 65536, or auto",
+    ("--tile", "99999999999"): "--tile takes a whole number of pixels from 16 to 65536",
+    ("--tile", "1e3"): "--tile takes a whole number of pixels from 16 to 65536",
+    ("--tile", "-64"): "--tile takes a whole number of pixels from 16 to 65536",
+    ("--tile", ""): "--tile takes a whole number of pixels from 16 to 65536",
+    ("--out", ""): "--out needs a folder",
+    ("--out", "  "): "--out needs a folder",
+}
+
+
+@pytest.mark.parametrize("given", list(BAD_OPTIONS), ids=lambda g: " ".join(g) or "empty")
+def test_bad_options_exit_2_with_one_line_naming_what_is_accepted(
+    given: tuple[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from engine.cli import main
+
+    # In-process: every one of these is refused before anything is loaded or written.
+    args = ["run", "upscale", str(tmp_path / "in.png"), "--model", str(tmp_path / "m.onnx")]
+    code = main([*args, *given])
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2, err
+    assert len(lines) == 1 and lines[0].startswith("error:"), err
+    assert BAD_OPTIONS[given] in lines[0], lines[0]
+    assert "Traceback" not in err
+    assert not list(tmp_path.iterdir())
+
+
+def test_bad_options_from_the_command_line_too(tmp_path: Path) -> None:
+    """The same refusals through a real `python -m engine` (one of each kind)."""
+    img = photo(tmp_path / "a.png", 12, 10)
+    for given, phrase in (
+        (("--cpu-mem-limit", "inf"), "megabytes from 1 to"),
+        (("--option", "normalization=zzz"), "normalization takes imagenet or zero_one"),
+    ):
+        p = engine_cli("run", "remove-background", img, "--model", "u2netp", *given)
+        assert p.returncode == 2 and phrase in p.stderr and "Traceback" not in p.stderr, p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["a.png"]
+
+
+@pytest.mark.parametrize("tile", ["auto", "AUTO", " 64 ", "16", "65536"])
+def test_good_tiles_are_taken(tile: str) -> None:
+    from engine.cli import build_parser
+
+    args = build_parser().parse_args(["run", "upscale", "a.png", "--model", "m", "--tile", tile])
+    assert args.tile == (None if tile.strip().lower() == "auto" else int(tile))
+
+
+def test_a_usage_error_found_at_an_input_exits_2(up4: Path, tmp_path: Path) -> None:
+    """An output "folder" that is a file is found when the first input is about to be
+    written; it is the command that needs changing, so the exit code is 2, not 4."""
+    img = photo(tmp_path / "a.png", 12, 10)
+    target = tmp_path / "out.png"
+    target.write_bytes(b"a file, not a folder")
+    p = engine_cli("run", "upscale", img, "--model", up4, "--out", target, "--json")
+    assert p.returncode == 2, p.stderr
+    data = json.loads(p.stdout)
+    assert data["failures"][0]["kind"] == "usage" and "is a file" in data["failures"][0]["message"]
+    assert target.read_bytes() == b"a file, not a folder"
+
+
+def test_exit_code_for_maps_every_failure_kind() -> None:
+    from engine.cli import exit_code_for
+    from engine.errors import EXIT_CODES, ErrorKind
+    from engine.requests import InputFailure, Result
+
+    for kind in ErrorKind:
+        if kind is ErrorKind.CANCELLED:
+            continue  # a cancel ends the request; it is never one input's failure
+        failure = InputFailure(Path("a.png"), kind, "m")
+        result = Result("job", (), (failure,), 0, 0, 0, 0, {})
+        assert exit_code_for(result) == EXIT_CODES[kind], kind

@@ -6,10 +6,16 @@ import argparse
 import errno
 import hashlib
 import json
+import multiprocessing
 import os
 import shutil
+import signal
 import socket
+import subprocess
+import sys
+import textwrap
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -43,6 +49,7 @@ class ServerState:
     honour_range: bool = True
     truncate_first: int | None = None  # the first answer stops after this many body bytes
     ranges: list[str | None] = field(default_factory=list)  # Range header of each GET
+    pace_s: float = 0.0  # pause after each 64 KB of body: a slow server
 
 
 class _Server(ThreadingHTTPServer):
@@ -91,7 +98,13 @@ class _Handler(BaseHTTPRequestHandler):
         body = data[start:]
         if state.truncate_first is not None and len(state.ranges) == 1:
             body = body[: state.truncate_first]  # then HTTP/1.0 closes: a broken-off transfer
-        self.wfile.write(body)
+        if not state.pace_s:
+            self.wfile.write(body)
+            return
+        for i in range(0, len(body), CHUNK):
+            self.wfile.write(body[i : i + CHUNK])
+            self.wfile.flush()
+            time.sleep(state.pace_s)
 
 
 @pytest.fixture
@@ -286,7 +299,9 @@ def local_catalog(
     url, state = server
     model = cm.make_upscaler(tmp_path / "served.onnx", 2).read_bytes()
     state.files["/up.onnx"] = model
-    state.files["/page.onnx"] = b"<!DOCTYPE html><html>Sign in to continue</html>"
+    page = b"<!DOCTYPE html><html>Sign in to continue</html>"
+    state.files["/page.onnx"] = page
+    pinned = {"size": 1000, "sha256": "2" * 64}  # every download is pinned; these never match
     base = {
         "family": "upscale",
         "licence": "MIT",
@@ -310,8 +325,8 @@ def local_catalog(
             "name": "Page",
             "file": "test-page.onnx",
             "url": f"{url}/page.onnx",
-            "size": None,
-            "sha256": None,
+            "size": len(page),  # the server's page is what the catalog pins: only the
+            "sha256": hashlib.sha256(page).hexdigest(),  # contract check can refuse it
         },
         {
             **base,
@@ -319,7 +334,7 @@ def local_catalog(
             "name": "Bad",
             "file": "test-bad.onnx",
             "url": f"{url}/up.onnx",
-            "size": None,
+            "size": len(model),
             "sha256": "1" * 64,
         },
         {
@@ -328,8 +343,7 @@ def local_catalog(
             "name": "Gone",
             "file": "test-gone.onnx",
             "url": f"{url}/gone.onnx",
-            "size": None,
-            "sha256": None,
+            **pinned,
         },
         {
             **base,
@@ -337,6 +351,14 @@ def local_catalog(
             "name": "Refused",
             "file": "test-refused.onnx",
             "url": f"http://127.0.0.1:{_closed_port()}/x.onnx",
+            **pinned,
+        },
+        {
+            **base,
+            "id": "test-unpinned",
+            "name": "Unpinned",
+            "file": "test-unpinned.onnx",
+            "url": f"{url}/up.onnx",
             "size": None,
             "sha256": None,
         },
@@ -406,3 +428,156 @@ def test_cli_download_progress_and_exit_codes(
     (models_dir / "test-up.onnx").unlink()
     assert _cli(["models", "download", "test-up", *d]) == 3
     assert "disk is full" in capsys.readouterr().err
+
+
+# --- pinned downloads, one at a time across processes, validated options, SIGTERM ------------
+
+# Catalog downloads whose sha256 and size could not be found for that exact file (same
+# repository, same path) in any stored public page; each is refused until they are filled in.
+UNPINNED = {"da3-base", "realesrgan-x2plus", "realesr-general-x4v3", "realesr-animevideov3"}
+
+
+def test_a_download_without_checksum_and_size_is_refused(
+    local_catalog: tuple[ServerState, Path],
+) -> None:
+    state, models_dir = local_catalog
+    with pytest.raises(ModelError, match="no checksum and size for it"):
+        download_model("test-unpinned", models_dir)
+    assert state.ranges == [], "nothing may be fetched for an unverifiable download"
+    assert not models_dir.exists() or not list(models_dir.iterdir())
+
+
+def test_catalog_downloads_carry_checksum_and_size(tmp_path: Path) -> None:
+    entries = [e for e in catalog_module.load_catalog().values() if e.url is not None]
+    unpinned = {e.id for e in entries if e.sha256 is None or e.size is None}
+    assert unpinned == UNPINNED, "pin every download (sha256 and size) or list it in UNPINNED"
+    for entry_id in sorted(unpinned):
+        with pytest.raises(ModelError, match="no checksum and size"):
+            download_model(entry_id, tmp_path)  # refused before any network access
+    pinned = [e for e in entries if e.id not in unpinned]
+    assert len(pinned) >= 5
+    for e in pinned:
+        assert e.approx_size is None or abs(e.approx_size - (e.size or 0)) < 0.05 * (e.size or 1)
+
+
+def _download_in_child(url: str, dest: str, start: object) -> str:
+    start.wait()  # type: ignore[attr-defined]
+    return str(download(url, Path(dest), sha256=SHA, size=len(PAYLOAD)))
+
+
+def test_two_processes_downloading_one_model_take_turns(
+    server: tuple[str, ServerState], tmp_path: Path
+) -> None:
+    url, state = server
+    state.pace_s = 0.01  # about 0.2 s for the whole file: the two overlap
+    dest = tmp_path / "models" / "model.onnx"
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Manager() as manager:
+        start = manager.Barrier(2)
+        with ctx.Pool(2) as pool:
+            got = pool.starmap(_download_in_child, [(f"{url}/model.onnx", str(dest), start)] * 2)
+    assert got == [str(dest), str(dest)]
+    assert dest.read_bytes() == PAYLOAD
+    assert len(state.ranges) == 1, "the second process waits, then finds the file in place"
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["model.onnx"]  # no .part, no lock
+
+
+def test_a_waiting_download_can_be_cancelled(
+    server: tuple[str, ServerState], tmp_path: Path
+) -> None:
+    url, _ = server
+    dest = tmp_path / "model.onnx"
+    holder = downloads._file_lock(dest, None, None)
+    holder.__enter__()  # another download holds the lock (the same lock works in-process)
+    told: list[bool] = []
+    cancel = CancelToken()
+    try:
+        threading.Timer(0.3, cancel.cancel).start()
+        with pytest.raises(Cancelled, match="another download"):
+            download(
+                f"{url}/model.onnx",
+                dest,
+                sha256=SHA,
+                size=len(PAYLOAD),
+                cancel=cancel,
+                waiting=lambda: told.append(True),
+            )
+    finally:
+        holder.__exit__(None, None, None)
+    assert told == [True] and not dest.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("timeout", ["-1", "0", "inf", "nan", "soon", "1e9"])
+def test_download_timeout_must_be_a_sensible_number_of_seconds(
+    timeout: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from engine.cli import main
+
+    code = main(["models", "download", "da3-small", "--timeout", timeout])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "--timeout takes seconds, more than 0 and at most 3600" in lines[0]
+
+
+# The child runs `python -m engine models download test-up` against the test's catalog.
+CHILD = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from engine.models import catalog
+    catalog.catalog_path = lambda: Path(sys.argv[1])
+    from engine.cli import main
+    sys.exit(main(sys.argv[2:]))
+    """
+)
+
+
+def test_sigterm_during_a_download_exits_143_and_keeps_the_part_for_resuming(
+    local_catalog: tuple[ServerState, Path], tmp_path: Path
+) -> None:
+    state, models_dir = local_catalog
+    state.pace_s = 0.05
+    big = os.urandom(64 * CHUNK)
+    state.files["/big.onnx"] = big
+    raw = json.loads((tmp_path / "catalog.json").read_text())
+    raw["models"].append(
+        {
+            **raw["models"][0],
+            "id": "test-big",
+            "file": "test-big.onnx",
+            "url": raw["models"][0]["url"].replace("/up.onnx", "/big.onnx"),
+            "size": len(big),
+            "sha256": hashlib.sha256(big).hexdigest(),
+        }
+    )
+    (tmp_path / "catalog.json").write_text(json.dumps(raw))
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            CHILD,
+            str(tmp_path / "catalog.json"),
+            "models",
+            "download",
+            "test-big",
+            "--models-dir",
+            str(models_dir),
+        ],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent)),
+    )
+    part = part_path(models_dir / "test-big.onnx")
+    deadline = time.monotonic() + 30
+    while not (part.exists() and part.stat().st_size > 4 * CHUNK):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.02)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 143, err
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == "Stopped."
+    assert sorted(p.name for p in models_dir.iterdir()) == ["test-big.onnx.part"]
+    assert big.startswith(part.read_bytes())  # a clean prefix: the next run resumes from it

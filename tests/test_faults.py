@@ -394,17 +394,18 @@ def test_stop_mid_job_returns_and_leaves_no_partial_file(
 def test_stop_while_a_product_is_being_written_leaves_it_whole_or_absent(
     qtbot: QtBot, models: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    import engine.io.writing as imaging
+    from engine.io.png import PngWriter
 
     writing = threading.Event()
-    encode = imaging._encode_png
+    add = PngWriter.add
 
-    def slow_encode(*args: object, **kwargs: object) -> None:
+    def slow_add(self: PngWriter, *args: object, **kwargs: object) -> None:
         writing.set()
         time.sleep(0.5)  # stop() is called from the GUI thread meanwhile
-        encode(*args, **kwargs)  # type: ignore[arg-type]
+        add(self, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(imaging, "_encode_png", slow_encode)
+    # Products are encoded frame by frame as they are made: slow down the PNG encoder there.
+    monkeypatch.setattr(PngWriter, "add", slow_add)
     engine = EngineThread(EngineSettings(models_dir=models))
     ends = Terminals(engine)
     engine.start(probe_runtimes=False)
@@ -418,10 +419,9 @@ def test_stop_while_a_product_is_being_written_leaves_it_whole_or_absent(
     qtbot.waitUntil(lambda: ends.ended([job.id]), timeout=TIMEOUT_MS)
     assert isinstance(ends.one(job.id), OperationCancellation)
     assert leftovers(out) == []
-    # The write in flight is not interrupted half way: it is published whole, and the
-    # inputs after it are not started.
-    assert [f.name for f in out.iterdir()] == ["0-x2.png"]
-    assert load_image(out / "0-x2.png", 1 << 24).frames[0].shape[:2] == (60, 80)
+    # The write in flight stops at its next block of rows (the encoder checks the cancel
+    # there): its temp file is removed, nothing is published, later inputs are not started.
+    assert [f.name for f in out.iterdir()] == []
 
 
 # ----------------------------------------------------------------- a crash while publishing
@@ -434,11 +434,14 @@ def test_crash_between_writing_and_renaming_leaves_nothing_that_looks_finished(
     img = photo(tmp_path / "a.png", 40, 30)
     out = tmp_path / "out"
     marker = tmp_path / "publishing"
-    # The app: a real CLI run whose os.link (the publishing step) stops for good, to be killed.
+    # The app: a real CLI run whose os.link (the publishing step, once renameat2 is out of the
+    # way) stops for good, to be killed.
     script = textwrap.dedent(
         f"""
         import os, time
         from pathlib import Path
+        import engine.files
+        engine.files._renameat2 = None
         def stuck_link(src, dst, *a, **k):
             Path({str(marker)!r}).write_text(str(src))
             time.sleep(120)

@@ -9,11 +9,13 @@ import struct
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import pytest
 from PIL import Image, ImageCms, ImageOps
 
+from engine import files
 from engine.errors import BadInputError, ResourceError
 from engine.io import reading as imaging
 from engine.io import writing
@@ -743,8 +745,8 @@ def test_write_bytes_is_numbered_and_exact(tmp_path: Path) -> None:
 def test_encoder_failure_leaves_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dtype: type[np.unsignedinteger]
 ) -> None:
-    def half_written(temp: Path, *args: object, **kwargs: object) -> None:
-        Path(temp).write_bytes(b"\x89PNG half")
+    def half_written(out: BinaryIO, *args: object, **kwargs: object) -> None:
+        out.write(b"\x89PNG half")
         raise RuntimeError("encoder crashed")
 
     monkeypatch.setattr(writing, "_encode_png", half_written)
@@ -755,8 +757,8 @@ def test_encoder_failure_leaves_nothing(
 
 
 def test_full_disk_is_a_resource_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_space(self: Image.Image, fp: object, *args: object, **kwargs: object) -> None:
-        Path(str(fp)).write_bytes(b"GIF89a")
+    def no_space(self: Image.Image, fp: BinaryIO, *args: object, **kwargs: object) -> None:
+        fp.write(b"GIF89a")
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(Image.Image, "save", no_space)
@@ -789,6 +791,8 @@ def test_publish_takes_the_next_name_when_one_appears(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Another writer takes the name between our check and our link: link refuses, we move on.
+    # (Without renameat2, so the hard-link way of claiming a name is the one tried.)
+    monkeypatch.setattr(files, "_renameat2", None)
     real_link = os.link
 
     def racing_link(src: str | Path, dst: str | Path) -> None:

@@ -9,9 +9,10 @@ the rows block by block with libpng's per-row filter choice.
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
@@ -92,6 +93,33 @@ def png_header(head: bytes) -> tuple[int, int] | None:
     return head[24], head[25]
 
 
+_MAX_ICC = 8 << 20  # a colour profile inflating beyond this is dropped (a zlib bomb)
+_MAX_SIDE = (1 << 31) - 1  # the PNG specification's limit for a width or height
+
+
+def _ihdr(body: bytes) -> Png:
+    if len(body) != 13:
+        raise PngError("the IHDR chunk has the wrong length")
+    width, height, depth, ctype, compression, filtering, interlace = struct.unpack(">IIBBBBB", body)
+    if not (0 < width <= _MAX_SIDE and 0 < height <= _MAX_SIDE):
+        raise PngError(f"the image size {width}×{height} is invalid")
+    if depth != 16 or ctype not in CHANNELS:
+        raise PngError(f"bit depth {depth} with colour type {ctype} is not decoded here")
+    if compression != 0 or filtering != 0 or interlace not in (0, 1):
+        raise PngError("unknown compression, filter or interlace method")
+    return Png(width, height, depth, ctype, interlace)
+
+
+def _inflate_capped(body: bytes, limit: int) -> bytes | None:
+    """zlib data inflated, or None when it is damaged or would exceed `limit` bytes."""
+    inflater = zlib.decompressobj()
+    try:
+        out = inflater.decompress(body, limit + 1)
+    except zlib.error:
+        return None
+    return None if len(out) > limit else out
+
+
 def _parse_png(data: bytes) -> Png:
     if not data.startswith(SIGNATURE):
         raise PngError("not a PNG signature")
@@ -111,8 +139,9 @@ def _parse_png(data: bytes) -> Png:
             raise PngError(f"checksum error in the {kind.decode('latin-1')} chunk")
         pos = end
         if kind == b"IHDR":
-            width, height, depth, ctype, _, _, interlace = struct.unpack(">IIBBBBB", body)
-            png = Png(width, height, depth, ctype, interlace)
+            if png is not None:  # a second header could describe a far larger image
+                raise PngError("the file has more than one IHDR chunk")
+            png = _ihdr(body)
             continue
         if png is None:
             raise PngError("the IHDR chunk is missing")
@@ -122,6 +151,8 @@ def _parse_png(data: bytes) -> Png:
             png.idat.append(body)
         elif kind == b"fcTL" and png.num_plays is not None:
             _seq, w, h, x, y, num, den, dispose, blend = struct.unpack(">IIIIIHHBB", body)
+            if w == 0 or h == 0:
+                raise PngError("an animation frame has no pixels")
             delay = round(num * 1000 / (den or 100))
             current = _ApngFrame(w, h, x, y, delay, dispose, blend)
             if png.idat:  # a frame that starts after the default image: its data is fdAT
@@ -135,10 +166,8 @@ def _parse_png(data: bytes) -> Png:
             png.trns = body
         elif kind == b"iCCP":
             name_end = body.find(b"\0")
-            try:
-                png.icc = zlib.decompress(body[name_end + 2 :])
-            except zlib.error:
-                png.icc = None  # a broken profile is dropped; the pixels are still fine
+            # A broken or oversized profile is dropped; the pixels are still fine.
+            png.icc = _inflate_capped(body[name_end + 2 :], _MAX_ICC) if name_end >= 0 else None
         elif kind == b"eXIf":
             png.exif = body
         elif kind == b"pHYs" and len(body) == 9:
@@ -295,16 +324,34 @@ def _over(top: np.ndarray, bottom: np.ndarray) -> np.ndarray:
     return np.rint(np.clip(result, 0, 65535)).astype(np.uint16)
 
 
-def decode_png(data: bytes) -> tuple[Png, list[np.ndarray], list[int]]:
+def decode_png(
+    data: bytes, max_pixels: int | None = None
+) -> tuple[Png, list[np.ndarray], list[int]]:
     """The parsed chunks, the frames (uint16 H×W×C, an APNG composited to full canvases) and
-    the animation delays in ms (empty for a still image). Raises PngError, zlib.error,
-    ValueError or struct.error on a damaged file."""
-    png = _parse_png(data)
-    channels = CHANNELS[png.colour_type]
-    if png.num_plays is not None and png.frames:
-        frames, delays = _composite_apng(png, channels)
-        return png, frames, delays
-    return png, [_with_trns(_decode_png_pixels(png.idat, png, png.width, png.height), png)], []
+    the animation delays in ms (empty for a still image), of a 16-bit PNG.
+
+    Raises PngError on a damaged file, and before inflating anything when the image (all its
+    frames) has more than `max_pixels` pixels. MemoryError is left to the caller.
+    """
+    try:
+        png = _parse_png(data)
+        animated = png.num_plays is not None and bool(png.frames)
+        count = min(png.num_frames, len(png.frames)) if animated else 1
+        if max_pixels is not None and png.width * png.height * max(count, 1) > max_pixels:
+            raise PngError(
+                f"the image is {png.width}×{png.height} pixels × {count} frame(s), over the "
+                f"limit of {max_pixels} pixels"
+            )
+        channels = CHANNELS[png.colour_type]
+        if animated:
+            frames, delays = _composite_apng(png, channels)
+            if not frames:
+                raise PngError("the animation declares no frames")
+            return png, frames, delays
+        pixels = _decode_png_pixels(png.idat, png, png.width, png.height)
+        return png, [_with_trns(pixels, png)], []
+    except (struct.error, zlib.error, ValueError, KeyError, IndexError) as e:
+        raise PngError(str(e) or type(e).__name__) from e
 
 
 def key_alpha(pixels: np.ndarray, key: object, top: int) -> np.ndarray | None:
@@ -355,7 +402,7 @@ class FrameLike(Protocol):
     def __getitem__(self, rows: slice, /) -> np.ndarray: ...
 
 
-def _compressed_rows(frame: FrameLike) -> Iterator[bytes]:
+def _compressed_rows(frame: FrameLike, check: Callable[[], None] | None = None) -> Iterator[bytes]:
     height, width, channels = frame.shape
     depth = frame.dtype.itemsize
     bpp = channels * depth
@@ -366,6 +413,8 @@ def _compressed_rows(frame: FrameLike) -> Iterator[bytes]:
     compressor = zlib.compressobj(4)
     previous = np.zeros(stride, dtype=np.uint8)
     for start in range(0, height, step):
+        if check is not None:
+            check()  # a cancel stops a large write within one block of rows
         # Big-endian bytes block by block: never a second copy of the whole frame.
         part = frame[start : start + step]
         if depth == 2:
@@ -403,8 +452,10 @@ class PngWriter:
         dpi: tuple[float, float] | None = None,
         exif: bytes | None = None,
         text: Mapping[str, str] | None = None,
+        check: Callable[[], None] | None = None,
     ) -> None:
         self._out = out
+        self._check = check  # called between blocks of rows; may raise to stop (a cancel)
         self._shape = shape
         self._count = frames
         self._added = 0
@@ -439,7 +490,7 @@ class PngWriter:
             )
             self._out.write(_png_chunk(b"fcTL", control))
             self._sequence += 1
-        for piece in _compressed_rows(frame):
+        for piece in _compressed_rows(frame, self._check):
             if not piece:
                 continue
             if self._added == 0:
@@ -456,7 +507,7 @@ class PngWriter:
 
 
 def encode_png(
-    path: Path,
+    path: Path | BinaryIO,
     frames: Sequence[FrameLike],
     *,
     durations: Sequence[int],
@@ -465,12 +516,15 @@ def encode_png(
     dpi: tuple[float, float] | None = None,
     exif: bytes | None = None,
     text: Mapping[str, str] | None = None,
+    check: Callable[[], None] | None = None,
 ) -> None:
-    """Write `frames` (H×W×C uint8 or uint16, all one shape) to `path` as a PNG, or an APNG
-    when there are several (`durations`: one per frame, in ms; `loop` 0 = forever), streaming
-    the rows."""
+    """Write `frames` (H×W×C uint8 or uint16, all one shape) to `path` (a path, or a binary
+    file left open) as a PNG, or an APNG when there are several (`durations`: one per frame,
+    in ms; `loop` 0 = forever), streaming the rows. `check` is called between blocks of rows
+    and may raise to stop."""
     first = frames[0]
-    with open(path, "wb") as out:
+    target = open(path, "wb") if isinstance(path, (str, Path)) else contextlib.nullcontext(path)
+    with target as out:
         writer = PngWriter(
             out,
             shape=tuple(first.shape),  # type: ignore[arg-type]
@@ -481,6 +535,7 @@ def encode_png(
             dpi=dpi,
             exif=exif,
             text=text,
+            check=check,
         )
         for frame, delay in zip(frames, durations, strict=True):
             writer.add(frame, delay)

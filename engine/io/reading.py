@@ -8,10 +8,11 @@ colour PNGs only to 8 bits, so those are decoded by `engine.io.png`.
 from __future__ import annotations
 
 import io
+import logging
 import stat
 import struct
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, overload
@@ -19,7 +20,7 @@ from typing import Any, BinaryIO, overload
 import numpy as np
 from PIL import Image, ImageCms, UnidentifiedImageError
 
-from engine.errors import BadInputError, ResourceError
+from engine.errors import BadInputError, EngineError, ResourceError
 from engine.io.image import (
     ANIMATED_FORMATS,
     READ_FORMATS,
@@ -30,6 +31,8 @@ from engine.io.image import (
     to_16bit,
 )
 from engine.io.png import MODES16, PngError, decode_png, key_alpha, png_header
+
+log = logging.getLogger(__name__)
 
 # Our own max_pixels check (before any decoding) replaces Pillow's bomb check, whose warning
 # would otherwise be raised as an error under warnings-as-errors and whose limit is not ours.
@@ -421,10 +424,17 @@ def _is_reduced_page(im: Image.Image) -> bool:
     return isinstance(value, int) and bool(value & 1)
 
 
-def _decode_pillow(path: Path, im: Image.Image, count: int, stream: bool = False) -> DecodedImage:
+def _decode_pillow(
+    path: Path,
+    im: Image.Image,
+    count: int,
+    check: Callable[[], None] | None = None,
+    stream: bool = False,
+) -> DecodedImage:
     """Every frame, upright and in one channel layout. With `stream` and several frames, only
     what decides the layout is kept from this pass: the frames are decoded again one at a time
-    as they are used (`StreamedFrames`), so memory does not grow with their number."""
+    as they are used (`StreamedFrames`), so memory does not grow with their number. `check` is
+    called between frames and may raise to stop (a cancel)."""
     fmt = _format_name(im)
     mode = im.mode
     icc = im.info.get("icc_profile") or None
@@ -438,6 +448,8 @@ def _decode_pillow(path: Path, im: Image.Image, count: int, stream: bool = False
     exif: Image.Exif | None = None
     stream = stream and count > 1
     for index in range(count):
+        if check is not None:
+            check()
         if count > 1:
             im.seek(index)
         im.load()
@@ -588,9 +600,9 @@ def _replace_icc(meta: ImageMeta, icc: bytes | None) -> ImageMeta:
 # 16-bit PNG (Pillow would reduce colour and grey+alpha to 8 bits)
 
 
-def _decode_png16(path: Path, data: bytes) -> DecodedImage:
+def _decode_png16(path: Path, data: bytes, max_pixels: int) -> DecodedImage:
     try:
-        png, frames, delays = decode_png(data)
+        png, frames, delays = decode_png(data, max_pixels)
     except PngError as e:
         if e.truncated:
             raise _damaged(path, EOFError(str(e))) from e
@@ -625,12 +637,20 @@ def _decode_png16(path: Path, data: bytes) -> DecodedImage:
 # Loading
 
 
-def load_image(path: Path, max_pixels: int, *, stream: bool = False) -> DecodedImage:
+def load_image(
+    path: Path,
+    max_pixels: int,
+    check: Callable[[], None] | None = None,
+    *,
+    stream: bool = False,
+) -> DecodedImage:
     """Decode every frame of `path`, upright; refuses images over `max_pixels` before decoding.
 
-    `stream`: a multi-frame file's frames are decoded as they are used (`StreamedFrames`)
-    instead of all at once, so memory does not grow with their number."""
+    `check` is called between frames and may raise to stop (a cancel). `stream`: a multi-frame
+    file's frames are decoded as they are used (`StreamedFrames`) instead of all at once, so
+    memory does not grow with their number."""
     path = Path(path)
+    log.info("decoding %s", path.name)
     with _opened(path) as (im, fp):
         width, height = im.size
         _check_limit(path, width, height, 1, max_pixels)
@@ -642,9 +662,9 @@ def load_image(path: Path, max_pixels: int, *, stream: bool = False) -> DecodedI
                 header = png_header(fp.read(26))
                 if header is not None and header[0] == 16 and header[1] in (2, 4, 6):
                     fp.seek(0)
-                    return _decode_png16(path, fp.read())
-            return _decode_pillow(path, im, count, stream)
-        except BadInputError:
+                    return _decode_png16(path, fp.read(), max_pixels)
+            return _decode_pillow(path, im, count, check, stream)
+        except EngineError:  # refused, cancelled, or out of memory: already said
             raise
         except MemoryError as e:
             raise ResourceError(

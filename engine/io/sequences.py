@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +14,11 @@ from engine.io.image import IMAGE_SUFFIXES, DecodedImage, ImageMeta
 from engine.io.reading import fmt_pixels, image_size, load_image, read_only, unify_frames
 
 
-def load_sequence(paths: Sequence[Path], max_pixels: int) -> DecodedImage:
-    """The frames of several files as one sequence; all must have the same size."""
+def load_sequence(
+    paths: Sequence[Path], max_pixels: int, check: Callable[[], None] | None = None
+) -> DecodedImage:
+    """The frames of several files as one sequence; all must have the same size. `check` is
+    called between files and frames and may raise to stop (a cancel)."""
     files = [Path(p) for p in paths]
     if not files:
         raise BadInputError("The sequence has no frames: no image files were given.")
@@ -34,7 +37,7 @@ def load_sequence(paths: Sequence[Path], max_pixels: int) -> DecodedImage:
             f"{fmt_pixels(total)}; the limit is {fmt_pixels(max_pixels)}. Use fewer frames "
             "or raise the pixel limit in the settings."
         )
-    images = [load_image(p, max_pixels) for p in files]
+    images = [load_image(p, max_pixels, check) for p in files]
     frames: list[np.ndarray] = []
     for image in images:
         if image.size != images[0].size:

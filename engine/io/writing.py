@@ -1,11 +1,12 @@
 """Writing image products: PNG (8/16-bit, APNG) through our encoder, other formats through Pillow.
 
-Every output goes through `engine.io.publish.atomic_output`: never overwritten, never half written.
+Every output goes through `engine.io.publish.open_output`: never overwritten, never half written.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -24,7 +25,9 @@ from engine.io.image import (
     to_8bit,
 )
 from engine.io.png import FrameLike, PngWriter, encode_png
-from engine.io.publish import atomic_output
+from engine.io.publish import open_output
+
+log = logging.getLogger(__name__)
 
 
 def _prepare_frames(frames: np.ndarray | Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -80,7 +83,7 @@ def _flatten_alpha(frame: np.ndarray) -> np.ndarray:
 
 
 def _encode_pillow(
-    temp: Path,
+    out: BinaryIO,
     fmt: str,
     frames: list[np.ndarray],
     meta: ImageMeta | None,
@@ -128,17 +131,18 @@ def _encode_pillow(
         for key, value in text.items():
             info.add_text(key, value)
         options["pnginfo"] = info
-    images[0].save(temp, format=fmt, **options)
+    images[0].save(out, format=fmt, **options)
 
 
 def _encode_png(
-    temp: Path,
+    out: BinaryIO,
     frames: list[np.ndarray],
     meta: ImageMeta | None,
     text: Mapping[str, str] | None = None,
+    check: Callable[[], None] | None = None,
 ) -> None:
     encode_png(
-        temp,
+        out,
         frames,
         durations=_durations(meta, len(frames)),
         loop=meta.loop if meta is not None and meta.loop is not None else 0,
@@ -146,6 +150,7 @@ def _encode_png(
         dpi=meta.dpi if meta is not None else None,
         exif=meta.exif if meta is not None else None,
         text=text,
+        check=check,
     )
 
 
@@ -156,6 +161,7 @@ def write_image(
     *,
     format: str | None = None,
     text: Mapping[str, str] | None = None,
+    check: Callable[[], None] | None = None,
 ) -> Path:
     """Encode `frames` atomically to `path` or a numbered variant; returns the final path.
 
@@ -172,18 +178,21 @@ def write_image(
     prepared = _prepare_frames(frames)
     if len(prepared) > 1 and fmt not in MULTI_FRAME_WRITE:
         raise ValueError(f"{fmt} holds one frame; got {len(prepared)}")
-    with atomic_output(path) as (temp, publish):
+    log.info("encoding %s", path.name)
+    with open_output(path) as pending:
         try:
             # Our own streaming PNG encoder: Pillow drops 16-bit colour to 8 bits, first copies
             # a frame into its own 4-byte-per-pixel image (doubling the peak), and merges
             # identical animation frames (a 3-frame input must give a 3-frame product).
             if fmt == "PNG":
-                _encode_png(temp, prepared, meta, text)
+                _encode_png(pending.file, prepared, meta, text, check)
             else:
-                _encode_pillow(temp, fmt, prepared, meta, text)
+                _encode_pillow(pending.file, fmt, prepared, meta, text)
         except MemoryError as e:
             raise ResourceError(f"{path.name}: not enough memory to encode the image.") from e
-        return publish()
+        if check is not None:
+            check()
+        return pending.publish()
 
 
 class ImageStream:
@@ -205,6 +214,7 @@ class ImageStream:
         meta: ImageMeta | None = None,
         text: Mapping[str, str] | None = None,
         format: str | None = None,
+        check: Callable[[], None] | None = None,
     ) -> None:
         self.path = Path(path)
         fmt = (format or WRITE_FORMATS.get(self.path.suffix.lower(), "")).upper()
@@ -217,14 +227,14 @@ class ImageStream:
         self._count, self._added = frames, 0
         self._durations = _durations(meta, frames)
         self._held: list[np.ndarray] = []
-        self._output = atomic_output(self.path)
-        self._temp, self._publish = self._output.__enter__()
-        self._file: BinaryIO | None = None
+        self._check = check
+        log.info("encoding %s", self.path.name)
+        self._output = open_output(self.path)
+        self._pending = self._output.__enter__()
         self._png: PngWriter | None = None
         if fmt == "PNG":
-            self._file = open(self._temp, "wb")
             self._png = PngWriter(
-                self._file,
+                self._pending.file,
                 shape=shape,
                 dtype=np.dtype(dtype),
                 frames=frames,
@@ -233,6 +243,7 @@ class ImageStream:
                 dpi=meta.dpi if meta is not None else None,
                 exif=meta.exif if meta is not None else None,
                 text=text,
+                check=check,
             )
 
     def add(self, frame: FrameLike) -> None:
@@ -253,14 +264,14 @@ class ImageStream:
     def publish(self) -> Path:
         """Finish the file and give it its final name (or a numbered one); returns that."""
         try:
-            if self._png is not None and self._file is not None:
+            if self._png is not None:
                 self._png.close()
-                self._file.close()
-                self._file = None
             else:
-                _encode_pillow(self._temp, self._fmt, self._held, self._meta, self._text)
+                _encode_pillow(self._pending.file, self._fmt, self._held, self._meta, self._text)
                 self._held.clear()
-            path = self._publish()
+            if self._check is not None:
+                self._check()
+            path = self._pending.publish()
         except BaseException as e:
             self.discard(e)
             raise
@@ -268,9 +279,6 @@ class ImageStream:
         return path
 
     def discard(self, error: BaseException | None = None) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
         self._held.clear()
         if error is None:
             self._output.__exit__(None, None, None)

@@ -1,25 +1,42 @@
 """`python -m engine models list|download ID|add PATH|verify PATH|fetch-starter`.
 
 Exit codes: 0 ok, 2 usage, 3 disk full, 4 bad model / hash mismatch / HTTP error,
-5 network unreachable, 130 interrupted.
+5 network unreachable, 130 interrupted (SIGINT), 143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from engine.cancel import Terminated
 from engine.errors import EngineError, ModelError
 from engine.models.catalog import CatalogEntry, Family, Source, sha256_file
 from engine.models.contracts import Contract
 from engine.models.inventory import ModelInventory, discover, install_model, resolve_model
 from engine.settings import default_models_dir
 
-EXIT_OK, EXIT_USAGE, EXIT_MODEL, EXIT_INTERRUPTED = 0, 2, 4, 130
+EXIT_OK, EXIT_USAGE, EXIT_MODEL, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 2, 4, 130, 143
+
+
+TIMEOUT_MAX_S = 3600.0
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 < value <= TIMEOUT_MAX_S):
+        raise argparse.ArgumentTypeError(
+            f"--timeout takes seconds, more than 0 and at most {TIMEOUT_MAX_S:g}; not {text!r}"
+        )
+    return value
 
 
 def add_models_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -41,7 +58,9 @@ def add_models_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p = sub.add_parser("download", parents=[common], help="download a catalog model")
     p.add_argument("id", metavar="ID", help="catalog id (see `models list`)")
-    p.add_argument("--timeout", type=float, default=30.0, help="network timeout in seconds")
+    p.add_argument(
+        "--timeout", type=_seconds, default=30.0, help="network timeout in seconds (up to 3600)"
+    )
     p = sub.add_parser("add", parents=[common], help="validate an .onnx file and copy it in")
     p.add_argument("path", type=Path, metavar="PATH")
     p.add_argument("--family", choices=[f.value for f in Family], help="require this family")
@@ -83,9 +102,9 @@ def run_models_command(args: argparse.Namespace) -> int:
             return _verify(args.path, models_dir, args.family, args.json)
         if command == "fetch-starter":
             return _fetch_starter(models_dir)
-    except KeyboardInterrupt:
-        print("\nInterrupted.", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as e:
+        print("\nStopped.", file=sys.stderr)
+        return EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED
     except EngineError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code  # usage 2, disk 3, model/HTTP/hash 4, network 5, cancelled 130
@@ -226,8 +245,12 @@ def _download(entry_id: str, models_dir: Path, timeout: float) -> int:
     from engine.models.downloads import download_model  # urllib and friends only when downloading
 
     bar = _ProgressBar(entry_id, sys.stderr)
+
+    def waiting() -> None:
+        print(f"{entry_id}: waiting for another download of it to finish…", file=sys.stderr)
+
     try:
-        path = download_model(entry_id, models_dir, progress=bar, timeout=timeout)
+        path = download_model(entry_id, models_dir, progress=bar, timeout=timeout, waiting=waiting)
     finally:
         bar.close()
     print(f"{entry_id}: {path}")

@@ -4,6 +4,12 @@ The file grows as `<dest>.part`; an interrupted or cancelled download resumes fr
 HTTP Range request. Size and sha256 are checked before the atomic rename, so `dest` never
 exists half written or unverified. Every failure is an EngineError with a message a person can
 act on.
+
+Two downloads of one file — threads, or processes such as two `models download` commands or
+the app's fetch helper (which runs that command) beside a terminal — take turns: a lock file
+`.<name>.lock` beside it is held with flock (Windows: msvcrt.locking) for the whole download,
+and removed by its holder. The second one then finds the file in place and verified.
+A catalog model is downloaded only when the catalog pins its sha256 and size.
 """
 
 from __future__ import annotations
@@ -14,10 +20,13 @@ import os
 import shutil
 import socket
 import ssl
+import sys
 import threading
+import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
 from typing import BinaryIO, Literal
@@ -28,6 +37,7 @@ from engine.cancel import CancelToken
 from engine.errors import Cancelled, ModelError, ResourceError, UsageError
 from engine.models.catalog import Source, load_catalog, sha256_file
 from engine.models.contracts import inspect_model
+from engine.models.inventory import ensure_models_dir
 
 CHUNK = 64 * 1024
 USER_AGENT = f"Tessera/{engine.__version__}"
@@ -71,6 +81,67 @@ def _lock_for(dest: Path) -> threading.Lock:
 
 def part_path(dest: Path) -> Path:
     return dest.with_name(dest.name + ".part")
+
+
+def lock_path(dest: Path) -> Path:
+    return dest.with_name(f".{dest.name}.lock")
+
+
+def _try_lock(descriptor: int) -> bool:
+    if sys.platform == "win32":
+        import msvcrt
+
+        try:
+            msvcrt.locking(descriptor, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        return True
+    import fcntl
+
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+@contextmanager
+def _file_lock(
+    dest: Path, cancel: CancelToken | None, waiting: Callable[[], None] | None
+) -> Iterator[None]:
+    """Hold the download lock of `dest` across processes; `waiting` is called once if another
+    process holds it. The holder removes the lock file; a waiter that then finds its file
+    gone (or replaced) starts over on the new one, so two never hold it at once."""
+    path = lock_path(dest)
+    told = False
+    while True:
+        try:
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o666)
+        except OSError as e:
+            raise _disk_error(e, path, None) from e
+        while not _try_lock(descriptor):
+            if not told and waiting is not None:
+                waiting()
+                told = True
+            if cancel is not None and cancel.cancelled:
+                os.close(descriptor)
+                raise Cancelled(f"Cancelled while another download of {dest.name} ran.")
+            time.sleep(0.1)
+        try:
+            same = os.path.samestat(os.fstat(descriptor), os.stat(path))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(descriptor)  # the previous holder removed that lock file: take the new one
+    try:
+        yield
+    finally:
+        try:
+            os.unlink(path)  # while still holding it
+        except OSError:
+            pass
+        os.close(descriptor)  # releases the lock
 
 
 def _host(url: str) -> str:
@@ -272,13 +343,15 @@ def download(
     cancel: CancelToken | None = None,
     timeout: float = 30,
     check: Callable[[Path], object] | None = None,
+    waiting: Callable[[], None] | None = None,
 ) -> Path:
     """Download `url` to `dest`, resuming a `.part` left by an earlier attempt.
 
     Size and sha256 (when given) are verified, then `check` (e.g. model validation) runs on
     the finished `.part`, and only then is it renamed to `dest`. A wrong file is deleted; a
     cancelled or broken-off download keeps its `.part`. An existing `dest` that matches is
-    returned without touching the network.
+    returned without touching the network. Another download of `dest` (in this process or
+    another) is waited for first; `waiting` is told when that happens.
     """
     dest = Path(dest)
     try:
@@ -286,7 +359,7 @@ def download(
     except OSError as e:
         raise _disk_error(e, dest.parent, size) from e
     part = part_path(dest)
-    with _lock_for(dest):
+    with _lock_for(dest), _file_lock(dest, cancel, waiting):
         if dest.is_file() and _matches(dest, sha256, size):
             return dest
         for _ in range(_RESTARTS + 1):
@@ -324,8 +397,10 @@ def download_model(
     progress: Progress | None = None,
     cancel: CancelToken | None = None,
     timeout: float = 30,
+    waiting: Callable[[], None] | None = None,
 ) -> Path:
-    """Download a catalog model into the models folder; it is validated before it appears."""
+    """Download a catalog model into the models folder; it is validated before it appears.
+    A catalog entry without both sha256 and size is refused: it could not be verified."""
     catalog = load_catalog()
     entry = catalog.get(entry_id)
     if entry is None:
@@ -335,6 +410,13 @@ def download_model(
             f"{entry.id} ({entry.name}) is a starter model built on this machine, not "
             "downloaded: run `python -m engine models fetch-starter`."
         )
+    if entry.sha256 is None or entry.size is None:
+        raise ModelError(
+            f"{entry.id} ({entry.name}) cannot be downloaded: the catalog has no checksum and "
+            "size for it, and Tessera installs no download it cannot verify. Get the file from "
+            f"{entry.homepage} yourself and add it with `python -m engine models add PATH`."
+        )
+    ensure_models_dir(models_dir)
     dest = models_dir / entry.file
 
     def check(path: Path) -> None:  # a server's error page saved as .onnx must not install
@@ -349,4 +431,5 @@ def download_model(
         cancel=cancel,
         timeout=timeout,
         check=check,
+        waiting=waiting,
     )

