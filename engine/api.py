@@ -207,6 +207,8 @@ class Engine:
             ctx.spec = spec = self._complete(op, spec, session)
             decode_start = time.perf_counter()
             image = self._load(group, cancel)
+            if not self.settings.keep_cpu_arena:
+                memory.trim_heap()  # the decoder's freed buffers go back before the model runs
             ctx.io_seconds += time.perf_counter() - decode_start
             ctx.out_dir = self._out_dir(request, source)
             op.check_output_names(image, ctx)  # a name the folder refuses: before inference
@@ -305,7 +307,7 @@ class Engine:
         check = cancel.check if cancel is not None else None
         if len(group) == 1 and not group[0].is_dir():
             return load_image(group[0], self.settings.max_pixels, check, stream=True)
-        return load_sequence(group, self.settings.max_pixels, check)
+        return load_sequence(group, self.settings.max_pixels, check, stream=True)
 
     def _out_dir(self, request: OperationRequest, source: Path) -> Path:
         out = request.output_dir or (source if source.is_dir() else source.parent)

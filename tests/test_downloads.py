@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.bench import contract_models as cm
 from engine.cancel import CancelToken
 from engine.errors import Cancelled, ModelError, ResourceError, UsageError
 from engine.models import catalog as catalog_module
@@ -37,7 +38,6 @@ from engine.models.downloads import (
     download_model,
     part_path,
 )
-from tests import contract_models as cm
 
 PAYLOAD = os.urandom(20 * CHUNK + 123)
 SHA = hashlib.sha256(PAYLOAD).hexdigest()

@@ -26,6 +26,7 @@ import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
+from engine.bench.contract_models import make_upscaler
 from engine.errors import ErrorKind
 from engine.io.reading import load_image
 from engine.operations.upscale import Upscale
@@ -40,7 +41,6 @@ from engine.requests import (
 )
 from engine.settings import EngineSettings
 from gui.engine_thread import EngineThread
-from tests.contract_models import make_upscaler
 from tests.engine_helpers import photo
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
 from tests.slow_models import make_slow_upscaler
@@ -129,7 +129,7 @@ def test_out_of_memory_releases_the_session_and_the_next_request_works(
         from engine.cli import exit_code_for, main as cli_main
         from engine.requests import Operation, OperationRequest
         from engine.settings import EngineSettings
-        from tests.contract_models import make_ben2, make_da3, make_moge, make_u2net, make_upscaler
+        from engine.bench.contract_models import make_ben2, make_da3, make_moge, make_u2net, make_upscaler
         from tests.engine_helpers import photo
         w = Path({work!r})
         {setup}

@@ -23,6 +23,7 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
+from engine.bench.contract_models import make_two_strings, make_upscaler
 from engine.errors import ErrorKind
 from engine.requests import (
     Operation,
@@ -41,7 +42,6 @@ from gui.jobs import JobState, progress_text
 from gui.main_window import MainWindow
 from gui.settings import AppSettings
 from gui.widgets.vram_gauge import VramGauge
-from tests.contract_models import make_two_strings, make_upscaler
 from tests.engine_helpers import gif3, photo
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
 from tests.slow_models import make_slow_upscaler

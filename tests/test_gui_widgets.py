@@ -13,13 +13,13 @@ from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtGui import QColor, QImage
 from pytestqt.qtbot import QtBot
 
+from engine.bench.contract_models import make_upscaler
 from engine.requests import Operation, OperationRequest
 from gui.fetcher import FetchOutcome, ModelFetcher
 from gui.inputs import classify_paths, numbered_sequence
 from gui.jobs import Job, JobState, fmt_duration
 from gui.widgets.images import load_display, to_qimage
 from gui.widgets.viewer import CompareView
-from tests.contract_models import make_upscaler
 from tests.engine_helpers import gif3, photo
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
 

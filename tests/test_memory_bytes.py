@@ -20,10 +20,10 @@ import numpy as np
 from PIL import Image
 
 from engine.api import Engine
+from engine.bench.contract_models import make_u2net, make_upscaler
 from engine.requests import Operation, OperationRequest
 from engine.runtime.providers import CPU_EP
 from engine.settings import EngineSettings
-from tests.contract_models import make_u2net, make_upscaler
 from tests.engine_helpers import Recorder, SessionProxy, photo
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,7 +39,7 @@ from engine.api import Engine
 from engine.settings import EngineSettings
 from engine.requests import Operation, OperationRequest, ProgressKind
 from engine.errors import Cancelled
-from tests.contract_models import make_upscaler
+from engine.bench.contract_models import make_upscaler
 from tests.engine_helpers import photo
 w = Path(sys.argv[1])
 
@@ -342,3 +342,41 @@ def test_a_sticky_device_error_releases_the_poisoned_session(tmp_path: Path) -> 
     failing["on"] = False
     again = engine.run(request)
     assert again.ok and again.sessions_created == 1
+
+
+def test_every_family_peaks_within_one_and_a_half_times_its_output(tmp_path: Path) -> None:
+    # A 4 Mpx photo through each family's contract model; the model's own working memory (the
+    # same model on an image of its input size) is the model's, not the engine's.
+    data = run_case(
+        """
+        from engine.bench.memory import family_models, family_peak
+        from engine.bench.synthetic import test_image
+        photo = test_image(w / "photo.jpg", 2400, 1600)
+        engine = Engine(EngineSettings(models_dir=w))
+        out = {}
+        for op, (model, model_hw) in family_models(w, w).items():
+            f = family_peak(engine, op, model, model_hw, photo, w)
+            out[op.value] = [f.peak, f.model_own, f.output]
+        print(json.dumps(out))
+        """,
+        tmp_path,
+    )
+    assert set(data) == {"upscale", "remove-background", "depth", "geometry"}
+    for family, (peak, own, output) in data.items():
+        assert output > 10 * MB, family
+        assert (peak - own) / output <= 1.5, f"{family}: +{peak / MB:.0f} MB, own {own / MB:.0f}"
+
+
+def test_a_long_animation_peaks_no_higher_than_a_short_one(tmp_path: Path) -> None:
+    # Frames are decoded as they are used and encoded as they are made: 60 frames cost what 10 do.
+    data = run_case(
+        """
+        from engine.bench.memory import family_models, gif_peak
+        from engine.requests import Operation
+        model, _ = family_models(w, w)[Operation.REMOVE_BACKGROUND]
+        engine = Engine(EngineSettings(models_dir=w))
+        print(json.dumps({"few": gif_peak(engine, model, 10, w), "many": gif_peak(engine, model, 60, w)}))
+        """,
+        tmp_path,
+    )
+    assert data["many"] <= data["few"] * 1.10 + 4 * MB, data

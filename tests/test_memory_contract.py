@@ -10,6 +10,7 @@ import pytest
 from PIL import Image
 
 from engine.api import Engine
+from engine.bench.contract_models import make_upscaler
 from engine.cancel import CancelToken
 from engine.errors import Cancelled, DeviceUnavailable
 from engine.requests import Operation, OperationRequest, Progress, ProgressKind
@@ -24,7 +25,6 @@ from engine.runtime.providers import (
     shrink_target,
 )
 from engine.settings import EngineSettings
-from tests.contract_models import make_upscaler
 from tests.engine_helpers import Recorder, SessionProxy, cuda_shrink, gif3, photo
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.contract_models import make_upscaler
+from engine.bench.contract_models import make_upscaler
 from tests.engine_helpers import photo
 
 ROOT = Path(__file__).resolve().parent.parent

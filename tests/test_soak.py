@@ -17,6 +17,7 @@ from typing import Any
 
 from pytestqt.qtbot import QtBot
 
+from engine.bench.contract_models import make_da3, make_moge, make_u2net, make_upscaler
 from engine.requests import (
     Operation,
     OperationCancellation,
@@ -30,7 +31,6 @@ from engine.runtime import memory
 from engine.runtime.sessions import SessionInfo, SessionKey
 from engine.settings import EngineSettings
 from gui.engine_thread import EngineThread
-from tests.contract_models import make_da3, make_moge, make_u2net, make_upscaler
 from tests.engine_helpers import gif3, photo
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
 from tests.slow_models import make_slow_upscaler

@@ -22,6 +22,7 @@ import onnxruntime as ort
 from PIL import Image
 
 from engine.api import Engine
+from engine.bench.memory import measure_family_peaks, measure_frames, measure_held
 from engine.bench.samplers import PeakRss
 from engine.bench.synthetic import slow_model, synthetic_upscaler, test_image
 from engine.bench.table import Row, Table, find_model, scratch, table_for
@@ -241,6 +242,11 @@ def run_cpu_bench(args: argparse.Namespace) -> int:
         measure_cancel(table, cold, fast_model, work)
         measure_growth(table, cold, fast_model, work, 20 if quick else 50)
         measure_tiled_vs_whole(table, cold, fast_model, work)
+
+        # Memory handed back (M11), each family bounded, frames that do not make peaks grow.
+        measure_held(table, settings, fast_model, "animevideov3" if anime else "synthetic", work)
+        measure_family_peaks(table, settings, (1600, 1200) if quick else (4000, 3000), work)
+        measure_frames(table, settings, work, (10, 60) if quick else (30, 300))
 
     if getattr(args, "json", False):
         data = {

@@ -6,19 +6,25 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, overload
 
 import numpy as np
 
 from engine.errors import BadInputError
-from engine.io.image import IMAGE_SUFFIXES, DecodedImage, ImageMeta
+from engine.io.image import IMAGE_SUFFIXES, DecodedImage, ImageMeta, reshape_channels, to_16bit
 from engine.io.reading import fmt_pixels, image_size, load_image, read_only, unify_frames
 
 
 def load_sequence(
-    paths: Sequence[Path], max_pixels: int, check: Callable[[], None] | None = None
+    paths: Sequence[Path],
+    max_pixels: int,
+    check: Callable[[], None] | None = None,
+    *,
+    stream: bool = False,
 ) -> DecodedImage:
     """The frames of several files as one sequence; all must have the same size. `check` is
-    called between files and frames and may raise to stop (a cancel)."""
+    called between files and frames and may raise to stop (a cancel). `stream`: the files are
+    decoded as their frames are used (`SequenceFrames`), so memory does not grow with them."""
     files = [Path(p) for p in paths]
     if not files:
         raise BadInputError("The sequence has no frames: no image files were given.")
@@ -37,6 +43,8 @@ def load_sequence(
             f"{fmt_pixels(total)}; the limit is {fmt_pixels(max_pixels)}. Use fewer frames "
             "or raise the pixel limit in the settings."
         )
+    if stream:
+        return _streamed(files, max_pixels, check)
     images = [load_image(p, max_pixels, check) for p in files]
     frames: list[np.ndarray] = []
     for image in images:
@@ -48,20 +56,104 @@ def load_sequence(
             )
         frames.extend(image.frames)
     unified = unify_frames(files[0], frames)
-    first = images[0].meta
-    all_timed = all(len(i.meta.durations) == len(i.frames) for i in images)
-    meta = ImageMeta(
+    metas = [(i.meta, len(i.frames)) for i in images]
+    return DecodedImage(source=files[0], frames=read_only(unified), meta=_meta(metas, unified[0]))
+
+
+def _meta(metas: list[tuple[ImageMeta, int]], first_frame: np.ndarray) -> ImageMeta:
+    first = metas[0][0]
+    all_timed = all(len(meta.durations) == count for meta, count in metas)
+    return ImageMeta(
         format=first.format,
         mode=first.mode,
-        bit_depth=16 if unified[0].dtype == np.uint16 else 8,
-        has_alpha=unified[0].shape[2] in (2, 4),
+        bit_depth=16 if first_frame.dtype == np.uint16 else 8,
+        has_alpha=first_frame.shape[2] in (2, 4),
         icc_profile=first.icc_profile,
         exif=first.exif,
-        durations=tuple(d for i in images for d in i.meta.durations) if all_timed else (),
+        durations=tuple(d for meta, _ in metas for d in meta.durations) if all_timed else (),
         loop=first.loop,
         dpi=first.dpi,
     )
-    return DecodedImage(source=files[0], frames=read_only(unified), meta=meta)
+
+
+def _streamed(files: list[Path], max_pixels: int, check: Callable[[], None] | None) -> DecodedImage:
+    """The sequence decoded once to learn each file's frames and their common layout, then
+    again one file at a time as the frames are used: memory does not grow with the frames."""
+    metas: list[tuple[ImageMeta, int]] = []
+    layouts: list[np.ndarray] = []
+    where: list[tuple[int, int]] = []  # (file, frame in that file) of each frame
+    size: tuple[int, int] | None = None
+    for index, path in enumerate(files):
+        image = load_image(path, max_pixels, check, stream=True)
+        size = size or image.size
+        if image.size != size:
+            raise BadInputError(
+                f"{path.name}: this frame is {image.size[0]}×{image.size[1]} pixels but "
+                f"{files[0].name} is {size[0]}×{size[1]}; all frames of a sequence must have "
+                "the same size."
+            )
+        count = len(image.frames)
+        shape = getattr(image.frames, "shape", None) or image.frames[0].shape
+        dtype = getattr(image.frames, "dtype", None) or image.frames[0].dtype
+        layouts.append(np.zeros((1, 1, shape[2]), dtype))
+        metas.append((image.meta, count))
+        where.extend((index, frame) for frame in range(count))
+        del image
+    first = unify_frames(files[0], layouts)[0]
+    assert size is not None
+    frames = SequenceFrames(
+        files, where, (size[1], size[0], first.shape[2]), first.dtype, max_pixels
+    )
+    return DecodedImage(source=files[0], frames=frames, meta=_meta(metas, first))
+
+
+class SequenceFrames(Sequence[np.ndarray]):
+    """The frames of a sequence of files, each file decoded when one of its frames is used
+    (the last file's frames kept until another file is needed); in the sequence's one
+    channel layout and dtype, read-only."""
+
+    def __init__(
+        self,
+        files: list[Path],
+        where: list[tuple[int, int]],
+        shape: tuple[int, int, int],
+        dtype: np.dtype[Any],
+        max_pixels: int,
+    ) -> None:
+        self.files, self._where = files, where
+        self.shape, self.dtype = shape, np.dtype(dtype)
+        self._max_pixels = max_pixels
+        self._file: tuple[int, Sequence[np.ndarray]] | None = None
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    @overload
+    def __getitem__(self, index: int) -> np.ndarray: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[np.ndarray]: ...
+
+    def __getitem__(self, index: int | slice) -> np.ndarray | Sequence[np.ndarray]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        file, frame = self._where[index]
+        if self._file is None or self._file[0] != file:
+            self._file = None  # the previous file's frames go before the next is decoded
+            image = load_image(self.files[file], self._max_pixels, stream=True)
+            self._file = (file, image.frames)
+        pixels = self._file[1][frame]
+        wide = self.dtype == np.uint16
+        out = reshape_channels(
+            to_16bit(pixels) if wide else pixels, self.shape[2] >= 3, self.shape[2] in (2, 4)
+        )
+        if out is not pixels:
+            out.setflags(write=False)
+        return out
 
 
 def _natural_key(name: str) -> tuple[list[int | str], str]:

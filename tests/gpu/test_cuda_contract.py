@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from engine.api import Engine
+from engine.bench.contract_models import make_upscaler
 from engine.bench.gpu import GpuRun, gpu_unavailable, measure_cpu_frames, measure_gpu_run
 from engine.bench.samplers import GpuMeter
 from engine.errors import ErrorKind
@@ -28,7 +29,6 @@ from engine.runtime.devices import _probe_model
 from engine.runtime.providers import CUDA_EP, Device, Runtime, provider_plan
 from engine.runtime.sessions import create_session
 from engine.settings import EngineSettings
-from tests.contract_models import make_upscaler
 from tests.engine_helpers import photo
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,5 @@
-"""Tiny ONNX models that follow the real families' contracts, built with onnx.helper.
+"""Tiny ONNX models that follow the real families' contracts, built with onnx.helper: the bench
+measures families that have no starter model with them, and the tests use them everywhere.
 
 Each builder writes one file and returns its path. Names, shapes and dtypes follow
 `reference/models.md`; the weights are fixed, so outputs are deterministic and mean something:
