@@ -193,6 +193,32 @@ def test_m5_real_gpu_out_of_memory_releases_the_session_and_auto_tile_completes(
     engine.unload_all()
 
 
+def test_m5_the_failed_sessions_gpu_memory_is_back_before_the_retry_loads(
+    up4: Path, big: Path, tmp_path: Path
+) -> None:
+    # Device memory read by NVML as each session is created (the wrap runs right after): the
+    # retry's fresh session must find the failed one's weights and arena already gone (M5).
+    meter = GpuMeter(0)
+    at_creation: list[int] = []
+
+    def wrap(session: object, _key: object) -> object:
+        at_creation.append(meter.read())
+        return session
+
+    engine = Engine(EngineSettings(gpu_mem_limit=256 * MB), session_wrap=wrap)
+    auto = engine.run(request(up4, big, tmp_path / "auto", options={"auto_start": 1024}))
+    assert auto.ok, auto.failures
+    assert len(at_creation) >= 2 and auto.sessions_created == len(at_creation)
+    first = at_creation[0]
+    print(
+        "\nGPU memory as each session was created (MiB): "
+        + ", ".join(f"{m / MB:.0f}" for m in at_creation)
+    )
+    for later in at_creation[1:]:
+        assert later <= first + 64 * MB, "a failed session still held its memory at the retry"
+    engine.unload_all()
+
+
 def test_m5_through_the_command_line(up4: Path, big: Path, tmp_path: Path) -> None:
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
