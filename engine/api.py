@@ -42,10 +42,10 @@ from engine.requests import (
 )
 from engine.runtime import memory
 from engine.runtime.arena import register_cpu_arena
+from engine.runtime.handle import SessionHandle
 from engine.runtime.providers import Device, Runtime
 from engine.runtime.sessions import (
     SessionCache,
-    SessionHandle,
     SessionInfo,
     SessionKey,
     SessionWrap,
@@ -130,7 +130,7 @@ class Engine:
         groups = self._groups(request)
         with memory.RssPeak() as peak:
             emit(Progress(request.id, ProgressKind.STARTED, input_count=len(groups)))
-            session = self.sessions.handle(key)
+            session = SessionHandle(self.sessions, key)
             session.entry()
             rss_after_load = memory.process_rss()
             gpu_after_load = self._gpu_used(key)

@@ -66,7 +66,7 @@ def test_the_contracts_hold_and_catch_each_broken_rule(tmp_path: Path) -> None:
     assert {name for name, state in status.items() if state == "BROKEN"} == {
         "engine imports no Qt",
         "engine layers: command line on top, errors at the bottom",
-        "runtime layers: sessions are born in sessions.py, from providers and the arena",
+        "runtime layers: runs are made in handle.py, sessions born in sessions.py",
         "the GUI uses the engine through its public, Qt-free modules only",
         # sessions -> api -> the families makes the run context depend on them, indirectly
         "operations layers: families over products, the run context and pixel helpers",

@@ -1,9 +1,10 @@
 """Model contracts: a model's family, tensors, scale and layout, read from the ONNX graph.
 
-A contract is read with `onnx` and its shape inference only. No `InferenceSession` is created
-here: the session cache (engine/sessions.py) is the only place that does (M6). What the graph
-cannot tell (an upscaler's scale when shape inference gives up) is left as None for the
-engine's probe run.
+A contract is read from the graph alone (engine/models/graph.py: `onnx` and its shape
+inference; no session, M6), matched against each family's rules, and completed by the
+catalog. What the graph cannot tell (an upscaler's scale when shape inference gives up) is left
+as None for the engine's one probe run. `ModelSpec` is the one description the engine works
+with: file, catalog entry and contract.
 """
 
 from __future__ import annotations
@@ -11,13 +12,11 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import Path, PurePosixPath, PureWindowsPath
+from pathlib import Path
 
 import onnx
-from google.protobuf.message import DecodeError
-from onnx import TensorProto, shape_inference
 
 from engine.errors import ModelError
 from engine.models.catalog import (
@@ -25,45 +24,21 @@ from engine.models.catalog import (
     Family,
     Layout,
 )
+from engine.models.graph import (
+    Dim,
+    Graph,
+    TensorSpec,
+    check_external_data,
+    load_model,
+    strip_weights,
+)
 from engine.options import OperationOptions
 
 IMAGENET_PATCH = 14  # DA3's ViT patch size: depth inputs are multiples of it
 _PROBE_SIZES = (16, 64, 256)  # fixed probe sizes for an upscaler's scale, as chaiNNer does
 _DEPTH_PROBE = (56, 84)  # two different multiples of 14, so swapped H/W would show
-_STRIP_ELEMENTS = 256  # float tensors above this lose their data before shape inference
-_FLOAT_TYPES = {
-    "float32": TensorProto.FLOAT,
-    "float16": TensorProto.FLOAT16,
-    "bfloat16": TensorProto.BFLOAT16,
-    "float64": TensorProto.DOUBLE,
-}
 # ---------------------------------------------------------------------------------------------
 # Contracts
-
-Dim = int | str | None  # a fixed size, a named dynamic size, or an unknown one
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    name: str
-    dtype: str  # numpy's name: "float32", "float16", "int64", "string"…
-    shape: tuple[Dim, ...] | None  # None when even the rank is unknown
-
-    @property
-    def rank(self) -> int | None:
-        return None if self.shape is None else len(self.shape)
-
-    @property
-    def is_float(self) -> bool:
-        return self.dtype in _FLOAT_TYPES
-
-    def describe(self) -> str:
-        dims = (
-            "?"
-            if self.shape is None
-            else "×".join(str(d) if isinstance(d, int) else (d or "?") for d in self.shape)
-        )
-        return f"{self.name}: {self.dtype}[{dims}]"
 
 
 @dataclass(frozen=True)
@@ -139,178 +114,6 @@ class ModelSpec:
         return self.entry.defaults if self.entry else None
 
 
-def _dtype_name(elem_type: int) -> str:
-    if elem_type == TensorProto.STRING:
-        return "string"
-    try:
-        return str(onnx.helper.tensor_dtype_to_np_dtype(elem_type).name)
-    except (KeyError, ValueError, TypeError):
-        return TensorProto.DataType.Name(elem_type).lower()
-
-
-def _spec(value: onnx.ValueInfoProto) -> TensorSpec:
-    if not value.type.HasField("tensor_type"):
-        return TensorSpec(value.name, "non-tensor", None)
-    tensor = value.type.tensor_type
-    shape: tuple[Dim, ...] | None = None
-    if tensor.HasField("shape"):
-        shape = tuple(
-            d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-            for d in tensor.shape.dim
-        )
-    return TensorSpec(value.name, _dtype_name(tensor.elem_type), shape)
-
-
-def _all_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
-    """Every tensor that can hold data: initializers and node attributes, subgraphs included."""
-    yield from graph.initializer
-    for sparse in graph.sparse_initializer:
-        yield sparse.values
-        yield sparse.indices
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.HasField("t"):
-                yield attr.t
-            yield from attr.tensors
-            if attr.HasField("g"):
-                yield from _all_tensors(attr.g)
-            for sub in attr.graphs:
-                yield from _all_tensors(sub)
-
-
-def _check_external_data(model: onnx.ModelProto, path: Path) -> tuple[str, ...]:
-    """Refuse external-data locations outside the model's folder; return the locations."""
-    folder = path.parent.resolve()
-    locations: list[str] = []
-    for tensor in _all_tensors(model.graph):
-        if tensor.data_location != TensorProto.EXTERNAL:
-            continue
-        info = {e.key: e.value for e in tensor.external_data}
-        loc = info.get("location", "")
-        where = f"{path.name}: weights {tensor.name!r} are stored in an external file"
-        if not loc:
-            raise ModelError(f"{where} but the model does not say which.")
-        if (
-            PurePosixPath(loc).is_absolute()
-            or PureWindowsPath(loc).is_absolute()
-            or PureWindowsPath(loc).drive
-            or loc.startswith(("/", "\\"))
-        ):
-            raise ModelError(
-                f"{where} at the absolute path {loc!r}. Refused: external data must sit "
-                "beside the model, named relative to its folder."
-            )
-        if ".." in PureWindowsPath(loc).parts:  # splits on both / and \
-            raise ModelError(
-                f"{where} at {loc!r}, which leaves the model's folder. Refused: external "
-                "data must sit beside the model."
-            )
-        target = (folder / loc).resolve()
-        if not target.is_relative_to(folder):  # a link pointing out of the folder
-            raise ModelError(f"{where} at {loc!r}, which leads out of the model's folder. Refused.")
-        if not target.is_file():
-            raise ModelError(f"{where} at {loc!r}, which is missing from {folder}.")
-        try:
-            end = int(info.get("offset", "0") or 0) + int(info.get("length", "0") or 0)
-        except ValueError as e:
-            raise ModelError(f"{where} with an unreadable offset or length.") from e
-        if end > target.stat().st_size:
-            raise ModelError(
-                f"{where} at {loc!r}, which is shorter than the model says: truncated?"
-            )
-        locations.append(loc)
-    return tuple(dict.fromkeys(locations))
-
-
-def _strip_weights(model: onnx.ModelProto) -> None:
-    """Drop large float data: shape inference needs dims only, and a copy of 1 GB of weights
-    per probe would cost seconds and memory. Small and integer tensors (shapes) stay."""
-    tensors = list(model.graph.initializer)
-    tensors += [a.t for n in model.graph.node for a in n.attribute if a.HasField("t")]
-    for t in tensors:
-        if t.data_type in _FLOAT_TYPES.values() and math.prod(t.dims) > _STRIP_ELEMENTS:
-            for field in ("raw_data", "float_data", "int32_data", "double_data", "external_data"):
-                t.ClearField(field)
-            t.data_location = TensorProto.DEFAULT
-
-
-def _load(path: Path) -> onnx.ModelProto:
-    try:
-        if path.is_dir():
-            raise ModelError(f"{path} is a folder, not an ONNX model file.")
-        size = path.stat().st_size
-    except FileNotFoundError as e:
-        raise ModelError(f"Model file {path} does not exist.") from e
-    except OSError as e:
-        raise ModelError(f"Cannot read model file {path}: {e.strerror or e}.") from e
-    if size == 0:
-        raise ModelError(f"{path.name} is empty (0 bytes): not an ONNX model.")
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except DecodeError as e:
-        raise ModelError(
-            f"{path.name} is not an ONNX model, or it is truncated (an interrupted download?): {e}."
-        ) from e
-    except OSError as e:
-        raise ModelError(f"Cannot read model file {path}: {e.strerror or e}.") from e
-    except Exception as e:  # onnx raises assorted types on garbage input
-        raise ModelError(f"{path.name} is not a readable ONNX model: {e}.") from e
-    graph = model.graph
-    if model.ir_version <= 0 or not model.opset_import or not graph.node or not graph.output:
-        raise ModelError(
-            f"{path.name} is not an ONNX model (no graph found): it may be another kind of "
-            "file saved with .onnx, or truncated."
-        )
-    return model
-
-
-class _Graph:
-    """The parsed model plus lazily inferred output shapes at chosen input sizes."""
-
-    def __init__(self, model: onnx.ModelProto, name: str) -> None:
-        self.model = model
-        self.name = name
-        init_names = {t.name for t in model.graph.initializer}
-        # Old exporters (IR < 4) list initializers as inputs too; those are not real inputs.
-        self.inputs = tuple(_spec(v) for v in model.graph.input if v.name not in init_names)
-        declared = tuple(_spec(v) for v in model.graph.output)
-        inferred = self.infer({})
-        if inferred is None:
-            self.outputs = declared
-        else:  # prefer what inference knows where the declaration is vaguer
-            self.outputs = tuple(
-                i
-                if d.shape is None or (i.shape is not None and _known(i.shape) > _known(d.shape))
-                else d
-                for d, i in zip(declared, inferred, strict=True)
-            )
-        self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-
-    def infer(self, sizes: dict[str, tuple[int, ...]]) -> tuple[TensorSpec, ...] | None:
-        """Output specs by ONNX shape inference with the given inputs fixed, or None."""
-        probe = onnx.ModelProto()
-        probe.CopyFrom(self.model)
-        if sizes:
-            for value in probe.graph.input:
-                if value.name in sizes:
-                    dims = value.type.tensor_type.shape.dim
-                    for d, n in zip(dims, sizes[value.name], strict=True):
-                        d.Clear()
-                        d.dim_value = n
-            del probe.graph.value_info[:]
-            for value in probe.graph.output:  # declared symbols would fight the probe sizes
-                value.type.tensor_type.ClearField("shape")
-        try:
-            result = shape_inference.infer_shapes(probe, strict_mode=False, data_prop=True)
-        except Exception:  # inference is best effort; unknown shapes are handled by callers
-            return None
-        return tuple(_spec(v) for v in result.graph.output)
-
-
-def _known(shape: tuple[Dim, ...]) -> int:
-    return sum(isinstance(d, int) for d in shape)
-
-
 def _hw(shape: tuple[Dim, ...] | None, layout: Layout = Layout.NCHW) -> tuple[Dim, Dim]:
     if shape is None or len(shape) < 2:
         return (None, None)
@@ -344,7 +147,7 @@ def _with_size(
 Match = Contract | str  # a contract, or the reason the family does not fit
 
 
-def _match_geometry(g: _Graph) -> Match:
+def _match_geometry(g: Graph) -> Match:
     by_name = {t.name: t for t in g.inputs}
     image, tokens = by_name.get("image"), by_name.get("num_tokens")
     if image is None or tokens is None:
@@ -373,7 +176,7 @@ def _match_geometry(g: _Graph) -> Match:
     )
 
 
-def _match_background(g: _Graph, auto: bool) -> Match:
+def _match_background(g: Graph, auto: bool) -> Match:
     if len(g.inputs) != 1 or not g.inputs[0].is_float:
         return "needs exactly one float image input"
     x = g.inputs[0]
@@ -408,7 +211,7 @@ def _match_background(g: _Graph, auto: bool) -> Match:
     )
 
 
-def _match_depth(g: _Graph, named_only: bool) -> Match:
+def _match_depth(g: Graph, named_only: bool) -> Match:
     images = [t for t in g.inputs if t.is_float and t.rank in (4, 5)]
     if not images:
         return "needs a float 1×3×H×W or 1×N×3×H×W input"
@@ -461,7 +264,7 @@ def _match_depth(g: _Graph, named_only: bool) -> Match:
     )
 
 
-def _match_upscale(g: _Graph) -> Match:
+def _match_upscale(g: Graph) -> Match:
     if len(g.inputs) != 1:
         return f"an upscaler has one image input, this has {len(g.inputs)}"
     x, out = g.inputs[0], g.outputs[0]
@@ -537,7 +340,7 @@ def _ratio(inp: tuple[int, int], out: tuple[int, int]) -> int | None:
 
 
 def _probe_scale(
-    g: _Graph, x: TensorSpec, layout: Layout, channels: int
+    g: Graph, x: TensorSpec, layout: Layout, channels: int
 ) -> tuple[int | None, int, str | None]:
     """Scale and multiple_of of a dynamic upscaler by shape inference at fixed sizes."""
 
@@ -565,7 +368,7 @@ def _probe_scale(
 
 
 def _inspect(model: onnx.ModelProto, path: Path, family: Family | None) -> Contract:
-    g = _Graph(model, path.name)
+    g = Graph(model, path.name)
     matchers: dict[Family, Callable[[], Match]] = {
         Family.GEOMETRY: lambda: _match_geometry(g),
         Family.BACKGROUND: lambda: _match_background(g, auto=family is None),
@@ -612,9 +415,9 @@ def inspect_model(path: Path, family: Family | None = None) -> Contract:
     outside its folder or is missing, or when it fits no family (or not `family`).
     """
     path = Path(path)
-    model = _load(path)
-    external = _check_external_data(model, path)
-    _strip_weights(model)
+    model = load_model(path)
+    external = check_external_data(model, path)
+    strip_weights(model)
     contract = _inspect(model, path, family)
     return replace(contract, external_data=external) if external else contract
 

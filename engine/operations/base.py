@@ -25,7 +25,7 @@ from engine.models.catalog import Family
 from engine.models.contracts import Contract, ModelSpec
 from engine.options import OperationOptions
 from engine.requests import Operation, OperationRequest, Product, Progress, ProgressKind
-from engine.runtime.sessions import SessionHandle
+from engine.runtime.handle import SessionHandle
 from engine.settings import EngineSettings
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ from engine.options import OperationOptions, UpscaleConfig, UpscaleOptions, of_t
 from engine.requests import Operation, Product, ProductKind, ProgressKind
 from engine.runtime import memory
 from engine.runtime.arena import cpu_arena_limit
-from engine.runtime.sessions import SessionHandle
+from engine.runtime.handle import SessionHandle
 from engine.tiling.assembly import TileAssembler
 from engine.tiling.plan import TilePlan, axis_spans, pad_to_multiple, plan_tiles
 
