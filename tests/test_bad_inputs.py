@@ -181,7 +181,7 @@ class Family:
 
 
 FAMILIES = {
-    "upscale": Family("upscale", lambda d: make_upscaler(d / "up2.onnx", scale=2), "one-x2.png"),
+    "upscale": Family("upscale", lambda d: make_upscaler(d / "up2.onnx", scale=2), "one-up2.png"),
     "remove-background": Family(
         "remove-background", lambda d: make_u2net(d / "u2netp.onnx"), "one-mask.png"
     ),

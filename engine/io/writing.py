@@ -84,6 +84,7 @@ def _encode_pillow(
     frames: list[np.ndarray],
     meta: ImageMeta | None,
     text: Mapping[str, str] | None = None,
+    quality: int | None = None,
 ) -> None:
     channels = frames[0].shape[2]
     options: dict[str, object] = {}
@@ -91,12 +92,14 @@ def _encode_pillow(
         frames = [to_8bit(f) for f in frames]
     if fmt == "JPEG":
         frames = [_flatten_alpha(f) for f in frames]
-        options.update(quality=95, subsampling=0)
+        options.update(quality=quality or 95, subsampling=0 if (quality or 95) >= 90 else 2)
     elif fmt in ("WEBP", "AVIF") and channels in (1, 2):
         frames = [reshape_channels(f, colour=True, alpha=channels == 2) for f in frames]
     elif fmt in ("BMP", "GIF") and channels == 2:
         frames = [reshape_channels(f, colour=True, alpha=True) for f in frames]
-    if fmt == "WEBP":
+    if fmt == "WEBP" and quality is not None and quality < 100:
+        options.update(quality=quality, method=4)
+    elif fmt == "WEBP":
         options.update(lossless=True, quality=100, exact=True)  # exact: keep colour under alpha 0
     elif fmt == "AVIF":
         options.update(quality=90)
@@ -155,6 +158,7 @@ def write_image(
     *,
     format: str | None = None,
     text: Mapping[str, str] | None = None,
+    quality: int | None = None,
 ) -> Path:
     """Encode `frames` atomically to `path` or a numbered variant; returns the final path.
 
@@ -179,7 +183,7 @@ def write_image(
             if fmt == "PNG":
                 _encode_png(temp, prepared, meta, text)
             else:
-                _encode_pillow(temp, fmt, prepared, meta, text)
+                _encode_pillow(temp, fmt, prepared, meta, text, quality)
         except MemoryError as e:
             raise ResourceError(f"{path.name}: not enough memory to encode the image.") from e
         return publish()

@@ -27,8 +27,10 @@ from PIL import Image
 
 from engine.io.image import DecodedImage, ImageMeta
 from engine.io.publish import atomic_output, write_bytes
+from engine.io.resize import resize_frame
 from engine.io.writing import write_image
 from engine.operations.base import RunContext, output_name
+from engine.options import OutputFormat, OutputOptions
 from engine.requests import Product, ProductKind
 
 P = ParamSpec("P")
@@ -79,20 +81,29 @@ def write_frames(
     text: Mapping[str, str] | None = None,
 ) -> list[Product]:
     """Write an image product (uint8/uint16 frames) by the module's multi-frame rule; `text`
-    goes into PNG text chunks."""
+    goes into PNG text chunks. The main image product takes the request's output step."""
+    output = ctx.request.output if kind is ProductKind.IMAGE else OutputOptions()
+    frames, suffix = _output_size(output, image, frames, suffix)
+    still = output.format.suffix  # one frame per file
+    quality = output.quality if output.format.lossy else None
     if len(frames) == 1:
         path = write_image(
-            ctx.out_dir / output_name(image.source, suffix, ".png"), frames[0], meta, text=text
+            ctx.out_dir / output_name(image.source, suffix, still),
+            frames[0],
+            meta,
+            text=text,
+            quality=quality,
         )
         return [Product(path, kind, image.source)]
     if from_several_files(ctx):
         return [
             Product(
                 write_image(
-                    ctx.out_dir / output_name(image.source, f"{suffix}-{i + 1:04d}", ".png"),
+                    ctx.out_dir / output_name(image.source, f"{suffix}-{i + 1:04d}", still),
                     frame,
                     meta,
                     text=text,
+                    quality=quality,
                 ),
                 kind,
                 image.source,
@@ -101,10 +112,27 @@ def write_frames(
         ]
     sixteen = frames[0].dtype == np.uint16
     ext = ".png" if sixteen or text else _animated_ext(image)
+    if output.format is OutputFormat.WEBP and not text:
+        ext = ".webp"  # JPEG holds one frame: an animation asked as JPEG stays lossless
     path = write_image(
-        ctx.out_dir / output_name(image.source, suffix, ext), list(frames), meta, text=text
+        ctx.out_dir / output_name(image.source, suffix, ext),
+        list(frames),
+        meta,
+        text=text,
+        quality=quality if ext == ".webp" else None,
     )
     return [Product(path, kind, image.source, frames=len(frames))]
+
+
+def _output_size(
+    output: OutputOptions, image: DecodedImage, frames: Sequence[np.ndarray], suffix: str
+) -> tuple[Sequence[np.ndarray], str]:
+    """The frames at the output step's target size (a factor of the input or a width), and
+    the name's suffix saying so: `photo-realesrgan-x4plus-x2.jpg`."""
+    target = output.target_size(*image.size)
+    if target is None:
+        return frames, suffix
+    return [resize_frame(f, *target) for f in frames], f"{suffix}-{output.size_tag()}"
 
 
 def _write_tiff(path: Path, frames: Sequence[np.ndarray]) -> Path:

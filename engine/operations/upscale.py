@@ -78,6 +78,12 @@ def probe_sizes(spec: ModelSpec, run: Callable[[np.ndarray], np.ndarray]) -> Mod
     return replace(spec, contract=replace(c, scale=int(scale), multiple_of=int(multiple_of)))
 
 
+def model_id(spec: ModelSpec) -> str:
+    """What an upscaled product's name carries: the catalog id, else the file's stem, so three
+    ×4 models give three names (`photo-realesrgan-x4plus.png`), not `-x4`, `-x4-1`, `-x4-2`."""
+    return spec.entry.id if spec.entry is not None else spec.path.stem
+
+
 def auto_tile(ctx: RunContext, config: UpscaleConfig) -> int:
     """The largest tile whose estimated activation memory fits the budget.
 
@@ -137,7 +143,6 @@ class Upscale(OperationBase):
 
     def process(self, image: DecodedImage, ctx: RunContext) -> list[Product]:
         c = ctx.spec.contract
-        scale = c.scale or 1
         auto = ctx.request.tile is None
         tile = auto_tile(ctx, self.config) if auto else int(ctx.request.tile or 0)
         frames_out: list[np.ndarray] = []
@@ -164,7 +169,9 @@ class Upscale(OperationBase):
         ctx.used_tile = (
             None if c.fixed_size is None and tile >= max(image.frames[0].shape[:2]) else tile
         )
-        return write_frames(ctx, image, f"x{scale}", frames_out, ProductKind.IMAGE, image.meta)
+        return write_frames(
+            ctx, image, model_id(ctx.spec), frames_out, ProductKind.IMAGE, image.meta
+        )
 
     def _frame(
         self,
