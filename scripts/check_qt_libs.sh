@@ -29,7 +29,7 @@ declare -A APT=(
     [libxcb-xkb.so.1]=libxcb-xkb1 [libxcb-randr.so.0]=libxcb-randr0
     [libxcb-xfixes.so.0]=libxcb-xfixes0 [libxcb-sync.so.1]=libxcb-sync1
     [libxcb-shm.so.0]=libxcb-shm0 [libxcb-render.so.0]=libxcb-render0
-    [libxcb-xinput.so.0]=libxcb-xinput0 [libxcb.so.1]=libxcb1
+    [libxcb-xinput.so.0]=libxcb-xinput0 [libxcb.so.1]=libxcb1 [libxcb-util.so.1]=libxcb-util1
     [libxkbcommon-x11.so.0]=libxkbcommon-x11-0 [libxkbcommon.so.0]=libxkbcommon0
     [libX11-xcb.so.1]=libx11-xcb1 [libX11.so.6]=libx11-6 [libSM.so.6]=libsm6
     [libICE.so.6]=libice6 [libfontconfig.so.1]=libfontconfig1 [libfreetype.so.6]=libfreetype6
@@ -40,6 +40,7 @@ declare -A DNF=(
     [libxcb-cursor.so.0]=xcb-util-cursor [libxcb-icccm.so.4]=xcb-util-wm
     [libxcb-keysyms.so.1]=xcb-util-keysyms [libxcb-image.so.0]=xcb-util-image
     [libxcb-render-util.so.0]=xcb-util-renderutil [libxkbcommon-x11.so.0]=libxkbcommon-x11
+    [libxcb-util.so.1]=xcb-util
     [libxkbcommon.so.0]=libxkbcommon [libX11-xcb.so.1]=libX11-xcb [libX11.so.6]=libX11
     [libSM.so.6]=libSM [libICE.so.6]=libICE [libfontconfig.so.1]=fontconfig
     [libfreetype.so.6]=freetype [libdbus-1.so.3]=dbus-libs [libEGL.so.1]=libglvnd-egl
@@ -49,6 +50,7 @@ declare -A PACMAN=(
     [libxcb-cursor.so.0]=xcb-util-cursor [libxcb-icccm.so.4]=xcb-util-wm
     [libxcb-keysyms.so.1]=xcb-util-keysyms [libxcb-image.so.0]=xcb-util-image
     [libxcb-render-util.so.0]=xcb-util-renderutil [libxkbcommon-x11.so.0]=libxkbcommon-x11
+    [libxcb-util.so.1]=xcb-util
     [libxkbcommon.so.0]=libxkbcommon [libX11-xcb.so.1]=libx11 [libX11.so.6]=libx11
     [libSM.so.6]=libsm [libICE.so.6]=libice [libfontconfig.so.1]=fontconfig
     [libfreetype.so.6]=freetype2 [libdbus-1.so.3]=dbus [libEGL.so.1]=libglvnd
@@ -58,6 +60,7 @@ declare -A ZYPPER=(
     [libxcb-cursor.so.0]=libxcb-cursor0 [libxcb-icccm.so.4]=libxcb-icccm4
     [libxcb-keysyms.so.1]=libxcb-keysyms1 [libxcb-image.so.0]=libxcb-image0
     [libxcb-render-util.so.0]=libxcb-render-util0 [libxkbcommon-x11.so.0]=libxkbcommon-x11-0
+    [libxcb-util.so.1]=libxcb-util1
     [libxkbcommon.so.0]=libxkbcommon0 [libX11-xcb.so.1]=libX11-xcb1 [libX11.so.6]=libX11-6
     [libSM.so.6]=libSM6 [libICE.so.6]=libICE6 [libfontconfig.so.1]=libfontconfig1
     [libfreetype.so.6]=libfreetype6 [libdbus-1.so.3]=libdbus-1-3 [libEGL.so.1]=libEGL1

@@ -188,8 +188,7 @@ class JobsController(QObject):
     def person_viewed(self, key: str | None, version_id: str | None) -> None:
         """The person chose what to look at (a thumbnail, a version, a job): stop following new
         results elsewhere until they press Run or add images again."""
-        if key != self.viewing[0] or (version_id and version_id != self.viewing[1]):
-            self.following = False
+        self.following = False
         self.viewing = (key, version_id)
 
     def _show_result(self, job: Job) -> None:

@@ -97,6 +97,7 @@ class InputsPanel(QWidget):
         self.list.setUniformItemSizes(True)
         self.list.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.list.currentItemChanged.connect(self._current_changed)
+        self.list.itemPressed.connect(self._pressed)
         self.list.itemSelectionChanged.connect(self.selectionChanged)
         self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.list.customContextMenuRequested.connect(self._menu)
@@ -226,6 +227,11 @@ class InputsPanel(QWidget):
         self.currentChanged.emit(
             current.data(KEY) if current is not None else None, not self._programmatic
         )
+
+    def _pressed(self, item: QListWidgetItem) -> None:
+        # A click on the image already shown still says "this is what I am looking at".
+        if item is self.list.currentItem():
+            self.currentChanged.emit(item.data(KEY), True)
 
     def _menu(self, pos: QPoint) -> None:
         item = self.list.itemAt(pos)

@@ -385,6 +385,7 @@ class DragHandle(QToolButton):
         self.setToolTip("Drag the result into a file manager, an editor or a mail")
         self.setCursor(Qt.CursorShape.OpenHandCursor)
         self._press: QPoint | None = None
+        self.last_mime: QMimeData | None = None  # what the last drag carried
         self.last_drop: Qt.DropAction | None = None
 
     def mousePressEvent(self, event: QMouseEvent) -> None:
@@ -409,6 +410,7 @@ class DragHandle(QToolButton):
             return Qt.DropAction.IgnoreAction
         drag = QDrag(self)
         drag.setMimeData(mime)
+        self.last_mime = mime
         thumb = self.panel.drag_pixmap()
         if thumb is not None:
             drag.setPixmap(thumb)
