@@ -387,8 +387,8 @@ def test_stop_mid_job_returns_and_leaves_no_partial_file(
     ended = ends.one(job.id)
     assert isinstance(ended, OperationCancellation) and ended.started
     assert leftovers(out) == []
-    assert [f.name for f in out.iterdir()] == ["first-x1.png"]  # the finished input only
-    assert load_image(out / "first-x1.png", 1 << 24).frames[0].shape[:2] == (30, 40)
+    assert [f.name for f in out.iterdir()] == ["first-slow.png"]  # the finished input only
+    assert load_image(out / "first-slow.png", 1 << 24).frames[0].shape[:2] == (30, 40)
 
 
 def test_stop_while_a_product_is_being_written_leaves_it_whole_or_absent(
