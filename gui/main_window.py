@@ -11,7 +11,6 @@ notifications, recent files, preferences).
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -45,29 +44,28 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.io.reading import load_image
-from engine.io.resize import resize_frame
-from engine.io.writing import write_image
 from engine.models.catalog import CatalogEntry
 from engine.models.inventory import ModelInventory
-from engine.options import OutputFormat, OutputOptions
+from engine.options import OutputOptions
 from engine.runtime import memory
 from engine.runtime.memory import MemorySnapshot
 from engine.runtime.sessions import SessionInfo
-from engine.settings import DEFAULT_MAX_PIXELS, EngineSettings, default_data_dir
+from engine.settings import EngineSettings, default_data_dir
 from gui.controllers.jobs import JobsController
 from gui.controllers.models import ModelsController
+from gui.controllers.results import cannot_open, export_result
 from gui.controllers.speed import SpeedBook
+from gui.controllers.view import ViewController
 from gui.engine_thread import EngineThread
 from gui.inputs import InputSource
-from gui.jobs import ORIGINAL, JobState, Version, fmt_duration, fmt_estimate
+from gui.jobs import JobState, Version, fmt_duration
 from gui.messages import Notice, NoticeLevel, Topic
 from gui.notifications import Notifier, should_notify
 from gui.settings import AppSettings
 from gui.tasks import TaskOutcome, TaskThread
 from gui.widgets.drop_overlay import DropOverlay
 from gui.widgets.export_dialog import ExportDialog
-from gui.widgets.images import DisplayImage, load_display_paths, make_thumbnail
+from gui.widgets.images import load_display_paths, make_thumbnail
 from gui.widgets.inputs_panel import THUMB, InputMark, InputsPanel
 from gui.widgets.job_list import JobList
 from gui.widgets.memory_panel import MemoryPanel
@@ -117,30 +115,6 @@ def _drop_words(mime: QMimeData) -> str:
     return "Only files on this computer can be dropped" if remote else "Drop to add"
 
 
-def export_result(
-    source: Path, target: Path, options: OutputOptions, input_size: tuple[int, int]
-) -> Path:
-    """Write `source` (a finished product) to `target` in the chosen format and size. Runs on
-    the task thread. Returns the path written; never leaves a half-written file."""
-    decoded = load_image(source, DEFAULT_MAX_PIXELS * 4)
-    size = options.target_size(*input_size)
-    frames = [resize_frame(f, *size) if size else f for f in decoded.frames]
-    if options.format is OutputFormat.JPEG:
-        frames = frames[:1]  # JPEG holds one frame
-    quality = options.quality if options.format.lossy else None
-    written = write_image(
-        target.with_suffix(target.suffix or options.format.suffix),
-        frames,
-        decoded.meta,
-        format=options.format.value,
-        quality=quality,
-    )
-    if written != target and target.exists():
-        os.replace(written, target)  # the person confirmed replacing it in the dialog
-        return target
-    return written
-
-
 class MainWindow(QMainWindow):
     def __init__(
         self,
@@ -162,9 +136,7 @@ class MainWindow(QMainWindow):
         self.open_url: Callable[[QUrl], bool] = QDesktopServices.openUrl
         self._probe = probe_runtimes
         self._closed = False
-        self._view_gen = 0
         self._dirty: set[str] = set()
-        self._compare: dict[str, tuple[str, str]] = {}  # input key → (left, right) version ids
 
         self.engine = EngineThread(engine_settings or self.settings.engine_settings(), self)
         self.tasks = TaskThread(self)
@@ -172,6 +144,7 @@ class MainWindow(QMainWindow):
         self.jobs = JobsController(self.engine, self.speeds, self)
         self.jobs.calibrator.enabled = calibrate
         self.models = ModelsController(self.tasks, self.models_dir, self)
+        self.view = ViewController(self.jobs, self.tasks, load_display_paths, self)
         self.notifier = Notifier(self, self.windowIcon())
 
         self._build_widgets()
@@ -353,10 +326,15 @@ class MainWindow(QMainWindow):
         j.jobAdded.connect(self._on_job_added)
         j.jobChanged.connect(self._on_job_changed)
         j.jobEnded.connect(self._on_job_ended)
-        j.showRequested.connect(self._show)
         j.noticeRequested.connect(self.show_notice)
         j.calibrator.busyChanged.connect(lambda _b: self._update_estimate())
         j.calibrator.calibrated.connect(lambda _m, _d: self._update_estimate())
+        v = self.view
+        v.selectRequested.connect(self.inputs.select)
+        v.versionsChanged.connect(self.viewer.set_versions)
+        v.loaded.connect(self.viewer.show_images)
+        v.failed.connect(self.viewer.show_error)
+        v.cleared.connect(self.viewer.clear)
         m = self.models
         m.inventoryChanged.connect(self._on_inventory)
         m.noticeRequested.connect(self.show_notice)
@@ -365,7 +343,7 @@ class MainWindow(QMainWindow):
         self.panel.fetchRequested.connect(self.fetch_models)
         self.panel.addModelRequested.connect(self.add_model_dialog)
         self.panel.choicesChanged.connect(self._update_run)
-        self.inputs.currentChanged.connect(self._on_input_chosen)
+        self.inputs.currentChanged.connect(self.view.choose_input)
         self.inputs.selectionChanged.connect(self._update_run)
         self.inputs.addRequested.connect(self.open_dialog)
         self.inputs.removeRequested.connect(self.remove_inputs)
@@ -636,16 +614,12 @@ class MainWindow(QMainWindow):
         else:
             mark, tip = InputMark.NONE, ""
         self.inputs.set_mark(key, mark, tip)
-        if self.jobs.viewing[0] == key:
-            left, right = self._compare.get(key, (ORIGINAL, ""))
-            self.viewer.set_versions(self.jobs.versions(key), left, right or None)
 
     def remove_inputs(self, keys: list[str]) -> None:
         self.jobs.remove(keys)
 
     def clear_inputs(self) -> None:
         self.jobs.clear()
-        self._compare.clear()
         self.viewer.clear()
 
     def _request_thumbnail(self, source: InputSource) -> None:
@@ -669,31 +643,10 @@ class MainWindow(QMainWindow):
         if settings is None:
             self.panel.set_estimate("")
             return
-        calibrator = self.jobs.calibrator
-        if calibrator.needed(settings.model, settings.device):
-            calibrator.calibrate(
-                settings.operation,
-                settings.model,
-                settings.device,
-                settings.runtime,
-                engine_idle=not self.engine.is_busy(),
-            )
         targets = self.jobs.targets(self.inputs.selected_keys())
-        if not targets:
-            self.panel.set_estimate("")
-            return
+        idle = not self.engine.is_busy()
         where = self.panel.device_words()
-        guess = self.jobs.estimate(targets, settings)
-        count = len(targets)
-        what = f"{count} image{'s' if count != 1 else ''}"
-        if guess is not None:
-            rough = " (a first rough figure)" if guess.rough else ""
-            text = f"{fmt_estimate(guess.seconds).capitalize()} on {where} for {what}{rough}."
-        elif calibrator.busy:
-            text = f"Measuring how fast {settings.model_label} runs on {where}…"
-        else:
-            text = f"The first job measures how fast {settings.model_label} runs on {where}."
-        self.panel.set_estimate(text)
+        self.panel.set_estimate(self.jobs.estimate_text(targets, settings, where, idle))
 
     def queue_jobs(self, sources: list[InputSource]) -> list[str]:
         settings = self.panel.job_settings()
@@ -772,113 +725,19 @@ class MainWindow(QMainWindow):
         self._update_estimate()
 
     # -- the viewer ---------------------------------------------------------------------------
-    def _show(self, key: str, version_id: str) -> None:
-        """The controller asks to show `key` (its newest result when version_id is empty)."""
-        if self.jobs.source(key) is None:
-            return
-        left, right = self._compare.get(key, (ORIGINAL, ""))
-        if version_id:
-            right = version_id
-        else:
-            newest = self.jobs.newest(key)
-            right = newest.id if newest is not None else ORIGINAL
-        self.jobs.viewing = (key, right)
-        self.inputs.select(key)  # the selection follows; it loads nothing twice
-        self._load_compare(key, left, right)
-
-    def _on_input_chosen(self, key: str | None, by_person: bool) -> None:
-        if key is None:
-            self.viewer.clear()
-            return
-        if not by_person and key == self.jobs.viewing[0]:
-            return  # the window selected what it is about to show
-        left, right = self._compare.get(key, (ORIGINAL, ""))
-        if not right:
-            newest = self.jobs.newest(key)
-            right = newest.id if newest is not None else ORIGINAL
-        if by_person:
-            self.jobs.person_viewed(key, None)
-        else:
-            self.jobs.viewing = (key, right)
-        self._load_compare(key, left, right)
-
     def _on_version_chosen(self, version_id: str, on_left: bool) -> None:
-        key = self.jobs.viewing[0]
-        if key is None:
-            return
-        version = self.jobs.version(key, version_id)
-        if version is None:
-            return
-        if not version.viewable:
-            self.warn(f"{version.label}: {version.failed}", Topic.JOBS)
-            return
-        left, right = self._compare.get(key, (ORIGINAL, ""))
-        if on_left:
-            left = version_id
-        else:
-            right = version_id
-        self.jobs.person_viewed(key, right)
-        self._load_compare(key, left, right)
+        problem = self.view.choose_version(version_id, on_left)
+        if problem:
+            self.warn(problem, Topic.JOBS)
 
     def show_job(self, job_id: str) -> None:
-        key = self.jobs.job_input.get(job_id)
-        job = self.jobs.jobs.get(job_id)
-        if key is None or job is None or self.jobs.source(key) is None:
-            return
-        versions = [v for v in self.jobs.versions(key) if v.job_id == job_id]
-        if versions and not versions[0].viewable:
-            self.warn(f"{job.title} failed: {job.message}", Topic.JOBS)
-        right = next((v.id for v in versions if v.viewable), None)
-        self.jobs.person_viewed(key, right)
-        self.inputs.select(key)
-        left, current = self._compare.get(key, (ORIGINAL, ""))
-        self._load_compare(key, left, right or current or ORIGINAL)
-
-    def _load_compare(self, key: str, left_id: str, right_id: str) -> None:
-        versions = self.jobs.versions(key)
-        by_id = {v.id: v for v in versions}
-        left = by_id.get(left_id) or versions[0]
-        right = by_id.get(right_id) or versions[0]
-        if not right.viewable:
-            right = versions[0]
-        self._compare[key] = (left.id, right.id)
-        self.jobs.viewing = (key, right.id)
-        self.viewer.set_versions(versions, left.id, right.id)
-        self._view_gen += 1
-        generation = self._view_gen
-        left_paths = left.paths
-        right_paths = right.paths if right.id != left.id else ()
-        labels = (left.label, right.label)
-
-        def work() -> tuple[DisplayImage | None, DisplayImage | None]:
-            before = load_display_paths(left_paths) if left_paths else None
-            after = load_display_paths(right_paths) if right_paths else None
-            return before, after
-
-        name = left.paths[0].name if left.paths else ""
-        self.tasks.submit(
-            work, lambda o: self._view_loaded(generation, o, labels, name), urgent=True
-        )
-
-    def _view_loaded(
-        self, generation: int, outcome: TaskOutcome, labels: tuple[str, str], name: str
-    ) -> None:
-        if generation != self._view_gen or self._closed:
-            return  # the person has moved on
-        if outcome.error is not None:
-            self.viewer.show_error(
-                f"{name} (cannot be shown)", f"Cannot show this image:\n{outcome.error}"
-            )
-            return
-        before, after = outcome.value
-        self.viewer.show_images(before, after, labels)
+        problem = self.view.show_job(job_id)
+        if problem:
+            self.warn(problem, Topic.JOBS)
 
     # -- results: save as, copy, open ---------------------------------------------------------
     def _viewed(self, version_id: str = "") -> Version | None:
-        key, right = self.jobs.viewing
-        if key is None:
-            return None
-        return self.jobs.version(key, version_id or right or "")
+        return self.view.viewed(version_id)
 
     def save_as(self, version_id: str = "") -> None:
         version = self._viewed(version_id)
@@ -973,11 +832,9 @@ class MainWindow(QMainWindow):
         """Open a file or folder with the desktop's program, or say why not and where it is."""
         if self.open_url(QUrl.fromLocalFile(str(target))):
             return True
-        what = "folder" if target.is_dir() else f"{target.suffix or 'such'} files"
         self.show_notice(
             Notice(
-                f"Could not open {target.name}: no program is set to open {what} on this "
-                f"computer. The file is {file}.",
+                cannot_open(target, file),
                 NoticeLevel.WARNING,
                 Topic.FILES,
                 "Copy the path",
@@ -1121,5 +978,6 @@ class MainWindow(QMainWindow):
         self.notifier.close()
         self.models.stop()
         self.jobs.calibrator.stop()
+        self.view.closed = True
         self.engine.stop()  # cancels, waits for the engine between runs
         self.tasks.stop()

@@ -26,6 +26,7 @@ from gui.controllers.models import (
     model_groups,
 )
 from gui.controllers.speed import Calibrator, SpeedBook
+from gui.controllers.view import ViewController
 from gui.engine_thread import EngineThread
 from gui.jobs import ORIGINAL, JobState
 from gui.settings import AppSettings
@@ -75,6 +76,7 @@ def test_the_controllers_load_no_widgets() -> None:
     code = (
         "import sys\n"
         "import gui.controllers.jobs, gui.controllers.models, gui.controllers.speed\n"
+        "import gui.controllers.view, gui.controllers.results\n"
         "import gui.inputs, gui.jobs, gui.messages\n"
         "bad = sorted(m for m in sys.modules if m.startswith(('PySide6.QtWidgets', "
         "'PySide6.QtGui', 'gui.widgets', 'gui.main_window')))\n"
@@ -298,4 +300,42 @@ def test_the_models_controller_lists_installs_and_refuses(qtbot: QtBot, tmp_path
         qtbot.waitUntil(lambda: "strings.onnx was not added" in notices[-1], timeout=10_000)
     finally:
         controller.stop()
+        tasks.stop()
+
+
+def test_the_view_remembers_each_inputs_pair_and_drops_stale_loads(
+    qtbot: QtBot, jobs: JobsController, models: Path, tmp_path: Path
+) -> None:
+    tasks = TaskThread()
+    tasks.start()
+    # the loader is the window's decoder; here the paths themselves stand for the pictures
+    view = ViewController(jobs, tasks, lambda paths: paths)
+    loaded: list[tuple[object, object, tuple[str, str]]] = []
+    view.loaded.connect(lambda before, after, labels: loaded.append((before, after, labels)))
+    selected: list[str] = []
+    view.selectRequested.connect(selected.append)
+    try:
+        a = photo(tmp_path / "a.png", 30, 20)
+        b = photo(tmp_path / "b.png", 30, 20, seed=1)
+        jobs.add_paths([a, b])
+        qtbot.waitUntil(lambda: bool(loaded))
+        assert loaded[-1] == ((a,), None, ("Original", "Original"))
+        jobs.queue([jobs.sources[str(a)]], up2(models))
+        qtbot.waitUntil(lambda: loaded[-1][1] == (tmp_path / "a-up2.png",), timeout=JOB_MS)
+        assert selected[-1] == str(a)
+        result = jobs.versions(str(a))[1]
+        assert view.choose_version(result.id, True) == ""  # the result on the left too
+        qtbot.waitUntil(lambda: loaded[-1][0] == (tmp_path / "a-up2.png",))
+        view.choose_input(str(b), True)
+        qtbot.waitUntil(lambda: loaded[-1][0] == (b,))
+        view.choose_input(str(a), True)
+        qtbot.waitUntil(lambda: loaded[-1][0] == (tmp_path / "a-up2.png",))  # a's pair
+        assert view.viewed() == result
+        count = len(loaded)
+        view.choose_input(str(b), True)
+        view.choose_input(str(a), True)  # b's load is stale before it arrives
+        qtbot.waitUntil(lambda: len(loaded) > count)
+        qtbot.wait(100)
+        assert [entry[0] for entry in loaded[count:]] == [(tmp_path / "a-up2.png",)]
+    finally:
         tasks.stop()

@@ -130,7 +130,9 @@ def drop(win: MainWindow, paths: list[Path]) -> QDropEvent:
 
 
 def wait_all_ended(qtbot: QtBot, win: MainWindow) -> None:
-    qtbot.waitUntil(lambda: all(j.state.ended for j in win.jobs.jobs.values()), timeout=JOB_TIMEOUT_MS)
+    qtbot.waitUntil(
+        lambda: all(j.state.ended for j in win.jobs.jobs.values()), timeout=JOB_TIMEOUT_MS
+    )
 
 
 # ------------------------------------------------------------------------------------ dropping
@@ -182,7 +184,9 @@ def test_dropping_files_queues_the_right_jobs(
     assert all(r.model == str(models / "up2.onnx") for r in requests)
     assert len(window.inputs.sources) == 4
     wait_all_ended(qtbot, window)
-    states = {job.request.inputs[0].name: (job.state, job.message) for job in window.jobs.jobs.values()}
+    states = {
+        job.request.inputs[0].name: (job.state, job.message) for job in window.jobs.jobs.values()
+    }
     assert all(state is JobState.FINISHED for state, _ in states.values()), states
     result = window.jobs.jobs[requests[3].id].result
     assert result is not None and result.products[0].frames == 3  # the GIF stays animated

@@ -503,6 +503,21 @@ def test_7_the_result_can_be_dragged_out_of_the_viewer(
     qtbot.mouseRelease(handle, Qt.MouseButton.LeftButton, pos=QPoint(5, 5))
 
 
+def test_7_each_batch_keeps_its_output_folder(
+    qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
+) -> None:
+    use_model(window, models, "up2.onnx")
+    image = photo(tmp_path / "f.png", 30, 20)
+    window.accept_paths([image])
+    first, second = tmp_path / "batch-1", tmp_path / "batch-2"
+    window.panel.output.setText(str(first))
+    window.run_selected()
+    window.panel.output.setText(str(second))  # changed while the first batch may still run
+    window.run_selected()
+    wait_ended(qtbot, window)
+    assert (first / "f-up2.png").is_file() and (second / "f-up2.png").is_file()
+
+
 def test_7_pasted_images_and_their_results_go_to_a_visible_folder(
     qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
 ) -> None:
@@ -635,6 +650,48 @@ def test_10_space_flips_to_the_left_version_and_back(qtbot: QtBot, window: MainW
     assert view.flipped and _colour_at(view, x).red() > 200
     qtbot.keyClick(view, Qt.Key.Key_Space)
     assert not view.flipped and _colour_at(view, x).blue() > 200
+
+
+def test_10_any_two_versions_compare_with_the_split_or_side_by_side(
+    qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
+) -> None:
+    image = photo(tmp_path / "two.png", 40, 30)
+    window.accept_paths([image])
+    for name in ("up2.onnx", "up4.onnx"):
+        use_model(window, models, name)
+        window.run_selected()
+        wait_ended(qtbot, window)
+    labels = [v.label for v in window.jobs.versions(str(image))]
+    assert labels == ["Original", "up2 ×2", "up4 ×4"]
+    qtbot.waitUntil(lambda: shown_paths(window) == (image, tmp_path / "two-up4.png"))
+    up2 = window.jobs.versions(str(image))[1]
+    window.viewer.versionChosen.emit(up2.id, True)  # Shift+click: up2 on the left
+    qtbot.waitUntil(lambda: shown_paths(window) == (up2.path, tmp_path / "two-up4.png"))
+    assert window.viewer.view.labels == ("up2 ×2", "up4 ×4")
+    window.viewer.set_mode(ViewMode.SIDE_BY_SIDE)
+    assert window.viewer.view.mode is ViewMode.SIDE_BY_SIDE
+    # back to this image later: the same pair is shown
+    other = photo(tmp_path / "other.png", 40, 30)
+    window.accept_paths([other])
+    qtbot.waitUntil(lambda: shown_paths(window)[0] == other)
+    window.inputs.list.setCurrentRow(0)
+    qtbot.waitUntil(lambda: shown_paths(window) == (up2.path, tmp_path / "two-up4.png"))
+
+
+def test_10_side_by_side_shows_both_versions_zoomed_together(qtbot: QtBot) -> None:
+    view = CompareView()
+    qtbot.addWidget(view)
+    view.resize(400, 300)
+    view.show()
+    red = QImage(80, 60, QImage.Format.Format_RGB888)
+    red.fill(QColor(255, 0, 0))
+    blue = QImage(80, 60, QImage.Format.Format_RGB888)
+    blue.fill(QColor(0, 0, 255))
+    view.set_images(red, blue)
+    view.set_mode(ViewMode.SIDE_BY_SIDE)
+    assert _colour_at(view, 100).red() > 200 and _colour_at(view, 300).blue() > 200
+    view.zoom_in()
+    assert _colour_at(view, 100).red() > 200 and _colour_at(view, 300).blue() > 200
 
 
 def test_10_animations_play(qtbot: QtBot, window: MainWindow, tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ from engine.requests import (
 from gui.controllers.speed import Calibrator, Estimate, SpeedBook
 from gui.engine_thread import EngineThread
 from gui.inputs import InputSource, as_sequence, classify_paths
-from gui.jobs import Job, JobState, Version, fmt_duration, job_versions
+from gui.jobs import Job, JobState, Version, fmt_duration, fmt_estimate, job_versions
 from gui.messages import Notice, NoticeLevel, Topic
 
 log = logging.getLogger(__name__)
@@ -234,6 +234,28 @@ class JobsController(QObject):
         return self.speeds.estimate(
             settings.operation, settings.model, settings.device, megapixels, frames
         )
+
+    def estimate_text(
+        self, sources: Sequence[InputSource], settings: JobSettings, where: str, idle: bool
+    ) -> str:
+        """The line above Run: "About 4 min on this CPU for 3 images." A model never measured
+        on this device is measured now when the engine is idle (the calibration run)."""
+        calibrator = self.calibrator
+        if calibrator.needed(settings.model, settings.device):
+            calibrator.calibrate(
+                settings.operation, settings.model, settings.device, settings.runtime, idle
+            )
+        if not sources:
+            return ""
+        guess = self.estimate(sources, settings)
+        count = len(sources)
+        what = f"{count} image{'s' if count != 1 else ''}"
+        if guess is not None:
+            rough = " (a first rough figure)" if guess.rough else ""
+            return f"{fmt_estimate(guess.seconds).capitalize()} on {where} for {what}{rough}."
+        if calibrator.busy:
+            return f"Measuring how fast {settings.model_label} runs on {where}…"
+        return f"The first job measures how fast {settings.model_label} runs on {where}."
 
     def queue(self, sources: Sequence[InputSource], settings: JobSettings) -> list[str]:
         """One job per input, in order; the view follows their results."""
