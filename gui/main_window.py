@@ -30,9 +30,10 @@ from PySide6.QtGui import (
     QKeySequence,
 )
 from PySide6.QtWidgets import (
-    QDockWidget,
     QFileDialog,
     QFrame,
+    QHBoxLayout,
+    QLabel,
     QMainWindow,
     QMenu,
     QMessageBox,
@@ -156,7 +157,6 @@ class MainWindow(QMainWindow):
         state = self.settings.window_state()
         if state is not None:
             self.restoreState(state)
-        self.memory_dock.hide()  # never in the way at start
         self._update_run()
         if start:
             self.start()
@@ -184,7 +184,7 @@ class MainWindow(QMainWindow):
         self.in_split.setStretchFactor(0, 0)
         self.in_split.setStretchFactor(1, 1)
         self.inputs.hide()
-        work = QWidget()
+        self.work = work = QWidget()
         work_layout = QVBoxLayout(work)
         work_layout.setContentsMargins(0, 0, 0, 0)
         work_layout.setSpacing(2)
@@ -209,14 +209,31 @@ class MainWindow(QMainWindow):
         layout.setContentsMargins(4, 4, 4, 0)
         layout.addWidget(self.h_split, 1)
         self.setCentralWidget(self.host)
-        self.notice = NoticeBar(self.host)
+        self.notice = NoticeBar(self.work)  # over the images and the result, not the panel
         self.drop_overlay = DropOverlay(self.host)
 
+        # The memory panel opens under the jobs, beside the operation panel rather than under
+        # it: the viewer keeps most of its height and Run stays in view.
         self.memory_panel = MemoryPanel()
-        self.memory_dock = QDockWidget("Loaded models and memory", self)
-        self.memory_dock.setObjectName("memoryDock")
-        self.memory_dock.setWidget(self.memory_panel)
-        self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.memory_dock)
+        self.memory_dock = QFrame()
+        self.memory_dock.setFrameShape(QFrame.Shape.StyledPanel)
+        close = QToolButton()
+        close.setText("✕")
+        close.setAutoRaise(True)
+        close.setToolTip("Hide the memory panel (Ctrl+M)")
+        close.clicked.connect(lambda: self.memory_action.setChecked(False))
+        head = QHBoxLayout()
+        head.setContentsMargins(6, 2, 2, 0)
+        head.addWidget(QLabel("<b>Loaded models and memory</b>"), 1)
+        head.addWidget(close)
+        box = QVBoxLayout(self.memory_dock)
+        box.setContentsMargins(0, 0, 0, 0)
+        box.setSpacing(0)
+        box.addLayout(head)
+        box.addWidget(self.memory_panel)
+        self.memory_dock.setMaximumHeight(190)
+        self.memory_dock.hide()
+        work_layout.addWidget(self.memory_dock)
 
         self.models_button = QToolButton()
         self.models_button.setAutoRaise(True)
@@ -291,10 +308,12 @@ class MainWindow(QMainWindow):
         view.addAction(self._action("&Actual size", self.viewer.view.actual_size, ["Ctrl+1"]))
         view.addAction(self.viewer.flip_action)
         view.addSeparator()
-        toggle = self.memory_dock.toggleViewAction()
-        toggle.setText("&Memory panel")
-        toggle.setShortcut(QKeySequence("Ctrl+M"))
-        view.addAction(toggle)
+        self.memory_action = QAction("&Memory panel", self)
+        self.memory_action.setCheckable(True)
+        self.memory_action.setShortcut(QKeySequence("Ctrl+M"))
+        self.memory_action.toggled.connect(self._memory_toggled)
+        self.addAction(self.memory_action)
+        view.addAction(self.memory_action)
 
         jobs = bar.addMenu("&Jobs")
         self.run_action = self._action(
@@ -901,11 +920,14 @@ class MainWindow(QMainWindow):
         self.models_button.setText(f"{n} model{'s' if n != 1 else ''} loaded")
 
     def show_memory_panel(self) -> None:
-        if not self.memory_dock.isVisible():
-            self.memory_dock.show()
-            self.resizeDocks([self.memory_dock], [170], Qt.Orientation.Vertical)
-        self.memory_dock.raise_()
+        self.memory_action.setChecked(True)
         self.engine.refresh_sessions()
+
+    def _memory_toggled(self, shown: bool) -> None:
+        self.memory_dock.setVisible(shown)
+        self.job_list.set_compact(shown)
+        if shown:
+            self.engine.refresh_sessions()
 
     # -- preferences, help --------------------------------------------------------------------
     def preferences(self) -> None:

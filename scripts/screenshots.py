@@ -5,7 +5,8 @@
 
 Uses the real starter models of the default models folder and sample photos from scikit-image,
 with settings in a temporary folder. Writes shots/13-<state>-<W>x<H>.png: empty, running,
-done-compare, failed, output-step, memory-panel. The screen is grabbed whole, so dialogs show.
+done-compare, failed, output-step, memory-panel (and notice). The screen is grabbed whole, so
+dialogs show.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=ROOT / "shots")
     parser.add_argument(
-        "--states", default="empty,running,done-compare,failed,output-step,memory-panel"
+        "--states", default="empty,running,done-compare,failed,output-step,memory-panel,notice"
     )
     args = parser.parse_args()
     wanted = set(args.states.split(","))
@@ -118,7 +119,7 @@ def main() -> int:
     settle(1.0)
     if "done-compare" in wanted:
         window.inputs.select(str(images[0]))
-        window._on_input_chosen(str(images[0]), True)
+        window.view.choose_input(str(images[0]), True)
         settle(1.0)
         window.viewer.view.set_split(0.45)
         shot("done-compare")
@@ -136,7 +137,7 @@ def main() -> int:
 
     if "output-step" in wanted:
         window.inputs.select(str(images[1]))
-        window._on_input_chosen(str(images[1]), True)
+        window.view.choose_input(str(images[1]), True)
         settle(1.0)
         version = window._viewed()
         source = window.jobs.source(str(images[1]))
@@ -154,9 +155,21 @@ def main() -> int:
             dialog.exec()
 
     if "memory-panel" in wanted:
+        window.inputs.select(str(images[0]))
+        window.view.choose_input(str(images[0]), True)
         window.show_memory_panel()
         settle(1.5)
         shot("memory-panel")
+
+    if "notice" in wanted:
+        frames = []
+        for i in range(4):
+            path = work / f"frame_{i:03d}.png"
+            Image.fromarray(np.full((60, 80, 3), 40 * i, np.uint8)).save(path)
+            frames.append(path)
+        window.memory_dock.hide()
+        window.accept_paths(frames)
+        shot("notice")
 
     window.close()
     return 0

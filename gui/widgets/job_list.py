@@ -143,6 +143,7 @@ class JobList(QWidget):
         self._newest: str | None = None
         self._pinned: bool | None = None  # the person's choice; None: open while jobs run
         self._attention: set[str] = set()  # failed jobs the person has not seen yet
+        self.rows_shown = ROWS_SHOWN
         self.toggle = QToolButton()
         self.toggle.setAutoRaise(True)
         self.toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
@@ -250,6 +251,12 @@ class JobList(QWidget):
         if self.expanded:
             QTimer.singleShot(0, self, self.scroll_to_newest)
 
+    def set_compact(self, compact: bool) -> None:
+        """One row at a time while another panel (the memory panel) takes height."""
+        self.rows_shown = 1 if compact else ROWS_SHOWN
+        self._update()
+        QTimer.singleShot(0, self, self.scroll_to_newest)
+
     def scroll_to_newest(self) -> None:
         row = self.rows.get(self._newest or "")
         if row is None or not self.scroll_area.isVisible():
@@ -306,8 +313,14 @@ class JobList(QWidget):
         self.toggle.setEnabled(bool(self.rows))
         self.scroll_area.setVisible(open_)
         if open_:
-            rows = list(self.rows.values())[-ROWS_SHOWN:]
-            heights = [r.sizeHint().height() for r in rows] or [48]
+            rows = list(self.rows.values())[-self.rows_shown :]
+            width = self.scroll_area.viewport().width()
+            heights = [
+                r.heightForWidth(width)
+                if r.hasHeightForWidth() and width > 50
+                else r.sizeHint().height()
+                for r in rows
+            ] or [48]
             self.scroll_area.setFixedHeight(sum(heights) + 3 * (len(heights) - 1) + 2)
         if active and not self.clock.isActive():
             self.clock.start()

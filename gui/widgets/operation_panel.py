@@ -44,6 +44,7 @@ from gui.controllers.models import (
     model_groups,
 )
 from gui.settings import AppSettings
+from gui.widgets.elided_label import WrappedLabel
 from gui.widgets.output_options import OutputEditor
 
 RUNTIME_LABELS = {
@@ -135,9 +136,7 @@ class OperationPanel(QWidget):
         self.scale_buttons = QButtonGroup(self)
         self.scale_buttons.setExclusive(True)
         self.scale_row.hide()
-        self.model_hint = QLabel()
-        self.model_hint.setWordWrap(True)
-        self.model_hint.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.model_hint = WrappedLabel()
         self.model_hint.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.model_hint.setForegroundRole(self.model_hint.foregroundRole())
 
@@ -145,9 +144,7 @@ class OperationPanel(QWidget):
         self.device.setModel(QStandardItemModel(self.device))
         self.runtime = QComboBox()
         self.runtime.setModel(QStandardItemModel(self.runtime))
-        self.runtime_hint = QLabel("Checking which runtimes work here…")
-        self.runtime_hint.setWordWrap(True)
-        self.runtime_hint.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.runtime_hint = WrappedLabel("Checking which runtimes work here…")
 
         self.tile = QSpinBox()
         self.tile.setRange(0, 8192)
@@ -179,8 +176,7 @@ class OperationPanel(QWidget):
             "Queue a job for each dropped image with the settings above. Off: dropped files are "
             "only added; press Run when ready."
         )
-        self.estimate = QLabel()
-        self.estimate.setWordWrap(True)
+        self.estimate = WrappedLabel()
         self.estimate.hide()
         self.run_button = QPushButton("Run")
         self.run_button.setDefault(True)
@@ -397,6 +393,7 @@ class OperationPanel(QWidget):
         for button in self.scale_buttons.buttons():
             self.scale_buttons.removeButton(button)
             self.scale_layout.removeWidget(button)
+            button.hide()
             button.deleteLater()
         group = self.current_group()
         scales = group.scales if group is not None else []

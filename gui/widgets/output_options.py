@@ -8,13 +8,13 @@ from PySide6.QtWidgets import (
     QComboBox,
     QFormLayout,
     QHBoxLayout,
-    QLabel,
     QSpinBox,
     QWidget,
 )
 
 from engine.options import MAX_WIDTH, OutputFormat, OutputOptions
 from engine.requests import Operation
+from gui.widgets.elided_label import WrappedLabel
 
 FACTORS = (0.5, 1.0, 2.0, 3.0, 4.0)
 WIDTH = "width"
@@ -44,8 +44,7 @@ class OutputEditor(QWidget):
         self.width_box.setSingleStep(100)
         self.width_box.setSuffix(" px wide")
         self.width_box.setValue(1920)
-        self.note = QLabel()
-        self.note.setWordWrap(True)
+        self.note = WrappedLabel()
         self.note.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.note.setForegroundRole(self.note.foregroundRole())
         fmt_row = QHBoxLayout()

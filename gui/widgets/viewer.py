@@ -447,6 +447,7 @@ class VersionStrip(QScrollArea):
     def set_versions(self, versions: list[Version], left: str | None, right: str | None) -> None:
         for button in self.buttons.values():
             self.row.removeWidget(button)
+            button.hide()  # deleteLater waits for the event loop; it must not show meanwhile
             button.deleteLater()
         self.buttons = {}
         self.versions = {v.id: v for v in versions}

@@ -106,6 +106,7 @@ class WelcomePage(QFrame):
     def set_recent(self, paths: list[str]) -> None:
         for button in self.recent_buttons:
             self.recent_box.removeWidget(button)
+            button.hide()
             button.deleteLater()
         self.recent_buttons = []
         shown = [p for p in paths if Path(p).exists()][:RECENT_SHOWN]
