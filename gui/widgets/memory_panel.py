@@ -73,7 +73,7 @@ class MemoryPanel(QWidget):
         side.addStretch(1)
         side.addLayout(buttons)
         layout = QHBoxLayout(self)
-        layout.addWidget(self.table, 3)
+        layout.addWidget(self.table, 5)
         layout.addLayout(side, 2)
         self._refresh()
 
@@ -87,7 +87,7 @@ class MemoryPanel(QWidget):
                 info.model_name,
                 info.device,
                 info.runtime,
-                info.provider,
+                info.provider.removesuffix("ExecutionProvider"),
                 fmt_bytes(info.file_size),
                 str(info.runs),
                 ago(info.last_used, now),
