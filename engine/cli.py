@@ -33,6 +33,7 @@ from typing import Any, NoReturn
 from engine.cancel import CancelToken, Terminated
 from engine.errors import EXIT_CODES, Cancelled, EngineError, ErrorKind, UsageError
 from engine.files import LIVE
+from engine.options import parse_output_options
 from engine.requests import (
     MemoryReport,
     Operation,
@@ -124,6 +125,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="an option of the operation, e.g. num_tokens=2400 or refine_foreground=true "
         "(upscale: max_tile, auto_start; remove-background: normalization, input_size, "
         "refine_foreground; depth: normalization, process_res; geometry: num_tokens)",
+    )
+    run.add_argument(
+        "--format",
+        default=None,
+        metavar="png|jpeg|webp",
+        help="format of the main image (upscaled image, cut-out); default png. Masks, depth "
+        "and normals keep theirs. JPEG has no transparency: a cut-out gets a white background",
+    )
+    run.add_argument(
+        "--quality",
+        default=None,
+        metavar="1-100",
+        help="JPEG/WebP quality (default 90; WebP at 100 is lossless)",
+    )
+    run.add_argument(
+        "--size",
+        default=None,
+        metavar="xF|WIDTH",
+        help="size of the main image: a factor of the input (x2 writes ×2 with a ×4 model) or "
+        "a width in pixels (1920); default: the model's own size",
     )
     run.add_argument("--cpu-mem-limit", type=_megabytes, default=None, metavar="MB")
     run.add_argument("--gpu-mem-limit", type=_megabytes, default=None, metavar="MB")
@@ -262,6 +283,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         tile=args.tile,
         sequence=args.sequence,
         options=options,
+        output=parse_output_options(args.format, args.quality, args.size),
     )
     request.typed_options()  # unknown keys and bad values: exit 2 before anything loads
     cancel = CancelToken()

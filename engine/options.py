@@ -224,3 +224,163 @@ def check_options(options: OperationOptions, operation: str) -> None:
     given = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
     cls: type[Any] = type(options)
     parse_options(cls, {k: v for k, v in given.items() if v is not None}, operation)
+
+
+# What the main image product is written as (the upscaled image, the cut-out). Data products
+# (masks, depth, normals) keep their own formats whatever this says.
+
+
+class OutputFormat(StrEnum):
+    PNG = "png"
+    JPEG = "jpeg"
+    WEBP = "webp"
+
+    @property
+    def suffix(self) -> str:
+        return {"png": ".png", "jpeg": ".jpg", "webp": ".webp"}[self.value]
+
+    @property
+    def label(self) -> str:
+        return {"png": "PNG", "jpeg": "JPEG", "webp": "WebP"}[self.value]
+
+    @property
+    def has_alpha(self) -> bool:
+        return self is not OutputFormat.JPEG
+
+    @property
+    def lossy(self) -> bool:
+        """Whether `quality` matters (WebP at quality 100 is lossless)."""
+        return self is not OutputFormat.PNG
+
+
+QUALITY_RANGE = (1, 100)
+MAX_FACTOR = 16.0
+MAX_WIDTH = 65_535
+
+
+@dataclass(frozen=True)
+class OutputOptions:
+    """The main product's format, quality and size.
+
+    `factor` is the size as a multiple of the input (×2 of a ×4 model: factor 2); `width` a
+    width in pixels (the height keeps the aspect). At most one of them; neither means the
+    model's own size. The default is today's product: PNG at the model's scale.
+    """
+
+    format: OutputFormat = OutputFormat.PNG
+    quality: int = 90  # JPEG and WebP; WebP at 100 is lossless
+    factor: float | None = None
+    width: int | None = None
+
+    def check(self) -> None:
+        """UsageError naming what is accepted, for options built by code."""
+        if not isinstance(self.format, OutputFormat):
+            raise UsageError(f"output format must be one of {_formats()}, not {self.format!r}.")
+        low, high = QUALITY_RANGE
+        if isinstance(self.quality, bool) or not isinstance(self.quality, int):
+            raise UsageError(f"quality takes a whole number from {low} to {high}.")
+        if not low <= self.quality <= high:
+            raise UsageError(
+                f"quality takes a whole number from {low} to {high}, not {self.quality}."
+            )
+        if self.factor is not None and self.width is not None:
+            raise UsageError("give the output size as a factor or as a width, not both.")
+        if self.factor is not None and not (
+            isinstance(self.factor, int | float)
+            and math.isfinite(self.factor)
+            and 0 < self.factor <= MAX_FACTOR
+        ):
+            raise UsageError(f"the size factor must be above 0 and at most {MAX_FACTOR:g}.")
+        if self.width is not None and (
+            isinstance(self.width, bool)
+            or not isinstance(self.width, int)
+            or not 1 <= self.width <= MAX_WIDTH
+        ):
+            raise UsageError(f"the output width must be from 1 to {MAX_WIDTH} pixels.")
+
+    @property
+    def resized(self) -> bool:
+        return self.factor is not None or self.width is not None
+
+    @property
+    def is_default(self) -> bool:
+        return self.format is OutputFormat.PNG and not self.resized
+
+    def target_size(self, width: int, height: int) -> tuple[int, int] | None:
+        """The product's (width, height) for an input of width × height; None: as produced."""
+        if self.factor is not None:
+            return max(1, round(width * self.factor)), max(1, round(height * self.factor))
+        if self.width is not None:
+            return self.width, max(1, round(height * self.width / max(width, 1)))
+        return None
+
+    def size_tag(self) -> str:
+        """What a resized product's name says about its size: `x2`, `x1.5` or `1920w`."""
+        if self.factor is not None:
+            return f"x{self.factor:g}"
+        if self.width is not None:
+            return f"{self.width}w"
+        return ""
+
+    def describe(self) -> str:
+        """`JPEG 90 · ×2 of the input`, for a person."""
+        text = self.format.label
+        if self.format is OutputFormat.JPEG or (
+            self.format is OutputFormat.WEBP and self.quality < 100
+        ):
+            text += f" {self.quality}"
+        elif self.format is OutputFormat.WEBP:
+            text += " lossless"
+        if self.factor is not None:
+            text += f" · ×{self.factor:g} of the input"
+        elif self.width is not None:
+            text += f" · {self.width} px wide"
+        return text
+
+
+def _formats() -> str:
+    return ", ".join(f.value for f in OutputFormat)
+
+
+def parse_size(text: str) -> tuple[float | None, int | None]:
+    """`x2`, `2x`, `×2` or `1.5x` → a factor; `1920`, `1920px` or `1920w` → a width."""
+    raw = text.strip().lower().replace("×", "x")
+    try:
+        for unit in ("px", "w"):
+            if raw.endswith(unit):
+                return None, int(raw.removesuffix(unit).strip())
+        if raw.startswith("x") or raw.endswith("x"):
+            return float(raw.strip("x").strip()), None
+        return None, int(raw)
+    except ValueError:
+        raise UsageError(
+            f"--size takes a factor of the input (x2, 1.5x) or a width in pixels (1920), "
+            f"not {text!r}."
+        ) from None
+
+
+def parse_output_options(
+    format: str | None = None, quality: str | int | None = None, size: str | None = None
+) -> OutputOptions:
+    """OutputOptions from command-line text; UsageError (exit 2) says what is accepted."""
+    values: dict[str, Any] = {}
+    if format is not None:
+        name = format.strip().lower()
+        name = {"jpg": "jpeg"}.get(name, name)
+        try:
+            values["format"] = OutputFormat(name)
+        except ValueError:
+            raise UsageError(f"--format takes {_formats()}, not {format!r}.") from None
+    if quality is not None:
+        try:
+            values["quality"] = int(str(quality).strip())
+        except ValueError:
+            low, high = QUALITY_RANGE
+            raise UsageError(
+                f"--quality takes a whole number from {low} to {high}, not {quality!r}."
+            ) from None
+    if size is not None:
+        values["factor"], values["width"] = parse_size(size)
+    options = OutputOptions(**values)
+    options.check()
+    return options

@@ -16,6 +16,7 @@ from engine.options import (
     DepthOptions,
     GeometryOptions,
     OperationOptions,
+    OutputOptions,
     UpscaleOptions,
     check_options,
     parse_options,
@@ -68,6 +69,8 @@ class OperationRequest:
     frames of one sequence. `options` are the operation's typed options (engine/options.py);
     None means the model's defaults. A mapping of names to values or text is accepted too
     (tests, scripts) and checked like the command line's `--option`s when the request runs.
+    `output` is the main image product's format, quality and size (engine/options.py); data
+    products (masks, depth, normals) keep their own formats.
     """
 
     operation: Operation
@@ -79,6 +82,7 @@ class OperationRequest:
     tile: int | None = None
     sequence: bool = False
     options: OperationOptions | Mapping[str, object] | None = None
+    output: OutputOptions = field(default_factory=OutputOptions)
     id: str = field(default_factory=new_request_id)
 
     def __post_init__(self) -> None:
@@ -91,6 +95,7 @@ class OperationRequest:
     def typed_options(self) -> OperationOptions:
         """The request's options as its operation's type, checked: UsageError names the
         accepted keys or range."""
+        self.output.check()
         cls = self.operation.options_type
         if self.options is None:
             return cls()

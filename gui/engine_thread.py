@@ -19,6 +19,8 @@ Signals (all delivered on the GUI thread; payloads are frozen dataclasses):
 - `sessionsChanged(tuple[SessionInfo, ...])`: once a job's first run is done (its session
   is loaded), after every job (before its terminal signal), and after unload / unload-all.
 - `runtimesProbed(tuple[RuntimeReport, ...])`: what each runtime really gives here (M7).
+- `settingsApplied(str)`: new settings (Preferences) are in force between jobs; the text says
+  what could not change before a restart, or is empty.
 
 This module is behaviour only: the thread, the worker and their signals. Widgets import the
 engine's Qt-free data modules (requests, catalog, inventory, memory…) directly; which engine
@@ -110,6 +112,7 @@ class EngineSignals(QObject):
     operationCancelled = Signal(object)
     sessionsChanged = Signal(object)
     runtimesProbed = Signal(object)
+    settingsApplied = Signal(str)
 
 
 class EngineWorker(EngineSignals):
@@ -124,12 +127,15 @@ class EngineWorker(EngineSignals):
         self._wrap = session_wrap
         self._engine: Engine | None = None
         self._sessions_told = False  # whether this job's loaded session was announced yet
+        self._cpu_limit_in_force: int | None = None  # ORT registers it once per process
 
     def _get_engine(self) -> Engine:
         # Created here, on the engine thread, so the cache's owner is this thread and
         # importing onnxruntime never delays the window.
         if self._engine is None:
             self._engine = Engine(self._settings, session_wrap=self._wrap)
+            if self._cpu_limit_in_force is None:
+                self._cpu_limit_in_force = self._settings.cpu_mem_limit
         return self._engine
 
     @Slot()
@@ -195,6 +201,32 @@ class EngineWorker(EngineSignals):
             self._engine.unload_all()
         self._emit_sessions()
 
+    @Slot(object)
+    def apply_settings(self, settings: EngineSettings) -> None:
+        """Preferences, between jobs: a new models folder applies to the next job; new memory
+        limits unload the models so they load again under the limits."""
+        old, self._settings = self._settings, settings
+        note = ""
+        limits = (old.gpu_mem_limit, old.cpu_mem_limit) != (
+            settings.gpu_mem_limit,
+            settings.cpu_mem_limit,
+        )
+        if self._engine is not None and limits:
+            self._engine.unload_all()
+            self._engine = None  # made again, with the new limits, by the next job
+        elif self._engine is not None:
+            self._engine.settings = settings
+        if (
+            self._cpu_limit_in_force is not None
+            and settings.cpu_mem_limit != self._cpu_limit_in_force
+        ):
+            note = (
+                "The CPU memory limit stays as it was until Tessera starts again: ONNX Runtime "
+                "sets it once per process."
+            )
+        self._emit_sessions()
+        self.settingsApplied.emit(note)
+
     @Slot()
     def report_sessions(self) -> None:
         self._emit_sessions()
@@ -230,6 +262,7 @@ class EngineThread(EngineSignals):
     _unloadAllRequested = Signal()
     _sessionsRequested = Signal()
     _probeRequested = Signal()
+    _settingsRequested = Signal(object)
     _shutdownRequested = Signal()
 
     def __init__(
@@ -254,6 +287,7 @@ class EngineThread(EngineSignals):
         self._unloadAllRequested.connect(w.unload_all)
         self._sessionsRequested.connect(w.report_sessions)
         self._probeRequested.connect(w.probe_runtimes)
+        self._settingsRequested.connect(w.apply_settings)
         self._shutdownRequested.connect(w.shutdown)
         # Worker signals cross to this (GUI-thread) object as queued signal-to-signal relays.
         w.operationStarted.connect(self.operationStarted)
@@ -262,6 +296,7 @@ class EngineThread(EngineSignals):
         w.frameFinished.connect(self.frameFinished)
         w.sessionsChanged.connect(self.sessionsChanged)
         w.runtimesProbed.connect(self.runtimesProbed)
+        w.settingsApplied.connect(self.settingsApplied)
         w.operationFinished.connect(self._relay_finished)
         w.operationFailed.connect(self._relay_failed)
         w.operationCancelled.connect(self._relay_cancelled)
@@ -342,6 +377,11 @@ class EngineThread(EngineSignals):
 
     def probe_runtimes(self) -> None:
         self._probeRequested.emit()
+
+    def apply_settings(self, settings: EngineSettings) -> None:
+        """New settings for the jobs after the running one (settingsApplied follows)."""
+        self.settings = settings
+        self._settingsRequested.emit(settings)
 
     # -- shutdown -----------------------------------------------------------------------------
     def stop(self) -> None:

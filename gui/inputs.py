@@ -1,4 +1,11 @@
-"""Sorting dropped or opened paths into job inputs, models to install, and refusals with a reason."""
+"""Sorting dropped or opened paths into inputs, models to install, and refusals with a reason.
+
+Every dropped image is its own input. A sequence is a dropped folder, an animated file, or the
+person's explicit choice: when several equally sized, numbered stills arrive together, the
+drop offers "Process as one sequence" (`Classified.sequence_offer`) — Tessera never guesses,
+because a guess changes the results (frames must match in size, numbered products, depth
+normalised over all of them). Qt-free.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +17,52 @@ from pathlib import Path
 from engine.errors import EngineError
 from engine.io.reading import image_size
 from engine.io.sequences import list_sequence
-from gui.widgets.inputs_panel import InputSource
 
-MIN_SEQUENCE = 3  # fewer numbered files are just files
+MIN_SEQUENCE = 3  # fewer numbered files are never offered as a sequence
 _NUMBERED = re.compile(r"^(.*?)(\d+)$")
+
+
+@dataclass(frozen=True)
+class InputSource:
+    """One input of a job: an image file, an animated file, a folder of frames, or a set of
+    dropped frames the person chose to process as one sequence."""
+
+    paths: tuple[Path, ...]
+    sequence: bool = False
+    frames: int = 1
+    width: int = 0  # of one frame, from the header; 0 when unknown
+    height: int = 0
+
+    @property
+    def key(self) -> str:
+        return "\n".join(str(p) for p in self.paths)
+
+    @property
+    def name(self) -> str:
+        first = self.paths[0]
+        if len(self.paths) > 1:
+            return f"{first.name} … ({len(self.paths)} frames)"
+        return f"{first.name}/" if first.is_dir() else first.name
+
+    @property
+    def label(self) -> str:
+        """The name with its frame count, as the job list writes it."""
+        if len(self.paths) == 1 and self.frames > 1:
+            return f"{self.name} ({self.frames} frames)"
+        return self.name
+
+    @property
+    def detail(self) -> str:
+        """`4000×3000 · 12 frames`."""
+        parts = [f"{self.width}×{self.height}"] if self.width and self.height else []
+        if self.frames > 1:
+            parts.append(f"{self.frames} frames")
+        return " · ".join(parts)
+
+    @property
+    def megapixels(self) -> float:
+        """Pixels of every frame, in millions (for estimates); 0 when the size is unknown."""
+        return self.width * self.height * max(self.frames, 1) / 1e6
 
 
 @dataclass(frozen=True)
@@ -21,6 +70,8 @@ class Classified:
     sources: tuple[InputSource, ...]
     models: tuple[Path, ...]  # .onnx files to validate and install
     refused: tuple[str, ...]  # one readable reason per refused path
+    # equally sized numbered stills among the sources, in frame order: offered as a sequence
+    sequence_offer: tuple[Path, ...] = ()
 
 
 def numbered_sequence(paths: Sequence[Path]) -> list[Path] | None:
@@ -45,8 +96,8 @@ def numbered_sequence(paths: Sequence[Path]) -> list[Path] | None:
 
 
 def classify_paths(paths: Sequence[Path]) -> Classified:
-    """Sources in the order given; a numbered set of stills becomes one sequence source."""
-    entries: list[InputSource | Path] = []  # a Path is a still image, decided at the end
+    """Sources in the order given, one per image; folders and animated files are sequences."""
+    sources: list[InputSource] = []
     models: list[Path] = []
     refused: list[str] = []
     for raw in paths:
@@ -63,22 +114,38 @@ def classify_paths(paths: Sequence[Path]) -> Classified:
             if not frames:
                 refused.append(f"{path.name}: the folder holds no image files Tessera can read.")
                 continue
-            entries.append(InputSource((path,), sequence=True, frames=len(frames)))
+            width, height = _size_or_zero(frames[0])
+            sources.append(InputSource((path,), True, len(frames), width, height))
             continue
         try:
-            count = image_size(path)[2]  # reads the header only; the error says why not
+            width, height, count = image_size(path)  # reads the header only; says why not
         except EngineError as e:
             refused.append(str(e))
             continue
-        entries.append(InputSource((path,), frames=count) if count > 1 else path)
-    stills = [e for e in entries if isinstance(e, Path)]
-    sequence = numbered_sequence(stills)
-    sources: list[InputSource] = []
-    for entry in entries:
-        if not isinstance(entry, Path):
-            sources.append(entry)
-        elif sequence is None:
-            sources.append(InputSource((entry,)))
-        elif entry == stills[0]:
-            sources.append(InputSource(tuple(sequence), sequence=True, frames=len(sequence)))
-    return Classified(tuple(sources), tuple(models), tuple(refused))
+        sources.append(InputSource((path,), False, count, width, height))
+    return Classified(tuple(sources), tuple(models), tuple(refused), _sequence_offer(sources))
+
+
+def _size_or_zero(path: Path) -> tuple[int, int]:
+    try:
+        width, height, _ = image_size(path)
+    except EngineError:
+        return 0, 0
+    return width, height
+
+
+def _sequence_offer(sources: Sequence[InputSource]) -> tuple[Path, ...]:
+    stills = [s for s in sources if len(s.paths) == 1 and not s.sequence and s.frames == 1]
+    ordered = numbered_sequence([s.paths[0] for s in stills])
+    if ordered is None:
+        return ()
+    if len({(s.width, s.height) for s in stills}) != 1:
+        return ()  # a portrait among landscapes: these are photos, not frames
+    return tuple(ordered)
+
+
+def as_sequence(sources: Sequence[InputSource]) -> InputSource:
+    """The stills as one sequence source, in frame order (the person asked for it)."""
+    ordered = numbered_sequence([s.paths[0] for s in sources]) or [s.paths[0] for s in sources]
+    first = sources[0]
+    return InputSource(tuple(ordered), True, len(ordered), first.width, first.height)

@@ -1,4 +1,5 @@
-"""The GUI's record of each job (GUI thread only) and the texts its row shows."""
+"""The GUI's record of each job, the versions an input has, and the texts they show. Qt-free;
+touched on the GUI thread only."""
 
 from __future__ import annotations
 
@@ -34,6 +35,10 @@ class JobState(Enum):
     @property
     def cancellable(self) -> bool:
         return self in (JobState.QUEUED, JobState.LOADING, JobState.RUNNING)
+
+    @property
+    def active(self) -> bool:
+        return not self.ended
 
 
 # What the viewer can show, best first per operation.
@@ -89,6 +94,19 @@ def fmt_duration(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
+def fmt_estimate(seconds: float) -> str:
+    """'about 4 min', for a time not yet spent: rounded the way a person says it."""
+    if seconds < 10:
+        return "a few seconds"
+    if seconds < 60:
+        return f"about {round(seconds / 10) * 10} s"
+    minutes = seconds / 60
+    if minutes < 90:
+        return f"about {max(1, round(minutes))} min"
+    hours = minutes / 60
+    return f"about {hours:.1f} h".replace(".0 h", " h")
+
+
 def describe_inputs(inputs: tuple[Path, ...], sequence: bool) -> str:
     if len(inputs) == 1:
         name = inputs[0].name
@@ -108,10 +126,14 @@ class Job:
     progress: Progress | None = None
     queued_at: float = field(default_factory=time.monotonic)
     started_at: float | None = None
+    running_at: float | None = None  # the model is loaded and the first run began
     ended_at: float | None = None
     first_run: tuple[float, float] | None = None  # (time, fraction) at the first finished run
     result: Result | None = None
     message: str = ""
+    expected_s: float | None = None  # the estimate when it was queued (measured speed)
+    megapixels: float = 0.0  # of its input, for the speed it will teach
+    frames: int = 1
 
     @property
     def id(self) -> str:
@@ -130,12 +152,18 @@ class Job:
             return 1.0
         return self.progress.fraction if self.progress is not None else 0.0
 
+    @property
+    def failed(self) -> bool:
+        return self.state is JobState.FAILED
+
     def on_started(self) -> None:
         self.state = JobState.LOADING
         self.started_at = time.monotonic()
 
     def on_progress(self, event: Progress) -> None:
         self.progress = event
+        if event.kind is ProgressKind.LOADED and self.running_at is None:
+            self.running_at = time.monotonic()
         if (
             event.kind in (ProgressKind.LOADED, ProgressKind.RUN_FINISHED)
             and self.state is JobState.LOADING
@@ -150,9 +178,12 @@ class Job:
             self.state = JobState.CANCELLING
 
     def on_finished(self, result: Result) -> None:
-        self.state = JobState.FINISHED
+        """Done — or Failed when no input gave a product (one bad file is a failed job)."""
         self.result = result
         self.ended_at = time.monotonic()
+        self.state = (
+            JobState.FAILED if result.failures and not result.products else JobState.FINISHED
+        )
         if result.failures:
             done = len(self.request.inputs) - len(result.failures)
             first = result.failures[0].message
@@ -177,16 +208,85 @@ class Job:
         end = self.ended_at if self.ended_at is not None else (now or time.monotonic())
         return end - self.started_at
 
+    def working_seconds(self) -> float | None:
+        """Seconds the finished job spent on its runs and files, model loading excluded."""
+        if self.result is None or self.started_at is None or self.ended_at is None:
+            return None
+        load = float(self.result.timings.get("load_s", 0.0))
+        return max(0.0, self.ended_at - self.started_at - load)
+
     def eta(self, now: float | None = None) -> float | None:
-        """Seconds left, from the pace since the first finished run (model loading excluded)."""
-        if self.state is not JobState.RUNNING or self.first_run is None:
+        """Seconds left: from the pace since the first finished run (model loading excluded),
+        or before that from the measured speed this job was queued with."""
+        if self.state not in (JobState.LOADING, JobState.RUNNING):
             return None
-        t0, f0 = self.first_run
         now = now or time.monotonic()
-        done = self.fraction - f0
-        if done <= 0 or now <= t0:
+        if self.first_run is not None:
+            t0, f0 = self.first_run
+            done = self.fraction - f0
+            if done > 0 and now > t0:
+                return (1.0 - self.fraction) * (now - t0) / done
+        if self.expected_s is None:
             return None
-        return (1.0 - self.fraction) * (now - t0) / done
+        spent = now - self.running_at if self.running_at is not None else 0.0
+        return max(1.0, self.expected_s - spent)
+
+    def eta_is_estimate(self) -> bool:
+        """True while the time left comes from the measured speed, not this job's own pace."""
+        return self.first_run is None or self.fraction <= self.first_run[1]
 
     def viewable(self) -> list[Product]:
         return viewable_products(self.result.products) if self.result is not None else []
+
+
+ORIGINAL = "original"
+
+
+@dataclass(frozen=True)
+class Version:
+    """One picture an input has: the original, or a product of one of its jobs."""
+
+    input_key: str
+    label: str  # "Original", "Photo ×4", "Mask · Quick cut-out"
+    paths: tuple[Path, ...]  # one file, a folder, or the numbered files of a sequence product
+    job_id: str | None = None
+    kind: ProductKind | None = None
+    failed: str = ""  # the reason, for a failed job (it has no paths)
+
+    @property
+    def id(self) -> str:
+        if self.job_id is None:
+            return ORIGINAL
+        return f"{self.job_id}:{self.kind.value if self.kind else 'failed'}"
+
+    @property
+    def is_original(self) -> bool:
+        return self.job_id is None
+
+    @property
+    def viewable(self) -> bool:
+        return bool(self.paths)
+
+    @property
+    def path(self) -> Path | None:
+        return self.paths[0] if self.paths else None
+
+
+def job_versions(job: Job, input_key: str) -> list[Version]:
+    """The versions a finished or failed job adds to its input's strip."""
+    if job.state is JobState.FAILED:
+        return [Version(input_key, f"{job.model_label} — failed", (), job.id, None, job.message)]
+    if job.state is not JobState.FINISHED:
+        return []
+    by_kind: dict[ProductKind, list[Path]] = {}
+    for product in job.viewable():
+        by_kind.setdefault(product.kind, []).append(product.path)
+    versions = []
+    for kind, paths in by_kind.items():
+        label = (
+            job.model_label
+            if kind is ProductKind.IMAGE
+            else f"{PRODUCT_LABELS[kind]} · {job.model_label}"
+        )
+        versions.append(Version(input_key, label, tuple(paths), job.id, kind))
+    return versions

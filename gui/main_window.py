@@ -1,11 +1,18 @@
-"""The main window: inputs on the left, the viewer in the middle, the operation panel on the
-right, the job list below, and the status bar with the memory gauge and the loaded models."""
+"""The main window: builds the widgets and connects them to the controllers.
+
+Images on the left, the result in the middle (before/after, versions, Save as, Copy, drag out),
+the operation panel with the output step and Run on the right, the job list below (one line
+when idle), and the status bar with the memory gauge and the loaded models. Job state lives in
+`gui.controllers.jobs`, the model list in `gui.controllers.models`; what is here is widgets,
+their wiring, and the desktop's manners (drag and drop, clipboard, opening files, notices,
+notifications, recent files, preferences).
+"""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +22,7 @@ from PySide6.QtGui import (
     QCloseEvent,
     QDesktopServices,
     QDragEnterEvent,
+    QDragLeaveEvent,
     QDragMoveEvent,
     QDropEvent,
     QGuiApplication,
@@ -22,48 +30,52 @@ from PySide6.QtGui import (
     QKeySequence,
 )
 from PySide6.QtWidgets import (
-    QDockWidget,
     QFileDialog,
     QFrame,
+    QHBoxLayout,
+    QLabel,
     QMainWindow,
+    QMenu,
     QMessageBox,
     QScrollArea,
     QSplitter,
+    QStackedWidget,
     QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
 from engine.models.catalog import CatalogEntry
-from engine.models.contracts import ModelSpec
-from engine.models.inventory import ModelInventory, discover, install_model
-from engine.requests import (
-    Operation,
-    OperationCancellation,
-    OperationFailure,
-    OperationRequest,
-    Progress,
-    Result,
-)
+from engine.models.inventory import ModelInventory
+from engine.options import OutputOptions
 from engine.runtime import memory
 from engine.runtime.memory import MemorySnapshot
 from engine.runtime.sessions import SessionInfo
 from engine.settings import EngineSettings, default_data_dir
+from gui.controllers.jobs import JobsController
+from gui.controllers.models import ModelsController
+from gui.controllers.results import cannot_open, export_result
+from gui.controllers.speed import SpeedBook
+from gui.controllers.view import ViewController
 from gui.engine_thread import EngineThread
-from gui.fetcher import FetchOutcome, ModelFetcher
-from gui.inputs import classify_paths
-from gui.jobs import PRODUCT_LABELS, Job, JobState, fmt_duration
+from gui.inputs import InputSource
+from gui.jobs import JobState, Version, fmt_duration
+from gui.messages import Notice, NoticeLevel, Topic
+from gui.notifications import Notifier, should_notify
 from gui.settings import AppSettings
 from gui.tasks import TaskOutcome, TaskThread
-from gui.widgets.images import DisplayImage, load_display, load_display_paths, make_thumbnail
-from gui.widgets.inputs_panel import THUMB, InputSource, InputsPanel
+from gui.widgets.drop_overlay import DropOverlay
+from gui.widgets.export_dialog import ExportDialog
+from gui.widgets.images import load_display_paths, make_thumbnail
+from gui.widgets.inputs_panel import THUMB, InputMark, InputsPanel
 from gui.widgets.job_list import JobList
 from gui.widgets.memory_panel import MemoryPanel
-from gui.widgets.notice_bar import NoticeBar, NoticeLevel
+from gui.widgets.notice_bar import NoticeBar
 from gui.widgets.operation_panel import OperationPanel
 from gui.widgets.preferences import PreferencesDialog
-from gui.widgets.viewer import ViewerPanel
+from gui.widgets.viewer import ViewerPanel, file_mime
 from gui.widgets.vram_gauge import VramGauge
+from gui.widgets.welcome import WelcomePage
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +92,7 @@ class DropOutcome:
     jobs: tuple[str, ...]  # request ids queued
     models: tuple[Path, ...]  # .onnx files sent to installation
     refused: tuple[str, ...]  # the reasons, one per refused path
+    sequence_offer: tuple[Path, ...] = ()
 
 
 def _local_paths(mime: QMimeData) -> tuple[list[Path], list[str]]:
@@ -93,6 +106,16 @@ def _local_paths(mime: QMimeData) -> tuple[list[Path], list[str]]:
     return paths, remote
 
 
+def _drop_words(mime: QMimeData) -> str:
+    paths, remote = _local_paths(mime)
+    if paths:
+        count = len(paths)
+        return f"Drop to add {count} file{'s' if count != 1 else ''}"
+    if mime.hasImage():
+        return "Drop to add this picture"
+    return "Only files on this computer can be dropped" if remote else "Drop to add"
+
+
 class MainWindow(QMainWindow):
     def __init__(
         self,
@@ -102,6 +125,7 @@ class MainWindow(QMainWindow):
         data_dir: Path | None = None,
         start: bool = True,
         probe_runtimes: bool = True,
+        calibrate: bool = True,
     ) -> None:
         super().__init__()
         self.setWindowTitle("Tessera")
@@ -110,78 +134,106 @@ class MainWindow(QMainWindow):
         self.settings = settings or AppSettings()
         self.data_dir = data_dir or default_data_dir()
         self.confirm_close = True  # tests set False to skip the question when closing mid-job
-        self.jobs: dict[str, Job] = {}
-        self.job_sources: dict[str, InputSource] = {}
-        self.latest_job: dict[str, str] = {}  # input key → its newest finished job
-        self.inventory: ModelInventory | None = None
-        # Files given at start-up (or dropped at once) arrive before the models are listed:
-        # their jobs are queued as soon as the inventory is in.
-        self._waiting_for_models: list[InputSource] = []
-        self.shown: tuple[str | None, str | None] = (None, None)  # (input key, job id)
-        self._view_gen = 0
-        self._dirty: set[str] = set()
+        self.open_url: Callable[[QUrl], bool] = QDesktopServices.openUrl
         self._probe = probe_runtimes
         self._closed = False
+        self._dirty: set[str] = set()
 
         self.engine = EngineThread(engine_settings or self.settings.engine_settings(), self)
         self.tasks = TaskThread(self)
-        self.fetcher = ModelFetcher(self)
+        self.speeds = SpeedBook(self.settings)
+        self.jobs = JobsController(self.engine, self.speeds, self)
+        self.jobs.calibrator.enabled = calibrate
+        self.models = ModelsController(self.tasks, self.models_dir, self)
+        self.view = ViewController(self.jobs, self.tasks, load_display_paths, self)
+        self.notifier = Notifier(self, self.windowIcon())
 
         self._build_widgets()
         self._build_menus()
         self._wire()
         geometry = self.settings.geometry()
         if geometry is None or not self.restoreGeometry(geometry):
-            self.resize(1280, 820)
+            self.resize(1280, 800)
         state = self.settings.window_state()
         if state is not None:
             self.restoreState(state)
+        self._update_run()
         if start:
             self.start()
 
+    # -- compatibility views on the controllers ---------------------------------------------------
+    @property
+    def inventory(self) -> ModelInventory | None:
+        return self.models.inventory
+
     # -- construction -------------------------------------------------------------------------
     def _build_widgets(self) -> None:
-        self.notice = NoticeBar()
         self.inputs = InputsPanel()
         self.viewer = ViewerPanel()
+        self.welcome = WelcomePage()
+        self.center = QStackedWidget()
+        self.center.addWidget(self.welcome)
+        self.center.addWidget(self.viewer)
         self.panel = OperationPanel(self.settings)
         self.job_list = JobList()
-        self.h_split = QSplitter(Qt.Orientation.Horizontal)
-        self.h_split.addWidget(self.inputs)
-        self.h_split.addWidget(self.viewer)
-        # scrolls rather than clips when the job list or the memory panel takes the height
+        # images | result, with the jobs under them; the operation panel takes the full height
+        self.in_split = QSplitter(Qt.Orientation.Horizontal)
+        self.in_split.setChildrenCollapsible(False)
+        self.in_split.addWidget(self.inputs)
+        self.in_split.addWidget(self.center)
+        self.in_split.setStretchFactor(0, 0)
+        self.in_split.setStretchFactor(1, 1)
+        self.inputs.hide()
+        self.work = work = QWidget()
+        work_layout = QVBoxLayout(work)
+        work_layout.setContentsMargins(0, 0, 0, 0)
+        work_layout.setSpacing(2)
+        work_layout.addWidget(self.in_split, 1)
+        work_layout.addWidget(self.job_list)
+        # scrolls rather than clips on a short screen
         self.panel_scroll = QScrollArea()
         self.panel_scroll.setWidgetResizable(True)
         self.panel_scroll.setFrameShape(QFrame.Shape.NoFrame)
         self.panel_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.panel_scroll.setWidget(self.panel)
-        self.panel_scroll.setMinimumWidth(self.panel.minimumWidth() + 16)
+        self.panel_scroll.setMinimumWidth(self.panel.minimumWidth() + 14)
+        self.h_split = QSplitter(Qt.Orientation.Horizontal)
+        self.h_split.setChildrenCollapsible(False)
+        self.h_split.addWidget(work)
         self.h_split.addWidget(self.panel_scroll)
-        self.h_split.setStretchFactor(0, 0)
-        self.h_split.setStretchFactor(1, 1)
-        self.h_split.setStretchFactor(2, 0)
-        self.h_split.setSizes([270, 650, 360])
-        self.h_split.setCollapsible(1, False)
-        self.v_split = QSplitter(Qt.Orientation.Vertical)
-        self.v_split.addWidget(self.h_split)
-        self.v_split.addWidget(self.job_list)
-        self.v_split.setStretchFactor(0, 1)
-        self.v_split.setStretchFactor(1, 0)
-        self.v_split.setSizes([560, 220])
-        central = QWidget()
-        layout = QVBoxLayout(central)
+        self.h_split.setStretchFactor(0, 1)
+        self.h_split.setStretchFactor(1, 0)
+        self.h_split.setSizes([950, 330])
+        self.host = QWidget()
+        layout = QVBoxLayout(self.host)
         layout.setContentsMargins(4, 4, 4, 0)
-        layout.addWidget(self.notice)
-        layout.addWidget(self.v_split, 1)
-        self.setCentralWidget(central)
+        layout.addWidget(self.h_split, 1)
+        self.setCentralWidget(self.host)
+        self.notice = NoticeBar(self.work)  # over the images and the result, not the panel
+        self.drop_overlay = DropOverlay(self.host)
 
+        # The memory panel opens under the jobs, beside the operation panel rather than under
+        # it: the viewer keeps most of its height and Run stays in view.
         self.memory_panel = MemoryPanel()
-        self.memory_dock = QDockWidget("Loaded models and memory", self)
-        self.memory_dock.setObjectName("memoryDock")
-        self.memory_dock.setWidget(self.memory_panel)
-        # at the bottom: the table needs width more than height
-        self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.memory_dock)
+        self.memory_dock = QFrame()
+        self.memory_dock.setFrameShape(QFrame.Shape.StyledPanel)
+        close = QToolButton()
+        close.setText("✕")
+        close.setAutoRaise(True)
+        close.setToolTip("Hide the memory panel (Ctrl+M)")
+        close.clicked.connect(lambda: self.memory_action.setChecked(False))
+        head = QHBoxLayout()
+        head.setContentsMargins(6, 2, 2, 0)
+        head.addWidget(QLabel("<b>Loaded models and memory</b>"), 1)
+        head.addWidget(close)
+        box = QVBoxLayout(self.memory_dock)
+        box.setContentsMargins(0, 0, 0, 0)
+        box.setSpacing(0)
+        box.addLayout(head)
+        box.addWidget(self.memory_panel)
+        self.memory_dock.setMaximumHeight(190)
         self.memory_dock.hide()
+        work_layout.addWidget(self.memory_dock)
 
         self.models_button = QToolButton()
         self.models_button.setAutoRaise(True)
@@ -205,7 +257,7 @@ class MainWindow(QMainWindow):
     def _action(
         self,
         text: str,
-        slot: object,
+        slot: Callable[[], object],
         keys: Sequence[QKeySequence | QKeySequence.StandardKey | str] = (),
         tip: str = "",
     ) -> QAction:
@@ -216,7 +268,7 @@ class MainWindow(QMainWindow):
             action.setShortcuts(shortcuts)
         if tip:
             action.setStatusTip(tip)
-        action.triggered.connect(slot)
+        action.triggered.connect(lambda _checked=False: slot())
         self.addAction(action)  # shortcuts work even with the menu bar hidden
         return action
 
@@ -227,13 +279,23 @@ class MainWindow(QMainWindow):
         self.open_action = self._action("&Open images…", self.open_dialog, [key.Open])
         file.addAction(self.open_action)
         file.addAction(self._action("Open a &folder of frames…", self.open_folder_dialog))
+        self.recent_menu = QMenu("Open &recent", self)
+        self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
+        file.addMenu(self.recent_menu)
         self.paste_action = self._action(
             "&Paste image", self.paste, [key.Paste], "Add the image (or files) on the clipboard"
         )
         file.addAction(self.paste_action)
         file.addSeparator()
+        self.save_action = self._action(
+            "&Save result as…", lambda: self.save_as(""), ["Ctrl+Shift+S"]
+        )
+        file.addAction(self.save_action)
+        self.copy_action = self._action("&Copy result", self.copy_result, [key.Copy])
+        file.addAction(self.copy_action)
+        file.addSeparator()
         file.addAction(self._action("&Add a model file…", self.add_model_dialog))
-        file.addAction(self._action("Refresh the &model list", self.refresh_models))
+        file.addAction(self._action("Refresh the &model list", self.models.refresh))
         file.addSeparator()
         file.addAction(self._action("Pr&eferences…", self.preferences, [key.Preferences]))
         file.addSeparator()
@@ -244,26 +306,29 @@ class MainWindow(QMainWindow):
         view.addAction(self._action("Zoom &out", self.viewer.view.zoom_out, [key.ZoomOut]))
         view.addAction(self._action("&Fit", self.viewer.view.fit, ["Ctrl+0"]))
         view.addAction(self._action("&Actual size", self.viewer.view.actual_size, ["Ctrl+1"]))
+        view.addAction(self.viewer.flip_action)
         view.addSeparator()
-        toggle = self.memory_dock.toggleViewAction()
-        toggle.setText("&Memory panel")
-        toggle.setShortcut(QKeySequence("Ctrl+M"))
-        view.addAction(toggle)
+        self.memory_action = QAction("&Memory panel", self)
+        self.memory_action.setCheckable(True)
+        self.memory_action.setShortcut(QKeySequence("Ctrl+M"))
+        self.memory_action.toggled.connect(self._memory_toggled)
+        self.addAction(self.memory_action)
+        view.addAction(self.memory_action)
 
         jobs = bar.addMenu("&Jobs")
         self.run_action = self._action(
             "&Run",
             self.run_selected,
             ["Ctrl+Return", "Ctrl+Enter"],
-            "Queue a job for the selected inputs, or for all of them",
+            "Queue a job for every image, or for the selected ones",
         )
         jobs.addAction(self.run_action)
         self.cancel_action = self._action(
-            "&Cancel the running job", self.cancel_running, [key.Cancel]
+            "&Cancel the running job", self.jobs.cancel_running, [key.Cancel]
         )
         jobs.addAction(self.cancel_action)
-        jobs.addAction(self._action("Cancel &all jobs", self.cancel_all))
-        jobs.addAction(self._action("C&lear finished jobs", self.job_list.clear_ended))
+        jobs.addAction(self._action("Cancel &all jobs", self.jobs.cancel_all))
+        jobs.addAction(self._action("C&lear finished jobs", self.clear_finished))
 
         helpmenu = bar.addMenu("&Help")
         helpmenu.addAction(self._action("Open the &log folder", self.open_log_folder))
@@ -271,34 +336,63 @@ class MainWindow(QMainWindow):
 
     def _wire(self) -> None:
         e = self.engine
-        e.operationStarted.connect(self._on_started)
-        e.progressChanged.connect(self._on_progress)
-        e.operationFinished.connect(self._on_finished)
-        e.operationFailed.connect(self._on_failed)
-        e.operationCancelled.connect(self._on_cancelled)
         e.sessionsChanged.connect(self._on_sessions)
         e.runtimesProbed.connect(self.panel.set_runtimes)
+        e.settingsApplied.connect(self._on_settings_applied)
+        j = self.jobs
+        j.inputsChanged.connect(self._on_inputs_changed)
+        j.inputChanged.connect(self._on_input_changed)
+        j.jobAdded.connect(self._on_job_added)
+        j.jobChanged.connect(self._on_job_changed)
+        j.jobEnded.connect(self._on_job_ended)
+        j.noticeRequested.connect(self.show_notice)
+        j.calibrator.busyChanged.connect(lambda _b: self._update_estimate())
+        j.calibrator.calibrated.connect(lambda _m, _d: self._update_estimate())
+        v = self.view
+        v.selectRequested.connect(self.inputs.select)
+        v.versionsChanged.connect(self.viewer.set_versions)
+        v.loaded.connect(self.viewer.show_images)
+        v.failed.connect(self.viewer.show_error)
+        v.cleared.connect(self.viewer.clear)
+        m = self.models
+        m.inventoryChanged.connect(self._on_inventory)
+        m.noticeRequested.connect(self.show_notice)
+        m.fetchStatusChanged.connect(self._on_fetch_status)
         self.panel.runRequested.connect(self.run_selected)
         self.panel.fetchRequested.connect(self.fetch_models)
         self.panel.addModelRequested.connect(self.add_model_dialog)
-        self.inputs.inputSelected.connect(self._on_input_selected)
+        self.panel.choicesChanged.connect(self._update_run)
+        self.inputs.currentChanged.connect(self.view.choose_input)
+        self.inputs.selectionChanged.connect(self._update_run)
         self.inputs.addRequested.connect(self.open_dialog)
-        self.inputs.starterRequested.connect(lambda: self.fetch_models(None))
-        self.job_list.cancelRequested.connect(self.cancel_job)
-        self.job_list.cancelAllRequested.connect(self.cancel_all)
+        self.inputs.removeRequested.connect(self.remove_inputs)
+        self.inputs.clearRequested.connect(self.clear_inputs)
+        self.inputs.runOneRequested.connect(self.run_one)
+        self.welcome.openRequested.connect(self.open_dialog)
+        self.welcome.pasteRequested.connect(self.paste)
+        self.welcome.recentRequested.connect(lambda p: self.accept_paths([Path(p)]))
+        self.welcome.starterRequested.connect(lambda: self.fetch_models(None))
+        self.job_list.cancelRequested.connect(self.jobs.cancel)
+        self.job_list.cancelAllRequested.connect(self.jobs.cancel_all)
+        self.job_list.clearRequested.connect(self.clear_finished)
         self.job_list.showRequested.connect(self.show_job)
-        self.viewer.productChosen.connect(self._on_product_chosen)
+        self.job_list.openRequested.connect(lambda job_id: self.open_job(job_id, reveal=False))
+        self.job_list.revealRequested.connect(lambda job_id: self.open_job(job_id, reveal=True))
+        self.viewer.versionChosen.connect(self._on_version_chosen)
+        self.viewer.saveRequested.connect(self.save_as)
+        self.viewer.copyRequested.connect(self.copy_result)
+        self.viewer.openRequested.connect(lambda vid: self.open_version(vid, reveal=False))
+        self.viewer.revealRequested.connect(lambda vid: self.open_version(vid, reveal=True))
         self.memory_panel.unloadRequested.connect(self.engine.unload)
         self.memory_panel.unloadAllRequested.connect(self.engine.unload_all)
         self.models_button.clicked.connect(self.show_memory_panel)
         self.gauge.clicked.connect(self.show_memory_panel)
-        self.fetcher.fetchProgressed.connect(self._on_fetch_progress)
-        self.fetcher.fetchFinished.connect(self._on_fetch_finished)
 
     def start(self) -> None:
         self.engine.start(probe_runtimes=self._probe)
         self.tasks.start()
-        self.refresh_models()
+        self.models.refresh()
+        self.welcome.set_recent(self.settings.recent_files())
         # The first reading imports psutil and starts NVML (a few hundred ms): off this thread.
         self.tasks.submit(memory.snapshot, self._first_snapshot)
 
@@ -310,22 +404,32 @@ class MainWindow(QMainWindow):
 
     # -- messages -----------------------------------------------------------------------------
     def say(self, text: str) -> None:
-        self.statusBar().showMessage(text, STATUS_MS)
+        """A line in the status bar, ending in '…' where it does not fit (the whole text is in
+        the log and, for problems, in the notice)."""
+        bar = self.statusBar()
+        room = bar.width() - self.models_button.width() - self.gauge.width() - 48
+        line = text.splitlines()[0] if text else ""
+        if room > 40:
+            line = bar.fontMetrics().elidedText(line, Qt.TextElideMode.ElideRight, room)
+        bar.showMessage(line, STATUS_MS)
 
-    def warn(self, text: str) -> None:
-        log.info("notice: %s", text)
-        self.notice.show_message(text, NoticeLevel.WARNING)
-        self.statusBar().showMessage(text.splitlines()[0], STATUS_MS)
+    def show_notice(self, notice: Notice) -> None:
+        log.info("notice: %s", notice.text)
+        self.notice.show_notice(notice)
+        self.say(notice.text)
 
-    def inform(self, text: str) -> None:
-        self.notice.show_message(text, NoticeLevel.INFO)
-        self.statusBar().showMessage(text.splitlines()[0], STATUS_MS)
+    def warn(self, text: str, topic: Topic = Topic.INPUTS) -> None:
+        self.show_notice(Notice(text, NoticeLevel.WARNING, topic))
+
+    def inform(self, text: str, topic: Topic = Topic.INPUTS) -> None:
+        self.show_notice(Notice(text, NoticeLevel.INFO, topic))
 
     # -- drag and drop, open, paste -----------------------------------------------------------
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:
         mime = event.mimeData()
         if mime.hasUrls() or mime.hasImage():
             event.acceptProposedAction()
+            self.drop_overlay.show_text(_drop_words(mime))
         else:
             event.ignore()
 
@@ -333,7 +437,12 @@ class MainWindow(QMainWindow):
         if event.mimeData().hasUrls() or event.mimeData().hasImage():
             event.acceptProposedAction()
 
+    def dragLeaveEvent(self, event: QDragLeaveEvent) -> None:
+        self.drop_overlay.hide()
+        super().dragLeaveEvent(event)
+
     def dropEvent(self, event: QDropEvent) -> None:
+        self.drop_overlay.hide()
         self.accept_mime(event.mimeData())
         event.acceptProposedAction()
 
@@ -355,41 +464,72 @@ class MainWindow(QMainWindow):
             if isinstance(image, QImage) and not image.isNull():
                 return self.accept_image(image)
         self.warn(
-            "Only image files, folders of frames and .onnx models can be dropped here. Nothing was added."
+            "Only image files, folders of frames and .onnx models can be dropped here. "
+            "Nothing was added."
         )
         return None
 
     def accept_paths(self, paths: Sequence[Path | str], *, run: bool | None = None) -> DropOutcome:
-        """Add images and folders as inputs (queueing jobs when run-on-drop is on), install
-        .onnx files, and say why anything else was refused."""
-        found = classify_paths([Path(p) for p in paths])
+        """Add images and folders as inputs (each image its own input) and show the first;
+        queue jobs when run-on-drop is on; install .onnx files; say why anything was refused."""
+        found = self.jobs.add_paths(paths)
         for model in found.models:
-            self.install_model_file(model)
-        added = self.inputs.add_sources(list(found.sources))
-        for source in added:
+            self.say(f"Checking {model.name}…")
+            self.models.install(model)
+        for source in found.sources:
             self._request_thumbnail(source)
+        if found.sources:
+            self.settings.add_recent([str(s.paths[0]) for s in found.sources])
         if found.refused:
             tail = "" if found.sources or found.models else " Nothing was added."
             self.warn("\n".join(found.refused) + tail)
+        elif found.sources:
+            self.notice.clear_topic(Topic.INPUTS)  # an earlier refusal is stale now
         run = self.panel.run_on_drop.isChecked() if run is None else run
         jobs: list[str] = []
-        if found.sources:
-            if run and self.inventory is None:
-                self._waiting_for_models.extend(found.sources)
+        if found.sources and run:
+            if self.inventory is None:
+                self.jobs.defer(found.sources)
                 self.say("Looking for the installed models; the jobs start in a moment.")
-            elif run:
-                jobs = self.queue_jobs(list(found.sources))
             else:
-                self.say(
-                    f"Added {len(found.sources)} input(s); press Run (Ctrl+Return) to process them."
+                jobs = self.queue_jobs(list(found.sources))
+        elif found.sources:
+            count = len(self.jobs.sources)
+            self.say(
+                f"Added {len(found.sources)} image{'s' if len(found.sources) != 1 else ''}. "
+                f"Press {self.panel.run_button.text()} (Ctrl+Return) when ready."
+                if count
+                else ""
+            )
+        if found.sequence_offer and not found.refused:
+            offer = found.sequence_offer
+            self.show_notice(
+                Notice(
+                    f"These {len(offer)} numbered images are the same size. Each is processed on "
+                    "its own; if they are the frames of one animation, process them as one "
+                    "sequence instead.",
+                    NoticeLevel.INFO,
+                    Topic.INPUTS,
+                    "Process as one sequence",
+                    lambda: self.merge_as_sequence(offer),
                 )
-            if self.shown == (None, None) or not jobs:
-                self.inputs.select(found.sources[0].key)
-        return DropOutcome(found.sources, tuple(jobs), found.models, found.refused)
+            )
+        return DropOutcome(
+            found.sources, tuple(jobs), found.models, found.refused, found.sequence_offer
+        )
+
+    def merge_as_sequence(self, paths: Sequence[Path]) -> InputSource | None:
+        sequence = self.jobs.merge_as_sequence(paths)
+        if sequence is not None:
+            self._request_thumbnail(sequence)
+            self.say(f"{sequence.name}: one sequence of {sequence.frames} frames.")
+        return sequence
 
     def accept_image(self, image: QImage) -> DropOutcome | None:
-        """A pasted or dragged-in picture: saved as a PNG in the data folder, then an input."""
-        folder = self.data_dir / "pasted"
+        """A pasted or dragged-in picture: saved as a PNG in the pasted-images folder (Pictures/
+        Tessera unless Preferences say otherwise, so it and its results can be found), then an
+        input like any other."""
+        folder = self.settings.pasted_dir
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -404,7 +544,9 @@ class MainWindow(QMainWindow):
         if not image.save(str(path)):  # the .png suffix picks the format
             self.warn(f"Cannot save the pasted image as {path}.")
             return None
-        return self.accept_paths([path])
+        outcome = self.accept_paths([path])
+        self.inform(f"Pasted image saved as {path}.")
+        return outcome
 
     def paste(self) -> None:
         clipboard = QGuiApplication.clipboard()
@@ -419,9 +561,10 @@ class MainWindow(QMainWindow):
         self.accept_image(image)
 
     def open_files_and_raise(self, files: list[str]) -> None:
-        """Files handed over by a second launch (single instance), or given on the command line."""
+        """Files handed over by a second launch (single instance), or given on the command line:
+        added and shown, never run on their own — the person presses Run."""
         if files:
-            self.accept_paths([Path(f) for f in files])
+            self.accept_paths([Path(f) for f in files], run=False)
         self.show()
         self.raise_()
         self.activateWindow()
@@ -442,77 +585,135 @@ class MainWindow(QMainWindow):
         if folder:
             self.accept_paths([Path(folder)])
 
-    # -- jobs ---------------------------------------------------------------------------------
+    def _fill_recent_menu(self) -> None:
+        self.recent_menu.clear()
+        recent = [p for p in self.settings.recent_files() if Path(p).exists()]
+        for path in recent:
+            action = self.recent_menu.addAction(Path(path).name)
+            action.setToolTip(path)
+            action.triggered.connect(lambda _c=False, p=path: self.accept_paths([Path(p)]))
+        if not recent:
+            self.recent_menu.addAction("No recent files").setEnabled(False)
+        else:
+            self.recent_menu.addSeparator()
+            self.recent_menu.addAction("Clear the list", self._clear_recent)
+
+    def _clear_recent(self) -> None:
+        self.settings.clear_recent()
+        self.welcome.set_recent([])
+
+    # -- inputs -------------------------------------------------------------------------------
+    def _on_inputs_changed(self) -> None:
+        sources = list(self.jobs.sources.values())
+        self.inputs.set_sources(sources)
+        for key in self.jobs.sources:
+            self._on_input_changed(key)
+        has = bool(sources)
+        if has and not self.inputs.isVisible():
+            self.inputs.show()
+            total = sum(self.in_split.sizes())
+            narrow = self.inputs.minimumSizeHint().width()
+            self.in_split.setSizes([narrow, max(total - narrow, 1)])
+        elif not has:
+            self.inputs.hide()
+        self.center.setCurrentWidget(self.viewer if has else self.welcome)
+        if not has:
+            self.viewer.clear()
+            self.welcome.set_recent(self.settings.recent_files())
+        self._update_run()
+
+    def _on_input_changed(self, key: str) -> None:
+        failure = self.jobs.failure(key)
+        if self.jobs.running_for(key):
+            mark, tip = InputMark.RUNNING, "A job is running or waiting for this image."
+        elif failure:
+            mark, tip = InputMark.FAILED, f"Failed: {failure}"
+        elif any(v.viewable for v in self.jobs.versions(key)[1:]):
+            mark, tip = InputMark.DONE, "Done: its results are in the strip under the viewer."
+        else:
+            mark, tip = InputMark.NONE, ""
+        self.inputs.set_mark(key, mark, tip)
+
+    def remove_inputs(self, keys: list[str]) -> None:
+        self.jobs.remove(keys)
+
+    def clear_inputs(self) -> None:
+        self.jobs.clear()
+        self.viewer.clear()
+
+    def _request_thumbnail(self, source: InputSource) -> None:
+        def done(outcome: TaskOutcome) -> None:
+            if self._closed:
+                return
+            image = outcome.value.image if outcome.error is None else QImage()
+            self.inputs.set_thumbnail(source.key, image)
+
+        self.tasks.submit(lambda: make_thumbnail(source.paths[0], THUMB), done)
+
+    # -- running ------------------------------------------------------------------------------
+    def _update_run(self) -> None:
+        label = self.jobs.run_label(self.inputs.selected_keys())
+        self.panel.set_run_text(label)
+        self.run_action.setText(f"&{label}")
+        self._update_estimate()
+
+    def _update_estimate(self) -> None:
+        settings = self.panel.job_settings()
+        if settings is None:
+            self.panel.set_estimate("")
+            return
+        targets = self.jobs.targets(self.inputs.selected_keys())
+        idle = not self.engine.is_busy()
+        where = self.panel.device_words()
+        self.panel.set_estimate(self.jobs.estimate_text(targets, settings, where, idle))
+
     def queue_jobs(self, sources: list[InputSource]) -> list[str]:
-        choice = self.panel.current_model()
-        operation = self.panel.current_operation()
-        if choice is None:
+        settings = self.panel.job_settings()
+        if settings is None:
+            operation = self.panel.current_operation()
             self.warn(
                 f"No model for {operation.label.lower()} is installed, so nothing was queued. "
-                "Use Get… beside the model list, or drop an .onnx model file."
+                "Use Get… beside the model list, or drop an .onnx model file.",
+                Topic.MODELS,
             )
             return []
-        ids: list[str] = []
-        for source in sources:
-            request = OperationRequest(
-                operation=operation,
-                model=choice.model,
-                inputs=source.paths,
-                device=self.panel.current_device(),
-                runtime=self.panel.current_runtime(),
-                output_dir=self.panel.output_dir(),
-                tile=self.panel.current_tile() if operation is Operation.UPSCALE else None,
-                sequence=source.sequence,
-            )
-            job = Job(request, choice.label)
-            self.jobs[request.id] = job
-            self.job_sources[request.id] = source
-            self.job_list.add(job)
-            self.engine.submit(request)
-            ids.append(request.id)
+        ids = self.jobs.queue(sources, settings)
+        count = len(ids)
         self.say(
-            f"Queued {len(ids)} job{'s' if len(ids) != 1 else ''}: {operation.label} with {choice.label}."
+            f"Queued {count} job{'s' if count != 1 else ''}: "
+            f"{settings.operation.label} with {settings.model_label}."
         )
+        self.notice.clear_topic(Topic.JOBS)
         return ids
 
     def run_selected(self) -> list[str]:
-        sources = self.inputs.selected() or self.inputs.all_sources()
+        """Run: every image, or the selected ones when several are selected."""
+        sources = self.jobs.targets(self.inputs.selected_keys())
         if not sources:
             self.warn("Add images first: drop them on the window or use File ▸ Open.")
             return []
         return self.queue_jobs(sources)
 
-    def cancel_job(self, job_id: str) -> None:
-        job = self.jobs.get(job_id)
-        if job is not None and job.state.cancellable:
-            job.on_cancel_requested()
-            self.job_list.update_job(job_id)
-        self.engine.cancel(job_id)
+    def run_one(self, key: str) -> list[str]:
+        source = self.jobs.source(key)
+        return self.queue_jobs([source]) if source is not None else []
 
-    def cancel_running(self) -> None:
-        running = self.engine.running_id
-        if running is not None:
-            self.cancel_job(running)
+    def clear_finished(self) -> None:
+        self.job_list.remove(self.jobs.forget_ended())
 
-    def cancel_all(self) -> None:
-        for job in self.jobs.values():
-            if job.state.cancellable:
-                job.on_cancel_requested()
-                self.job_list.update_job(job.id)
-        self.engine.cancel_all()
+    def _on_job_added(self, job_id: str) -> None:
+        job = self.jobs.jobs[job_id]
+        self.job_list.add(job)
 
-    def _on_started(self, request: OperationRequest) -> None:
-        job = self.jobs.get(request.id)
-        if job is not None:
-            job.on_started()
-            self.job_list.update_job(job.id)
-
-    def _on_progress(self, event: Progress) -> None:
-        job = self.jobs.get(event.request_id)
+    def _on_job_changed(self, job_id: str) -> None:
+        job = self.jobs.jobs.get(job_id)
         if job is None:
             return
-        job.on_progress(event)
-        self._dirty.add(job.id)
+        if job.state.ended or job.state in (JobState.LOADING, JobState.CANCELLING):
+            self._dirty.discard(job_id)
+            self.job_list.update_job(job_id)
+            return
+        self._dirty.add(job_id)
         if not self.redraw_timer.isActive():
             self.redraw_timer.start()
 
@@ -521,186 +722,177 @@ class MainWindow(QMainWindow):
         for job_id in dirty:
             self.job_list.update_job(job_id)
 
-    def _on_finished(self, result: Result) -> None:
-        job = self.jobs.get(result.request_id)
+    def _on_job_ended(self, job_id: str) -> None:
+        job = self.jobs.jobs.get(job_id)
         if job is None:
             return
-        job.on_finished(result)
-        self._dirty.discard(job.id)
-        self.job_list.update_job(job.id)
-        source = self.job_sources.get(job.id)
-        if source is not None:
-            self.latest_job[source.key] = job.id
         took = fmt_duration(job.elapsed())
-        if result.products:
-            self.say(
-                f"{job.request.operation.label} done in {took}: {result.products[0].path.name}"
-            )
-        if job.message:
-            self.warn(job.message)
-        # Show it when the person is looking at this input, or at nothing in particular.
-        key, _ = self.shown
-        if job.viewable() and (key is None or (source is not None and key == source.key)):
-            self.show_job(job.id)
+        name = Path(job.request.inputs[0]).name
+        if job.state is JobState.FINISHED and job.result is not None and job.result.products:
+            text = f"{job.request.operation.label} of {name} done in {took}."
+            self.say(f"{text} {job.result.products[0].path.name}")
+        elif job.state is JobState.FAILED:
+            text = f"{job.request.operation.label} of {name} failed: {job.message}"
+            self.say(text.splitlines()[0])
+        else:
+            text = f"Cancelled: {job.title}"
+            self.say(text)
+        if job.state is not JobState.CANCELLED and should_notify(
+            job.elapsed(), self.isActiveWindow()
+        ):
+            self.notifier.notify("Tessera", text)
+        self._update_estimate()
 
-    def _on_failed(self, failure: OperationFailure) -> None:
-        job = self.jobs.get(failure.request_id)
-        if job is None:
-            return
-        job.on_failed(failure.message)
-        self._dirty.discard(job.id)
-        self.job_list.update_job(job.id)
-        self.say(f"{job.request.operation.label} failed: {failure.message.splitlines()[0]}")
-
-    def _on_cancelled(self, cancellation: OperationCancellation) -> None:
-        job = self.jobs.get(cancellation.request_id)
-        if job is None:
-            return
-        job.on_cancelled()
-        self._dirty.discard(job.id)
-        self.job_list.update_job(job.id)
-        self.say(f"Cancelled: {job.title}")
-
-    # -- viewer -------------------------------------------------------------------------------
-    def _on_input_selected(self, source: InputSource | None) -> None:
-        if source is None:
-            self.shown = (None, None)
-            self.viewer.clear()
-            return
-        job_id = self.latest_job.get(source.key)
-        if self.shown == (source.key, job_id):
-            return
-        self._load_view(source, self.jobs.get(job_id) if job_id else None)
+    # -- the viewer ---------------------------------------------------------------------------
+    def _on_version_chosen(self, version_id: str, on_left: bool) -> None:
+        problem = self.view.choose_version(version_id, on_left)
+        if problem:
+            self.warn(problem, Topic.JOBS)
 
     def show_job(self, job_id: str) -> None:
-        job = self.jobs.get(job_id)
-        if job is None:
+        problem = self.view.show_job(job_id)
+        if problem:
+            self.warn(problem, Topic.JOBS)
+
+    # -- results: save as, copy, open ---------------------------------------------------------
+    def _viewed(self, version_id: str = "") -> Version | None:
+        return self.view.viewed(version_id)
+
+    def save_as(self, version_id: str = "") -> None:
+        version = self._viewed(version_id)
+        if version is None or not version.viewable or version.is_original:
+            self.say("Nothing to save yet: run a job, then save its result.")
             return
-        source = self.job_sources.get(job_id) or InputSource(
-            job.request.inputs, job.request.sequence
+        source = self.jobs.source(version.input_key)
+        job = self.jobs.jobs.get(version.job_id or "")
+        path = version.path
+        assert path is not None
+        dialog = ExportDialog(
+            path,
+            (source.width, source.height) if source else (0, 0),
+            job.request.operation if job else self.panel.current_operation(),
+            None,
+            self.panel.output_options(),
+            self,
         )
-        if source.key in self.inputs.sources and self.inputs.current() != source:
-            self.shown = (source.key, job_id)  # so the selection change does not load twice
-            self.inputs.select(source.key)
-        self._load_view(source, job if job.state is JobState.FINISHED else None)
+        self.export_dialog = dialog
+        if not dialog.exec():
+            return
+        target = dialog.target()
+        if target.exists() and target != path:
+            answer = QMessageBox.question(
+                self,
+                "Replace the file?",
+                f"{target.name} exists in {target.parent}. Replace it?",
+                QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+                QMessageBox.StandardButton.No,
+            )
+            if answer != QMessageBox.StandardButton.Yes:
+                return
+        self.export(path, target, dialog.options(), source)
 
-    def _on_product_chosen(self, index: int) -> None:
-        key, job_id = self.shown
-        job = self.jobs.get(job_id) if job_id else None
-        source = self.inputs.sources.get(key) if key else None
-        if job is not None:
-            source = source or self.job_sources.get(job.id)
-            self._load_view(source, job, index)
-
-    def _load_view(
-        self, source: InputSource | None, job: Job | None, product_index: int = 0
+    def export(
+        self,
+        product: Path,
+        target: Path,
+        options: OutputOptions,
+        source: InputSource | None,
+        done: Callable[[Path | None], None] | None = None,
     ) -> None:
-        self._view_gen += 1
-        generation = self._view_gen
-        self.shown = (source.key if source else None, job.id if job else None)
-        products = job.viewable() if job is not None else []
-        product = products[min(product_index, len(products) - 1)] if products else None
-        self.viewer.set_products(
-            [PRODUCT_LABELS[p.kind] for p in products],
-            min(product_index, max(0, len(products) - 1)),
-        )
-        paths = source.paths if source is not None else None
-        after_path = product.path if product is not None else None
+        size = (source.width, source.height) if source is not None else (0, 0)
+        self.say(f"Saving {target.name}…")
 
-        def work() -> tuple[DisplayImage | None, DisplayImage | None]:
-            before = load_display_paths(paths) if paths else None
-            after = load_display(after_path) if after_path else None
-            return before, after
-
-        self.tasks.submit(work, lambda outcome: self._view_loaded(generation, outcome), urgent=True)
-
-    def _view_loaded(self, generation: int, outcome: TaskOutcome) -> None:
-        if generation != self._view_gen or self._closed:
-            return  # the person has moved on
-        if outcome.error is not None:
-            self.viewer.clear(f"Cannot show this image:\n{outcome.error}")
-            return
-        before, after = outcome.value
-        self.viewer.show_images(before, after)
-
-    def _request_thumbnail(self, source: InputSource) -> None:
-        def done(outcome: TaskOutcome) -> None:
+        def finished(outcome: TaskOutcome) -> None:
             if self._closed:
                 return
             if outcome.error is not None:
-                self.inputs.set_thumbnail(source.key, QImage(), None)
+                self.warn(f"{target.name} was not saved: {outcome.error}", Topic.FILES)
+                if done is not None:
+                    done(None)
                 return
-            thumb = outcome.value
-            caption = f"{source.label}\n{thumb.width}×{thumb.height}"
-            self.inputs.set_thumbnail(source.key, thumb.image, caption)
+            written: Path = outcome.value
+            self.show_notice(
+                Notice(
+                    f"Saved {written.name} ({options.describe()}) in {written.parent}.",
+                    NoticeLevel.INFO,
+                    Topic.FILES,
+                    "Show in folder",
+                    lambda: self._open(written.parent, written),
+                )
+            )
+            if done is not None:
+                done(written)
 
-        self.tasks.submit(lambda: make_thumbnail(source.paths[0], THUMB), done)
+        self.tasks.submit(lambda: export_result(product, target, options, size), finished)
+
+    def copy_result(self) -> None:
+        version = self._viewed()
+        image = self.viewer.current_image()
+        if version is None or image is None:
+            self.say("Nothing to copy yet.")
+            return
+        QGuiApplication.clipboard().setMimeData(file_mime(list(version.paths[:1]), image))
+        self.say(f"Copied {version.label} ({image.width()}×{image.height()}) to the clipboard.")
+
+    def open_version(self, version_id: str, *, reveal: bool) -> None:
+        version = self._viewed(version_id)
+        if version is not None and version.path is not None:
+            self._open(version.path.parent if reveal else version.path, version.path)
+
+    def open_job(self, job_id: str, *, reveal: bool) -> None:
+        job = self.jobs.jobs.get(job_id)
+        if job is None or job.result is None or not job.result.products:
+            return
+        viewable = job.viewable()
+        path = (viewable[0] if viewable else job.result.products[0]).path
+        self._open(path.parent if reveal else path, path)
+
+    def _open(self, target: Path, file: Path) -> bool:
+        """Open a file or folder with the desktop's program, or say why not and where it is."""
+        if self.open_url(QUrl.fromLocalFile(str(target))):
+            return True
+        self.show_notice(
+            Notice(
+                cannot_open(target, file),
+                NoticeLevel.WARNING,
+                Topic.FILES,
+                "Copy the path",
+                lambda: QGuiApplication.clipboard().setText(str(file)),
+            )
+        )
+        return False
 
     # -- models -------------------------------------------------------------------------------
-    def refresh_models(self) -> None:
-        folder = self.models_dir()
-        self.tasks.submit(lambda: discover(folder), self._on_inventory)
-
-    def _on_inventory(self, outcome: TaskOutcome) -> None:
+    def _on_inventory(self, inventory: ModelInventory) -> None:
         if self._closed:
             return
-        if outcome.error is not None:
-            self.warn(f"Cannot list the models in {self.models_dir()}: {outcome.error}")
-            return
-        inventory: ModelInventory = outcome.value
-        self.inventory = inventory
         self.panel.set_inventory(inventory)
-        self.inputs.set_inventory(inventory)
-        if self._waiting_for_models:
-            waiting, self._waiting_for_models = self._waiting_for_models, []
+        self.welcome.set_inventory(inventory)
+        waiting = self.jobs.take_deferred()
+        if waiting:
             self.queue_jobs(waiting)
-
-    def install_model_file(self, path: Path) -> None:
-        folder = self.models_dir()
-        self.say(f"Checking {path.name}…")
-        self.tasks.submit(
-            lambda: install_model(path, folder), lambda o: self._on_installed(path, o)
-        )
-
-    def _on_installed(self, path: Path, outcome: TaskOutcome) -> None:
-        if self._closed:
-            return
-        if outcome.error is not None:
-            self.warn(f"{path.name} was not added: {outcome.error}")
-            return
-        ref: ModelSpec = outcome.value
-        self.inform(f"Added {ref.path.name} ({ref.contract.describe()}) to your models.")
-        self.refresh_models()
+        self._update_run()
 
     def add_model_dialog(self) -> None:
         files, _ = QFileDialog.getOpenFileNames(self, "Add a model", "", "ONNX models (*.onnx)")
         for f in files:
-            self.install_model_file(Path(f))
+            self.models.install(Path(f))
+
+    def install_model_file(self, path: Path) -> None:
+        self.models.install(path)
+
+    def refresh_models(self) -> None:
+        self.models.refresh()
 
     def fetch_models(self, entry: CatalogEntry | None) -> None:
-        if self.fetcher.is_running():
-            self.say("A model download is already running.")
-            return
-        if entry is None:
-            args, what = ["fetch-starter"], "the starter models"
-        else:
-            args, what = ["download", entry.id], entry.name
-        self.fetcher.start(args, what, self.models_dir())
-        self.inputs.set_fetch_status(f"Getting {what}…", True)
-        self.say(f"Getting {what}; the window stays usable meanwhile.")
+        if self.models.fetch(entry):
+            what = "the starter models" if entry is None else entry.name
+            self.say(f"Getting {what}; the window stays usable meanwhile.")
 
-    def _on_fetch_progress(self, line: str) -> None:
-        self.inputs.set_fetch_status(line, True)
-        self.statusBar().showMessage(line, STATUS_MS)
-
-    def _on_fetch_finished(self, outcome: FetchOutcome) -> None:
-        if outcome.ok:
-            self.inputs.set_fetch_status("", False)
-            self.inform(f"Got {outcome.description}.")
-        else:
-            self.inputs.set_fetch_status(f"Failed: {outcome.message}", False)
-            self.warn(f"Getting {outcome.description} failed: {outcome.message}")
-        self.refresh_models()
+    def _on_fetch_status(self, line: str, running: bool) -> None:
+        self.welcome.set_fetch_status(line, running)
+        if line:
+            self.say(line)
 
     # -- memory -------------------------------------------------------------------------------
     def _first_snapshot(self, outcome: TaskOutcome) -> None:
@@ -728,22 +920,38 @@ class MainWindow(QMainWindow):
         self.models_button.setText(f"{n} model{'s' if n != 1 else ''} loaded")
 
     def show_memory_panel(self) -> None:
-        if not self.memory_dock.isVisible():
-            self.memory_dock.show()
-            self.resizeDocks([self.memory_dock], [210], Qt.Orientation.Vertical)
-        self.memory_dock.raise_()
+        self.memory_action.setChecked(True)
         self.engine.refresh_sessions()
 
-    # -- misc ---------------------------------------------------------------------------------
+    def _memory_toggled(self, shown: bool) -> None:
+        self.memory_dock.setVisible(shown)
+        self.job_list.set_compact(shown)
+        if shown:
+            self.engine.refresh_sessions()
+
+    # -- preferences, help --------------------------------------------------------------------
     def preferences(self) -> None:
         dialog = PreferencesDialog(self.settings, str(self.models_dir()), self)
+        self.preferences_dialog = dialog
         if dialog.exec():
-            self.say("Saved. The new folders and limits apply the next time Tessera starts.")
+            self.apply_preferences()
+
+    def apply_preferences(self) -> None:
+        """Preferences in force now: the models folder, the limits, the pasted-images folder."""
+        self.engine.apply_settings(self.settings.engine_settings())
+        self.models.refresh()
+        self.inform(
+            f"Preferences applied. Models are read from {self.models_dir()}.", Topic.SETTINGS
+        )
+
+    def _on_settings_applied(self, note: str) -> None:
+        if note:
+            self.inform(note, Topic.SETTINGS)
 
     def open_log_folder(self) -> None:
         folder = self.data_dir / "logs"
         folder.mkdir(parents=True, exist_ok=True)
-        QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder)))
+        self._open(folder, folder)
 
     def about(self) -> None:
         QMessageBox.about(
@@ -755,15 +963,16 @@ class MainWindow(QMainWindow):
         )
 
     def sizeHint(self) -> QSize:
-        return QSize(1280, 820)
+        return QSize(1280, 800)
 
     # -- closing ------------------------------------------------------------------------------
     def closeEvent(self, event: QCloseEvent) -> None:
         if self._closed:
             event.accept()
             return
-        if self.engine.is_busy() and self.confirm_close:
-            count = len(self.engine.open_requests())
+        active = self.jobs.active()
+        if active and self.confirm_close:
+            count = len(active)
             answer = QMessageBox.question(
                 self,
                 "Jobs are running",
@@ -788,6 +997,9 @@ class MainWindow(QMainWindow):
         self.memory_timer.stop()
         self.redraw_timer.stop()
         self.job_list.clock.stop()
-        self.fetcher.kill()
+        self.notifier.close()
+        self.models.stop()
+        self.jobs.calibrator.stop()
+        self.view.closed = True
         self.engine.stop()  # cancels, waits for the engine between runs
         self.tasks.stop()

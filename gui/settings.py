@@ -1,17 +1,27 @@
-"""What the app remembers between runs (QSettings): device, runtime, folders, tile size, limits."""
+"""What the app remembers between runs (QSettings): device, runtime, folders, tile size, limits,
+the output step, recent files and the measured speed of each model."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QSettings
+from PySide6.QtCore import QByteArray, QSettings, QStandardPaths
 
+from engine.options import OutputFormat, OutputOptions
 from engine.settings import EngineSettings
 
 ORGANIZATION = "Tessera"
 APPLICATION = "Tessera"
 MB = 1024 * 1024
+RECENT_MAX = 10
+MODELS_ENV = "TESSERA_MODELS_DIR"
+
+
+def pictures_dir() -> Path:
+    """Where a person looks for pictures (~/Pictures), for pasted images and their results."""
+    found = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.PicturesLocation)
+    return Path(found) if found else Path.home() / "Pictures"
 
 
 class AppSettings:
@@ -113,11 +123,69 @@ class AppSettings:
 
     @property
     def run_on_drop(self) -> bool:
-        return self._bool("panel/run_on_drop", True)
+        # Off until the person turns it on: a drop must not write files they did not ask for.
+        return self._bool("panel/run_on_drop", False)
 
     @run_on_drop.setter
     def run_on_drop(self, value: bool) -> None:
         self.store.setValue("panel/run_on_drop", bool(value))
+
+    @property
+    def pasted_dir(self) -> Path:
+        """Pasted images (and, unless an output folder is set, their results) go here."""
+        text = self._str("folders/pasted", "")
+        return Path(text).expanduser() if text else pictures_dir() / "Tessera"
+
+    @pasted_dir.setter
+    def pasted_dir(self, value: Path | str) -> None:
+        self.store.setValue("folders/pasted", str(value))
+
+    # -- the output step ------------------------------------------------------------------------
+    @property
+    def output_options(self) -> OutputOptions:
+        try:
+            fmt = OutputFormat(self._str("output/format", "png"))
+        except ValueError:
+            fmt = OutputFormat.PNG
+        quality = min(100, max(1, self._int("output/quality", 90)))
+        factor_text = self._str("output/factor", "")
+        width = self._int("output/width", 0)
+        try:
+            factor = float(factor_text) if factor_text else None
+        except ValueError:
+            factor = None
+        options = OutputOptions(fmt, quality, factor, width or None if factor is None else None)
+        try:
+            options.check()
+        except Exception:  # a hand-edited settings file: fall back to the default
+            return OutputOptions()
+        return options
+
+    @output_options.setter
+    def output_options(self, value: OutputOptions) -> None:
+        self.store.setValue("output/format", value.format.value)
+        self.store.setValue("output/quality", value.quality)
+        self.store.setValue("output/factor", "" if value.factor is None else f"{value.factor:g}")
+        self.store.setValue("output/width", value.width or 0)
+
+    # -- recent files and speeds ----------------------------------------------------------------
+    def recent_files(self) -> list[str]:
+        value = self.store.value("recent/files", [])
+        items: list[object] = [value] if isinstance(value, str) else list(value or [])  # type: ignore[call-overload]
+        return [str(v) for v in items if str(v)]
+
+    def add_recent(self, paths: list[str]) -> None:
+        recent = [p for p in self.recent_files() if p not in paths]
+        self.store.setValue("recent/files", (list(reversed(paths)) + recent)[:RECENT_MAX])
+
+    def clear_recent(self) -> None:
+        self.store.setValue("recent/files", [])
+
+    def speed_for(self, key: str) -> str:
+        return self._str("speed/" + key.replace("/", "|").replace("\\", "|"), "")
+
+    def set_speed_for(self, key: str, value: str) -> None:
+        self.store.setValue("speed/" + key.replace("/", "|").replace("\\", "|"), value)
 
     # -- window ---------------------------------------------------------------------------------
     def geometry(self) -> QByteArray | None:
@@ -136,10 +204,14 @@ class AppSettings:
         self.store.sync()
 
     # -- for the engine -------------------------------------------------------------------------
+    @staticmethod
+    def models_env() -> str:
+        """TESSERA_MODELS_DIR when set: it wins over the remembered folder (Preferences say so)."""
+        return os.environ.get(MODELS_ENV, "")
+
     def engine_settings(self) -> EngineSettings:
-        # TESSERA_MODELS_DIR (tests, scripts) wins over the remembered folder.
         models = None
-        if not os.environ.get("TESSERA_MODELS_DIR") and self.models_dir:
+        if not self.models_env() and self.models_dir:
             models = Path(self.models_dir).expanduser()
         return EngineSettings(
             models_dir=models,

@@ -70,8 +70,9 @@ INSTALL_DIR = "opt/tessera"
 # depends on the packages that carry them on Debian and Ubuntu
 DEB_DEPENDS = (
     "libstdc++6, libgl1, libegl1, libfontconfig1, libfreetype6, libxkbcommon0, "
-    "libxkbcommon-x11-0, libdbus-1-3, libx11-xcb1, libxcb-cursor0, libxcb-icccm4, "
-    "libxcb-keysyms1, libxcb-shape0, libxcb-xkb1, libxcb-render-util0, libxcb-image0, "
+    "libxkbcommon-x11-0, libdbus-1-3, libx11-xcb1, libxcb1, libxcb-cursor0, libxcb-icccm4, "
+    "libxcb-keysyms1, libxcb-shape0, libxcb-xkb1, libxcb-render0, libxcb-render-util0, "
+    "libxcb-image0, libxcb-randr0, libxcb-shm0, libxcb-sync1, libxcb-xfixes0, libxcb-util1, "
     "libwayland-client0, libwayland-cursor0, libwayland-egl1"
 )
 SELF_TEST_TIMEOUT_S = 300

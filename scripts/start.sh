@@ -5,5 +5,8 @@ cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e .
+# Qt's window system plugin needs system libraries pip cannot install: name the missing ones and
+# the command that installs them, rather than Qt's "could not load the Qt platform plugin".
+scripts/check_qt_libs.sh .venv/bin/python || exit 1
 .venv/bin/python -m engine models fetch-starter
 exec .venv/bin/python -m gui "$@"

@@ -190,7 +190,7 @@ class Family:
 
 
 FAMILIES = {
-    "upscale": Family("upscale", lambda d: make_upscaler(d / "up2.onnx", scale=2), "one-x2.png"),
+    "upscale": Family("upscale", lambda d: make_upscaler(d / "up2.onnx", scale=2), "one-up2.png"),
     "remove-background": Family(
         "remove-background", lambda d: make_u2net(d / "u2netp.onnx"), "one-mask.png"
     ),
@@ -539,7 +539,7 @@ def test_an_output_name_too_long_is_refused_before_inference(tmp_path: Path) -> 
     (failure,) = data["failures"]
     assert failure["kind"] == "bad_input" and "too long" in failure["message"]
     assert data["runs"] == 1, "the long name must be refused before its model run"
-    assert sorted(q.name for q in out.iterdir()) == ["fine-x2.png"]
+    assert sorted(q.name for q in out.iterdir()) == ["fine-up2.png"]
 
 
 # The child runs the CLI on a "file system" that refuses ':' in names, as FAT, exFAT and SMB

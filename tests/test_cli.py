@@ -224,7 +224,7 @@ def test_bad_inputs_exit_4_and_the_rest_of_the_batch_is_produced(up4: Path, tmp_
     for name, message in failed.items():
         assert name in message
     produced = sorted(p.name for p in out.iterdir())
-    assert produced == ["good one-x4.png", "gööd-2-x4.png"]
+    assert produced == ["good one-up4.png", "gööd-2-up4.png"]
     assert "Traceback" not in p.stderr
 
 
@@ -243,11 +243,11 @@ def test_outputs_never_overwrite(up4: Path, tmp_path: Path) -> None:
     img = photo(tmp_path / "a.png", 12, 10)
     out = tmp_path / "out"
     out.mkdir()
-    (out / "a-x4.png").write_bytes(b"precious")
+    (out / "a-up4.png").write_bytes(b"precious")
     p = engine_cli("run", "upscale", img, "--model", up4, "--out", out)
     assert p.returncode == 0, p.stderr
-    assert (out / "a-x4.png").read_bytes() == b"precious"
-    assert Path(p.stdout.strip()).name == "a-x4-1.png"
+    assert (out / "a-up4.png").read_bytes() == b"precious"
+    assert Path(p.stdout.strip()).name == "a-up4-1.png"
 
 
 def test_usage_errors_exit_2(up4: Path, tmp_path: Path) -> None:

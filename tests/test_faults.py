@@ -387,8 +387,8 @@ def test_stop_mid_job_returns_and_leaves_no_partial_file(
     ended = ends.one(job.id)
     assert isinstance(ended, OperationCancellation) and ended.started
     assert leftovers(out) == []
-    assert [f.name for f in out.iterdir()] == ["first-x1.png"]  # the finished input only
-    assert load_image(out / "first-x1.png", 1 << 24).frames[0].shape[:2] == (30, 40)
+    assert [f.name for f in out.iterdir()] == ["first-slow.png"]  # the finished input only
+    assert load_image(out / "first-slow.png", 1 << 24).frames[0].shape[:2] == (30, 40)
 
 
 def test_stop_while_a_product_is_being_written_leaves_it_whole_or_absent(
@@ -471,15 +471,15 @@ def test_crash_between_writing_and_renaming_leaves_nothing_that_looks_finished(
     assert Path(marker.read_text()) == temp
     assert temp.name.startswith(".") and ".partial-" in temp.name  # hidden, marked unfinished
     assert not temp.name.endswith(".png")  # no image viewer or *.png glob takes it
-    assert temp.name != "a-x2.png"
+    assert temp.name != "a-up2.png"
 
     # The next run takes the product's own name, and a folder input skips the temp file.
     from engine.cli import main
 
     assert main(["run", "upscale", str(img), "--model", str(model), "--out", str(out)]) == 0
-    assert (out / "a-x2.png").is_file()
+    assert (out / "a-up2.png").is_file()
     frames_out = tmp_path / "again"
     assert main(["run", "upscale", str(out), "--model", str(model), "--out", str(frames_out)]) == 0
     [product] = list(frames_out.iterdir())
     assert load_image(product, 1 << 24).frames[0].shape[:2] == (120, 160)
-    assert np.array_equal(sorted(f.name for f in out.iterdir()), sorted(["a-x2.png", temp.name]))
+    assert np.array_equal(sorted(f.name for f in out.iterdir()), sorted(["a-up2.png", temp.name]))

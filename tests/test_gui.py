@@ -65,12 +65,18 @@ def models(models_dir: Path) -> Path:
 def make_window(qtbot: QtBot, models: Path, tmp_path: Path) -> Iterator[WindowFactory]:
     windows: list[MainWindow] = []
 
-    def make(**kwargs: object) -> MainWindow:
+    def make(*, run_on_drop: bool = True, **kwargs: object) -> MainWindow:
         store = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+        settings = AppSettings(store)
+        if not store.contains("panel/run_on_drop"):
+            # These tests are about running jobs: they drop with run-on-drop on (off by default).
+            settings.run_on_drop = run_on_drop
+        settings.pasted_dir = tmp_path / "Pictures"
         win = MainWindow(
-            AppSettings(store),
+            settings,
             engine_settings=EngineSettings(models_dir=models),
             data_dir=tmp_path / "data",
+            calibrate=False,  # the speed measurement has tests of its own
             **kwargs,  # type: ignore[arg-type]
         )
         win.confirm_close = False
@@ -124,30 +130,35 @@ def drop(win: MainWindow, paths: list[Path]) -> QDropEvent:
 
 
 def wait_all_ended(qtbot: QtBot, win: MainWindow) -> None:
-    qtbot.waitUntil(lambda: all(j.state.ended for j in win.jobs.values()), timeout=JOB_TIMEOUT_MS)
+    qtbot.waitUntil(
+        lambda: all(j.state.ended for j in win.jobs.jobs.values()), timeout=JOB_TIMEOUT_MS
+    )
 
 
 # ------------------------------------------------------------------------------------ dropping
 
 
-def test_files_given_at_start_wait_for_the_model_list(
+def test_files_dropped_before_the_model_list_is_in_wait_for_it(
     qtbot: QtBot, models: Path, tmp_path: Path
 ) -> None:
     store = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    settings = AppSettings(store)
+    settings.run_on_drop = True
     win = MainWindow(
-        AppSettings(store),
+        settings,
         engine_settings=EngineSettings(models_dir=models),
         data_dir=tmp_path / "d",
+        calibrate=False,
     )
     win.confirm_close = False
     try:
         a = photo(tmp_path / "a.png", 20, 16)
-        outcome = win.accept_paths([a])  # as `tessera a.png` does, before the models are listed
-        assert win.inventory is None and not outcome.jobs and not win.jobs
-        qtbot.waitUntil(lambda: len(win.jobs) == 1, timeout=10_000)
-        assert next(iter(win.jobs.values())).request.inputs == (a,)
+        outcome = win.accept_paths([a])  # dropped at once, before the models are listed
+        assert win.inventory is None and not outcome.jobs and not win.jobs.jobs
+        qtbot.waitUntil(lambda: len(win.jobs.jobs) == 1, timeout=10_000)
+        assert next(iter(win.jobs.jobs.values())).request.inputs == (a,)
         wait_all_ended(qtbot, win)
-        assert all(job.state is JobState.FINISHED for job in win.jobs.values())
+        assert all(job.state is JobState.FINISHED for job in win.jobs.jobs.values())
     finally:
         win.close()
 
@@ -166,35 +177,44 @@ def test_dropping_files_queues_the_right_jobs(
 
     drop(window, [a, b, frames, anim])
 
-    requests = [job.request for job in window.jobs.values()]
+    requests = [job.request for job in window.jobs.jobs.values()]
     assert [r.inputs for r in requests] == [(a,), (b,), (frames,), (anim,)]
     assert [r.sequence for r in requests] == [False, False, True, False]
     assert all(r.operation is Operation.UPSCALE for r in requests)
     assert all(r.model == str(models / "up2.onnx") for r in requests)
     assert len(window.inputs.sources) == 4
     wait_all_ended(qtbot, window)
-    states = {job.request.inputs[0].name: (job.state, job.message) for job in window.jobs.values()}
+    states = {
+        job.request.inputs[0].name: (job.state, job.message) for job in window.jobs.jobs.values()
+    }
     assert all(state is JobState.FINISHED for state, _ in states.values()), states
-    result = window.jobs[requests[3].id].result
+    result = window.jobs.jobs[requests[3].id].result
     assert result is not None and result.products[0].frames == 3  # the GIF stays animated
 
 
-def test_a_numbered_set_of_dropped_frames_is_one_sequence_job(
-    window: MainWindow, models: Path, tmp_path: Path
+def test_a_numbered_set_of_frames_is_one_sequence_job_when_the_person_says_so(
+    qtbot: QtBot, make_window: WindowFactory, models: Path, tmp_path: Path
 ) -> None:
+    window = make_window(run_on_drop=False)
     use_model(window, models, "up2.onnx")
     shots = [photo(tmp_path / f"shot_{i}.png", 20, 16, seed=i) for i in (10, 9, 11)]
     drop(window, shots)
-    (job,) = window.jobs.values()
+    assert len(window.jobs.sources) == 3  # three images, until the person chooses otherwise
+    assert window.notice.action_button.text() == "Process as one sequence"
+    qtbot.mouseClick(window.notice.action_button, Qt.MouseButton.LeftButton)
+    (source,) = window.jobs.sources.values()
+    assert source.sequence and source.paths == (shots[1], shots[0], shots[2])  # frame order
+    window.run_selected()
+    (job,) = window.jobs.jobs.values()
     assert job.request.sequence
-    assert job.request.inputs == (shots[1], shots[0], shots[2])  # in frame order
+    assert job.request.inputs == (shots[1], shots[0], shots[2])
 
 
 def test_a_dropped_text_file_is_refused_with_a_message(window: MainWindow, tmp_path: Path) -> None:
     notes = tmp_path / "notes.txt"
     notes.write_text("shopping list\n- milk\n")
     drop(window, [notes])
-    assert window.jobs == {}
+    assert window.jobs.jobs == {}
     assert window.inputs.sources == {}
     assert "notes.txt" in window.notice.text()
     assert "not an image" in window.notice.text()
@@ -212,7 +232,7 @@ def test_a_dropped_onnx_model_is_installed_or_refused(
     qtbot.waitUntil(
         lambda: window.panel.select_model(str(window.models_dir() / "my-upscaler.onnx"))
     )
-    assert window.jobs == {}  # a model is not a job
+    assert window.jobs.jobs == {}  # a model is not a job
 
     strings = make_two_strings(incoming / "strings.onnx")
     drop(window, [strings])
@@ -221,7 +241,7 @@ def test_a_dropped_onnx_model_is_installed_or_refused(
     assert not (window.models_dir() / "strings.onnx").exists()
 
 
-def test_a_pasted_image_is_saved_in_the_data_folder(
+def test_a_pasted_image_is_saved_in_the_pictures_folder(
     qtbot: QtBot, window: MainWindow, tmp_path: Path
 ) -> None:
     window.panel.run_on_drop.setChecked(False)
@@ -229,10 +249,10 @@ def test_a_pasted_image_is_saved_in_the_data_folder(
     image.fill(QColor(200, 40, 40))
     QGuiApplication.clipboard().setImage(image)
     window.paste()
-    pasted = list((tmp_path / "data" / "pasted").glob("pasted-*.png"))
+    pasted = list((tmp_path / "Pictures").glob("pasted-*.png"))
     assert len(pasted) == 1
     assert list(window.inputs.sources) == [str(pasted[0])]
-    assert window.jobs == {}
+    assert window.jobs.jobs == {}
 
 
 # ------------------------------------------------------------------------------- running jobs
@@ -274,7 +294,7 @@ def test_an_upscale_runs_on_the_engine_thread_with_tile_progress_in_order(
     assert after is not None and (after.width, after.height) == (400, 300)
     assert window.viewer.view.has_before() and window.viewer.view.has_after()
     row = window.job_list.row(result.request_id)
-    assert row is not None and row.state_label.text() == "Done" and row.open_button.isVisible()
+    assert row is not None and row.state_label.text() == "Done" and row.open_button.isVisibleTo(row)
 
 
 def test_cancel_during_a_tiled_job_keeps_the_session_for_the_next_job(
@@ -301,7 +321,7 @@ def test_cancel_during_a_tiled_job_keeps_the_session_for_the_next_job(
     qtbot.wait(300)
     assert len(engine_runs) <= at_cancel + 1
     assert row.state_label.text() == "Cancelled"
-    assert not row.cancel_button.isVisible()
+    assert not row.cancel_button.isVisibleTo(row)
 
     window.show_memory_panel()
     qtbot.waitUntil(lambda: [s.model_name for s in window.memory_panel.sessions] == ["slow.onnx"])
@@ -331,13 +351,13 @@ def test_a_queued_job_is_cancelled_at_once_and_esc_cancels_the_running_one(
     assert queued_row is not None and queued_row.state_label.text() == "Queued"
     qtbot.mouseClick(queued_row.cancel_button, Qt.MouseButton.LeftButton)
     assert queued_row.state_label.text() == "Cancelled"  # at once, not after the running job
-    assert window.jobs[first].state is JobState.RUNNING
+    assert window.jobs.jobs[first].state is JobState.RUNNING
 
     assert window.cancel_action.shortcut() == QKeySequence(QKeySequence.StandardKey.Cancel)
     with qtbot.waitSignal(window.engine.operationCancelled, timeout=JOB_TIMEOUT_MS) as blocker:
         window.cancel_action.trigger()
     assert blocker.args[0].request_id == first
-    assert window.jobs[first].state is JobState.CANCELLED
+    assert window.jobs.jobs[first].state is JobState.CANCELLED
 
 
 def test_two_jobs_with_the_same_model_create_one_session(

@@ -2,7 +2,8 @@
 
 `scripts/test.sh` runs `lint-imports` on the checkout; here a copy of the packages is broken on
 purpose (an upward import, Qt in the engine, an import circle, the GUI reaching past the
-engine's public modules) and every one of those is reported, by the contract that owns it.
+engine's public modules, a widget in a controller, Qt in the GUI's plain records) and every one
+of those is reported, by the contract that owns it.
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ def test_the_contracts_hold_and_catch_each_broken_rule(tmp_path: Path) -> None:
     _add_import(root / "engine" / "errors.py", "import PySide6  # Qt in the engine")
     _add_import(root / "engine" / "runtime" / "providers.py", "import engine.runtime.sessions")
     _add_import(root / "gui" / "inputs.py", "import engine.operations.upscale  # not public")
+    _add_import(root / "gui" / "controllers" / "jobs.py", "import gui.widgets.viewer  # a widget")
+    _add_import(root / "gui" / "jobs.py", "import PySide6.QtCore  # Qt in a record")
     broken = _lint(root)
     assert broken.returncode == 1, broken.stdout + broken.stderr
     status = _status(broken.stdout)
@@ -70,6 +73,8 @@ def test_the_contracts_hold_and_catch_each_broken_rule(tmp_path: Path) -> None:
         "the GUI uses the engine through its public, Qt-free modules only",
         # sessions -> api -> the families makes the run context depend on them, indirectly
         "operations layers: families over products, the run context and pixel helpers",
+        "the GUI's controllers build no widgets (tests check they load no QtWidgets)",
+        "the GUI's records of inputs, jobs and notices are Qt-free",
     }
     assert "engine.runtime.sessions -> engine.api" in broken.stdout
     assert "gui.inputs -> engine.operations.upscale" in broken.stdout

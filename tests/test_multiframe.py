@@ -53,7 +53,7 @@ def test_a_folder_is_one_sequence_with_numbered_products(tmp_path: Path) -> None
     )
     assert result.ok and result.runs == 3
     names = [p.path.name for p in result.products]
-    assert names == ["frame1-x2-0001.png", "frame1-x2-0002.png", "frame1-x2-0003.png"]
+    assert names == ["frame1-up-0001.png", "frame1-up-0002.png", "frame1-up-0003.png"]
     # natural order: frame10 comes last
     third = np.asarray(Image.open(result.products[2].path))
     assert third.shape == (24, 32, 3)

@@ -109,7 +109,7 @@ def test_a_stop_while_the_engine_is_stuck_in_a_c_call_ends_within_a_second(
         cwd=ROOT,
     )
     deadline = time.monotonic() + 60
-    while not list(out.glob(".second-x2.png.partial-*")):  # the stuck write has begun
+    while not list(out.glob(".second-up2.png.partial-*")):  # the stuck write has begun
         assert process.poll() is None, process.communicate()
         assert time.monotonic() < deadline, "the second product was never started"
         time.sleep(0.02)
@@ -119,12 +119,12 @@ def test_a_stop_while_the_engine_is_stuck_in_a_c_call_ends_within_a_second(
     took = time.monotonic() - sent
     assert process.returncode == (143 if signum == signal.SIGTERM else 130), stderr
     assert took < 3.0, f"{took:.1f} s from the signal to the exit"  # grace 0.8 s, loaded VM
-    assert sorted(p.name for p in out.iterdir()) == ["first-x2.png"]  # the temp file is gone
+    assert sorted(p.name for p in out.iterdir()) == ["first-up2.png"]  # the temp file is gone
     lines = [ln for ln in stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith(f"Stopped by {signum.name}"), stderr
     assert "1 product written" in lines[0] and "1 unfinished file(s) removed" in lines[0]
     data = json.loads(stdout)
-    assert [Path(p["path"]).name for p in data["products"]] == ["first-x2.png"]
+    assert [Path(p["path"]).name for p in data["products"]] == ["first-up2.png"]
     assert data["exit_code"] == process.returncode and data["signal"] == signum.name
 
 
@@ -166,8 +166,8 @@ def test_a_cancelled_json_batch_lists_the_products_already_written(tmp_path: Pat
     stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 130, stderr
     data = json.loads(stdout)
-    assert [Path(p["path"]).name for p in data["products"]] == ["in0-x1.png"]
-    assert sorted(p.name for p in out.iterdir()) == ["in0-x1.png"]
+    assert [Path(p["path"]).name for p in data["products"]] == ["in0-slow.png"]
+    assert sorted(p.name for p in out.iterdir()) == ["in0-slow.png"]
     assert data["error"]["kind"] == "cancelled" and data["signal"] == "SIGINT"
     assert [ln for ln in stderr.splitlines() if ln.startswith("Stopped by")] == [
         "Stopped by SIGINT: 1 product written."

@@ -88,6 +88,7 @@ def _encode_pillow(
     frames: list[np.ndarray],
     meta: ImageMeta | None,
     text: Mapping[str, str] | None = None,
+    quality: int | None = None,
 ) -> None:
     channels = frames[0].shape[2]
     options: dict[str, object] = {}
@@ -95,12 +96,14 @@ def _encode_pillow(
         frames = [to_8bit(f) for f in frames]
     if fmt == "JPEG":
         frames = [_flatten_alpha(f) for f in frames]
-        options.update(quality=95, subsampling=0)
+        options.update(quality=quality or 95, subsampling=0 if (quality or 95) >= 90 else 2)
     elif fmt in ("WEBP", "AVIF") and channels in (1, 2):
         frames = [reshape_channels(f, colour=True, alpha=channels == 2) for f in frames]
     elif fmt in ("BMP", "GIF") and channels == 2:
         frames = [reshape_channels(f, colour=True, alpha=True) for f in frames]
-    if fmt == "WEBP":
+    if fmt == "WEBP" and quality is not None and quality < 100:
+        options.update(quality=quality, method=4)
+    elif fmt == "WEBP":
         options.update(lossless=True, quality=100, exact=True)  # exact: keep colour under alpha 0
     elif fmt == "AVIF":
         options.update(quality=90)
@@ -162,6 +165,7 @@ def write_image(
     format: str | None = None,
     text: Mapping[str, str] | None = None,
     check: Callable[[], None] | None = None,
+    quality: int | None = None,
 ) -> Path:
     """Encode `frames` atomically to `path` or a numbered variant; returns the final path.
 
@@ -187,7 +191,7 @@ def write_image(
             if fmt == "PNG":
                 _encode_png(pending.file, prepared, meta, text, check)
             else:
-                _encode_pillow(pending.file, fmt, prepared, meta, text)
+                _encode_pillow(pending.file, fmt, prepared, meta, text, quality)
         except MemoryError as e:
             raise ResourceError(f"{path.name}: not enough memory to encode the image.") from e
         if check is not None:
@@ -215,6 +219,7 @@ class ImageStream:
         text: Mapping[str, str] | None = None,
         format: str | None = None,
         check: Callable[[], None] | None = None,
+        quality: int | None = None,
     ) -> None:
         self.path = Path(path)
         fmt = (format or WRITE_FORMATS.get(self.path.suffix.lower(), "")).upper()
@@ -223,7 +228,7 @@ class ImageStream:
             raise ValueError(f"cannot tell which image format to write for {self.path.name!r}")
         if frames > 1 and fmt not in MULTI_FRAME_WRITE:
             raise ValueError(f"{fmt} holds one frame; got {frames}")
-        self._fmt, self._meta, self._text = fmt, meta, text
+        self._fmt, self._meta, self._text, self._quality = fmt, meta, text, quality
         self._count, self._added = frames, 0
         self._durations = _durations(meta, frames)
         self._held: list[np.ndarray] = []
@@ -267,7 +272,9 @@ class ImageStream:
             if self._png is not None:
                 self._png.close()
             else:
-                _encode_pillow(self._pending.file, self._fmt, self._held, self._meta, self._text)
+                _encode_pillow(
+                    self._pending.file, self._fmt, self._held, self._meta, self._text, self._quality
+                )
                 self._held.clear()
             if self._check is not None:
                 self._check()

@@ -93,6 +93,15 @@ class CatalogEntry:
     multiple_of: int | None = None  # upscale: H and W must be multiples of this
     unverified: tuple[str, ...] = ()  # options still to be checked on the real weights
     notes: str = ""
+    label: str = ""  # the picker's short name ("Photo", "Anime", "Fast preview")
+    purpose: str = ""  # what the model is for, in a line a person reads
+    rank: int = 100  # lower is offered first; the default pick of its family
+
+    @property
+    def short_label(self) -> str:
+        """`Photo ×4` for an upscaler, the label alone otherwise (the name when it has none)."""
+        text = self.label or self.name
+        return f"{text} ×{self.scale}" if self.scale else text
 
     @property
     def how_to_get(self) -> str:
@@ -197,9 +206,18 @@ def _parse_entry(item: dict[str, Any]) -> CatalogEntry:
         approx_size=item.get("approx_size"),
         unverified=tuple(item.get("unverified", ())),
         notes=str(item.get("notes", "")),
+        label=str(item.get("label", "")),
+        purpose=str(item.get("purpose", "")),
+        rank=_rank(item.get("rank", 100)),
         defaults=defaults,
         **facts,
     )
+
+
+def _rank(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError("rank must be a whole number")
+    return value
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:

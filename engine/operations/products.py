@@ -32,9 +32,11 @@ import numpy as np
 from engine.io.image import DecodedImage, ImageMeta
 from engine.io.png import FrameLike
 from engine.io.publish import PendingOutput, open_output
+from engine.io.resize import resize_frame
 from engine.io.tiff import TiffWriter
 from engine.io.writing import ImageStream
 from engine.operations.base import RunContext, output_name
+from engine.options import OutputFormat, OutputOptions
 from engine.requests import Product, ProductKind
 
 
@@ -74,23 +76,39 @@ class _ImageSink(_Sink):
         self.p, self.suffix, self.kind, self.meta, self.text = products, suffix, kind, meta, text
         self.streams: list[ImageStream] = []
         self.published: list[Product] = []
+        # The request's output step (format, quality, size) is for the main image product only;
+        # masks, depth and normals keep their lossless formats.
+        request = products.ctx.request
+        self.output = request.output if kind is ProductKind.IMAGE else OutputOptions()
+        self.target = self.output.target_size(*products.image.size)
+        if self.target is not None:
+            self.suffix = f"{suffix}-{self.output.size_tag()}"  # photo-realesrgan-x4plus-x2.jpg
+        self.quality = self.output.quality if self.output.format.lossy else None
 
     def _path(self, index: int, ext: str) -> Path:
         name = self.suffix if index < 0 else f"{self.suffix}-{index + 1:04d}"
         return self.p.ctx.out_dir / output_name(self.p.image.source, name, ext)
 
+    def _sized(self, frame: FrameLike) -> FrameLike:
+        if self.target is None:
+            return frame
+        whole = frame if isinstance(frame, np.ndarray) else frame[0 : frame.shape[0]]
+        return resize_frame(whole, *self.target)
+
     def add(self, frame: FrameLike) -> None:
+        frame = self._sized(frame)
         shape = (int(frame.shape[0]), int(frame.shape[1]), int(frame.shape[2]))
         count = self.p.count
         if count == 1 or self.p.several_files:
             index = -1 if count == 1 else len(self.streams)
             stream = ImageStream(
-                self._path(index, ".png"),
+                self._path(index, self.output.format.suffix),
                 shape=shape,
                 dtype=frame.dtype,
                 meta=self.meta,
                 text=self.text,
                 check=self.p.check,
+                quality=self.quality,
             )
             self.streams.append(stream)
             stream.add(frame)
@@ -98,6 +116,8 @@ class _ImageSink(_Sink):
         if not self.streams:
             sixteen = np.dtype(frame.dtype) == np.uint16
             ext = ".png" if sixteen or self.text else _animated_ext(self.p.image)
+            if self.output.format is OutputFormat.WEBP and not self.text:
+                ext = ".webp"  # JPEG holds one frame: an animation asked as JPEG stays lossless
             self.streams.append(
                 ImageStream(
                     self._path(-1, ext),
@@ -107,6 +127,7 @@ class _ImageSink(_Sink):
                     meta=self.meta,
                     text=self.text,
                     check=self.p.check,
+                    quality=self.quality if ext == ".webp" else None,
                 )
             )
         self.streams[0].add(frame)

@@ -83,6 +83,12 @@ def probe_sizes(spec: ModelSpec, run: Callable[[np.ndarray], np.ndarray]) -> Mod
     return replace(spec, contract=replace(c, scale=int(scale), multiple_of=int(multiple_of)))
 
 
+def model_id(spec: ModelSpec) -> str:
+    """What an upscaled product's name carries: the catalog id, else the file's stem, so three
+    ×4 models give three names (`photo-realesrgan-x4plus.png`), not `-x4`, `-x4-1`, `-x4-2`."""
+    return spec.entry.id if spec.entry is not None else spec.path.stem
+
+
 def auto_tile(ctx: RunContext, config: UpscaleConfig) -> int:
     """The largest tile whose estimated activation memory fits the budget.
 
@@ -156,12 +162,11 @@ class Upscale(OperationBase):
 
     def process(self, image: DecodedImage, ctx: RunContext) -> list[Product]:
         c = ctx.spec.contract
-        scale = c.scale or 1
         auto = ctx.request.tile is None
         tile = auto_tile(ctx, self.config) if auto else int(ctx.request.tile or 0)
         n = len(image.frames)
         with Products(ctx, image) as products:
-            sink = products.image_product(f"x{scale}", ProductKind.IMAGE, image.meta)
+            sink = products.image_product(model_id(ctx.spec), ProductKind.IMAGE, image.meta)
             for index, frame in enumerate(image.frames):
                 while True:
                     failure: ResourceError | None = None

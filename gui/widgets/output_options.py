@@ -1,0 +1,158 @@
+"""The output step's controls: format (PNG, JPEG, WebP), quality, and a target size — the
+model's own, a factor of the input ("×2 of a ×4 model") or a width in pixels."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFormLayout,
+    QHBoxLayout,
+    QSpinBox,
+    QWidget,
+)
+
+from engine.options import MAX_WIDTH, OutputFormat, OutputOptions
+from engine.requests import Operation
+from gui.widgets.elided_label import WrappedLabel
+
+FACTORS = (0.5, 1.0, 2.0, 3.0, 4.0)
+WIDTH = "width"
+
+
+class OutputEditor(QWidget):
+    changed = Signal()
+
+    def __init__(self, parent: QWidget | None = None, *, compact: bool = False) -> None:
+        super().__init__(parent)
+        self.operation = Operation.UPSCALE
+        self.scale: int | None = None
+        self.format = QComboBox()
+        for fmt, text in (
+            (OutputFormat.PNG, "PNG (lossless)"),
+            (OutputFormat.JPEG, "JPEG"),
+            (OutputFormat.WEBP, "WebP"),
+        ):
+            self.format.addItem(text, fmt)
+        self.quality = QSpinBox()
+        self.quality.setRange(1, 100)
+        self.quality.setPrefix("quality ")
+        self.quality.setToolTip("JPEG and WebP quality; WebP at 100 is lossless")
+        self.size_box = QComboBox()
+        self.width_box = QSpinBox()
+        self.width_box.setRange(16, MAX_WIDTH)
+        self.width_box.setSingleStep(100)
+        self.width_box.setSuffix(" px wide")
+        self.width_box.setValue(1920)
+        self.note = WrappedLabel()
+        self.note.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.note.setForegroundRole(self.note.foregroundRole())
+        fmt_row = QHBoxLayout()
+        fmt_row.setContentsMargins(0, 0, 0, 0)
+        fmt_row.addWidget(self.format, 1)
+        fmt_row.addWidget(self.quality)
+        size_row = QHBoxLayout()
+        size_row.setContentsMargins(0, 0, 0, 0)
+        size_row.addWidget(self.size_box, 1)
+        size_row.addWidget(self.width_box)
+        form = QFormLayout(self)
+        form.setContentsMargins(0, 0, 0, 0)
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        form.addRow("Format", fmt_row)
+        form.addRow("Size", size_row)
+        form.addRow("", self.note)
+        self._fill_sizes()
+        self.set_options(OutputOptions())
+        self.format.currentIndexChanged.connect(self._changed)
+        self.quality.valueChanged.connect(self._changed)
+        self.size_box.currentIndexChanged.connect(self._changed)
+        self.width_box.valueChanged.connect(self._changed)
+
+    # -- context ------------------------------------------------------------------------------
+    def set_context(self, operation: Operation, scale: int | None) -> None:
+        """Name the model's own size ("Model's size (×4)"); what it means differs per family."""
+        options = self.options()
+        self.operation, self.scale = operation, scale
+        self.blockSignals(True)
+        self._fill_sizes()
+        self.set_options(options)
+        self.blockSignals(False)
+        self._update()
+
+    def _fill_sizes(self) -> None:
+        self.size_box.blockSignals(True)
+        self.size_box.clear()
+        if self.operation is Operation.UPSCALE:
+            own = f"Model's size (×{self.scale})" if self.scale else "Model's size"
+        else:
+            own = "Same as the input"
+        self.size_box.addItem(own, None)
+        for factor in FACTORS:
+            if self.operation is Operation.UPSCALE and self.scale and factor == self.scale:
+                continue
+            if self.operation is not Operation.UPSCALE and factor == 1.0:
+                continue
+            label = f"×{factor:g} of the input"
+            if factor == 1.0:
+                label = "×1 (the input's size)"
+            self.size_box.addItem(label, factor)
+        self.size_box.addItem("Width in pixels…", WIDTH)
+        self.size_box.blockSignals(False)
+
+    # -- value --------------------------------------------------------------------------------
+    def options(self) -> OutputOptions:
+        raw = self.format.currentData()  # Qt hands a str enum back as a plain str
+        fmt = OutputFormat(raw) if isinstance(raw, str) else OutputFormat.PNG
+        data = self.size_box.currentData()
+        factor = float(data) if isinstance(data, float) else None
+        width = self.width_box.value() if data == WIDTH else None
+        return OutputOptions(
+            fmt,
+            self.quality.value(),
+            factor,
+            width,
+        )
+
+    def set_options(self, options: OutputOptions) -> None:
+        self.format.setCurrentIndex(max(0, self.format.findData(options.format.value)))
+        self.quality.setValue(options.quality)
+        if options.width is not None:
+            self.width_box.setValue(options.width)
+            self.size_box.setCurrentIndex(self.size_box.findData(WIDTH))
+        elif options.factor is not None:
+            index = self.size_box.findData(float(options.factor))
+            if index < 0 and self.operation is Operation.UPSCALE and options.factor == self.scale:
+                index = 0  # ×4 of a ×4 model is its own size
+            self.size_box.setCurrentIndex(max(0, index))
+        else:
+            self.size_box.setCurrentIndex(0)
+        self._update()
+
+    def _changed(self) -> None:
+        self._update()
+        self.changed.emit()
+
+    def _update(self) -> None:
+        options = self.options()
+        self.quality.setEnabled(options.format.lossy)
+        self.width_box.setVisible(self.size_box.currentData() == WIDTH)
+        notes = []
+        if options.format is OutputFormat.JPEG and self.operation is Operation.REMOVE_BACKGROUND:
+            notes.append("JPEG has no transparency: the cut-out gets a white background.")
+        elif options.format is OutputFormat.JPEG:
+            notes.append("JPEG has no transparency (it becomes white) and holds one frame.")
+        if options.format is OutputFormat.WEBP and options.quality == 100:
+            notes.append("WebP at quality 100 is lossless.")
+        if self.operation in (Operation.DEPTH, Operation.GEOMETRY):
+            notes.append("Depth, normals and masks are always written as PNG/TIFF.")
+        elif self.operation is Operation.REMOVE_BACKGROUND:
+            notes.append("The mask stays PNG.")
+        if (
+            self.operation is Operation.UPSCALE
+            and options.factor is not None
+            and self.scale
+            and options.factor > self.scale
+        ):
+            notes.append(f"Beyond the model's ×{self.scale}, the rest is ordinary interpolation.")
+        self.note.setText(" ".join(notes))
+        self.note.setVisible(bool(notes))

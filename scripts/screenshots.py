@@ -1,0 +1,179 @@
+"""Screenshots of the window's main states, for looking at the layout (not a test).
+
+    Xvfb :99 -screen 0 1280x800x24 &  DISPLAY=:99 .venv/bin/python scripts/screenshots.py
+    Xvfb :98 -screen 0 1024x640x24 &  DISPLAY=:98 .venv/bin/python scripts/screenshots.py
+
+Uses the real starter models of the default models folder and sample photos from scikit-image,
+with settings in a temporary folder. Writes shots/13-<state>-<W>x<H>.png: empty, running,
+done-compare, failed, output-step, memory-panel (and notice). The screen is grabbed whole, so
+dialogs show.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def photos(folder: Path) -> list[Path]:
+    from skimage import data
+
+    made = []
+    for name, pixels, size in (
+        ("IMG_0001.jpg", data.astronaut(), (320, 320)),
+        ("IMG_0002.jpg", data.chelsea(), (360, 240)),
+        ("IMG_0003.jpg", np.rot90(data.coffee()), (200, 300)),  # a portrait among landscapes
+    ):
+        path = folder / name
+        Image.fromarray(pixels).resize(size, Image.Resampling.LANCZOS).save(path, quality=92)
+        made.append(path)
+    return made
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, default=ROOT / "shots")
+    parser.add_argument(
+        "--states", default="empty,running,done-compare,failed,output-step,memory-panel,notice"
+    )
+    args = parser.parse_args()
+    wanted = set(args.states.split(","))
+
+    from PySide6.QtCore import QSettings, QTimer
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    assert isinstance(app, QApplication)
+    from engine.options import OutputFormat, OutputOptions
+    from gui.main_window import MainWindow
+    from gui.settings import AppSettings
+    from gui.widgets.export_dialog import ExportDialog
+
+    screen = app.primaryScreen()
+    size = screen.size()
+    tag = f"{size.width()}x{size.height()}"
+    args.out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="tessera-shots-"))
+    store = QSettings(str(work / "settings.ini"), QSettings.Format.IniFormat)
+    settings = AppSettings(store)
+    settings.pasted_dir = work / "Pictures"
+    window = MainWindow(settings, data_dir=work / "data")
+    window.confirm_close = False
+    window.setGeometry(screen.availableGeometry())
+    window.show()
+
+    def wait(condition: Callable[[], bool], seconds: float = 120) -> bool:
+        end = time.monotonic() + seconds
+        while not condition():
+            if time.monotonic() > end:
+                return False
+            app.processEvents()
+            time.sleep(0.02)
+        return True
+
+    def settle(seconds: float = 0.6) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            app.processEvents()
+            time.sleep(0.02)
+
+    def shot(state: str) -> None:
+        settle()
+        path = args.out / f"13-{state}-{tag}.png"
+        screen.grabWindow(0).save(str(path))
+        print(path)
+
+    wait(lambda: window.inventory is not None)
+    wait(lambda: window.panel.runtime_hint.text() != "Checking which runtimes work here…", 30)
+    if "empty" in wanted:
+        shot("empty")
+
+    images = photos(work)
+    window.accept_paths(images)
+    if "running" in wanted:
+        window.panel.select_model("realesrgan-x4plus")
+        window.run_selected()
+        wait(lambda: any(j.first_run for j in window.jobs.jobs.values()), 180)
+        settle(2.5)
+        shot("running")
+        window.jobs.cancel_all()
+        wait(lambda: not window.jobs.active(), 60)
+        window.clear_finished()
+
+    window.panel.select_model("realesrgan-animevideov3-x2")
+    window.run_selected()
+    wait(lambda: not window.jobs.active() and bool(window.jobs.jobs), 300)
+    window.panel.select_model("realesrgan-x4plus-anime")
+    window.run_one(str(images[0]))
+    wait(lambda: not window.jobs.active(), 300)
+    settle(1.0)
+    if "done-compare" in wanted:
+        window.inputs.select(str(images[0]))
+        window.view.choose_input(str(images[0]), True)
+        settle(1.0)
+        window.viewer.view.set_split(0.45)
+        shot("done-compare")
+
+    if "failed" in wanted:
+        broken = work / "truncated.png"
+        whole = work / "whole.png"
+        Image.fromarray(np.zeros((200, 300, 3), np.uint8) + 90).save(whole)
+        broken.write_bytes(whole.read_bytes()[:300])
+        outcome = window.accept_paths([broken])
+        if outcome.sources:
+            window.run_one(outcome.sources[0].key)
+        wait(lambda: not window.jobs.active(), 60)
+        shot("failed")
+
+    if "output-step" in wanted:
+        window.inputs.select(str(images[1]))
+        window.view.choose_input(str(images[1]), True)
+        settle(1.0)
+        version = window._viewed()
+        source = window.jobs.source(str(images[1]))
+        if version is not None and version.path is not None and source is not None:
+            dialog = ExportDialog(
+                version.path,
+                (source.width, source.height),
+                window.panel.current_operation(),
+                None,
+                OutputOptions(OutputFormat.JPEG, 90, factor=2.0),
+                window,
+            )
+            QTimer.singleShot(4000, dialog.reject)
+            QTimer.singleShot(900, lambda: shot("output-step"))
+            dialog.exec()
+
+    if "memory-panel" in wanted:
+        window.inputs.select(str(images[0]))
+        window.view.choose_input(str(images[0]), True)
+        window.show_memory_panel()
+        settle(1.5)
+        shot("memory-panel")
+
+    if "notice" in wanted:
+        frames = []
+        for i in range(4):
+            path = work / f"frame_{i:03d}.png"
+            Image.fromarray(np.full((60, 80, 3), 40 * i, np.uint8)).save(path)
+            frames.append(path)
+        window.memory_dock.hide()
+        window.accept_paths(frames)
+        shot("notice")
+
+    window.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,342 @@
+"""The GUI's controllers without a window: jobs, inputs and their versions, the model picker's
+groups, speeds and the calibration run — driven headless, with a real engine thread and real
+contract models, and no widget created."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QSettings
+from pytestqt.qtbot import QtBot
+
+from engine.bench.contract_models import make_two_strings, make_upscaler
+from engine.models.catalog import Family, load_catalog
+from engine.models.inventory import ModelInventory, discover
+from engine.requests import Operation
+from engine.settings import EngineSettings
+from gui.controllers.jobs import JobsController, JobSettings
+from gui.controllers.models import (
+    ModelsController,
+    default_choice,
+    get_offers,
+    missing_hint,
+    model_groups,
+)
+from gui.controllers.speed import TILE_OVERHEAD, Calibrator, SpeedBook
+from gui.controllers.view import ViewController
+from gui.engine_thread import EngineThread
+from gui.jobs import ORIGINAL, JobState
+from gui.settings import AppSettings
+from gui.tasks import TaskThread
+from tests.engine_helpers import photo
+from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
+
+ROOT = Path(__file__).resolve().parent.parent
+JOB_MS = 60_000
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> AppSettings:
+    return AppSettings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+
+
+@pytest.fixture
+def models(models_dir: Path) -> Path:
+    folder = Path(models_dir)
+    make_upscaler(folder / "up2.onnx", scale=2)
+    return folder
+
+
+@pytest.fixture
+def engine(models: Path) -> Iterator[EngineThread]:
+    thread = EngineThread(EngineSettings(models_dir=models))
+    thread.start(probe_runtimes=False)
+    yield thread
+    thread.stop()
+
+
+@pytest.fixture
+def jobs(engine: EngineThread, settings: AppSettings) -> JobsController:
+    return JobsController(engine, SpeedBook(settings))
+
+
+def up2(models: Path, **kwargs: object) -> JobSettings:
+    return JobSettings(Operation.UPSCALE, str(models / "up2.onnx"), "up2 ×2", **kwargs)  # type: ignore[arg-type]
+
+
+def ended(jobs: JobsController) -> bool:
+    return bool(jobs.jobs) and all(j.state.ended for j in jobs.jobs.values())
+
+
+def test_the_controllers_load_no_widgets() -> None:
+    code = (
+        "import sys\n"
+        "import gui.controllers.jobs, gui.controllers.models, gui.controllers.speed\n"
+        "import gui.controllers.view, gui.controllers.results\n"
+        "import gui.inputs, gui.jobs, gui.messages\n"
+        "bad = sorted(m for m in sys.modules if m.startswith(('PySide6.QtWidgets', "
+        "'PySide6.QtGui', 'gui.widgets', 'gui.main_window')))\n"
+        "print(bad)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_each_image_is_an_input_and_run_says_what_it_runs(
+    jobs: JobsController, models: Path, tmp_path: Path
+) -> None:
+    shots = [photo(tmp_path / f"IMG_{i:04d}.png", 30, 20, seed=i) for i in (1, 2, 3)]
+    shown: list[tuple[str, str]] = []
+    jobs.showRequested.connect(lambda key, vid: shown.append((key, vid)))
+    outcome = jobs.add_paths(shots)
+    assert [s.paths for s in outcome.sources] == [(p,) for p in shots]
+    assert outcome.sequence_offer == tuple(shots)  # equal sizes: offered, not applied
+    assert shown == [(str(shots[0]), "")]  # the first new one is shown
+    assert jobs.run_label([]) == "Run 3 images"
+    assert jobs.run_label([str(shots[0])]) == "Run 3 images"  # one selected: still all
+    assert jobs.run_label([str(shots[0]), str(shots[2])]) == "Run selected (2)"
+    assert jobs.targets([str(shots[0]), str(shots[2])]) == [
+        jobs.sources[str(shots[0])],
+        jobs.sources[str(shots[2])],
+    ]
+    again = jobs.add_paths([shots[1]])
+    assert again.sources == () and len(jobs.sources) == 3  # not added twice
+    merged = jobs.merge_as_sequence(list(outcome.sequence_offer))
+    assert merged is not None and merged.sequence and list(jobs.sources) == [merged.key]
+    assert jobs.run_label([]) == "Run 1 image"
+
+
+def test_results_become_versions_and_are_shown_as_they_come(
+    qtbot: QtBot, jobs: JobsController, models: Path, tmp_path: Path
+) -> None:
+    a = photo(tmp_path / "a.png", 30, 20)
+    b = photo(tmp_path / "b.png", 30, 20, seed=1)
+    jobs.add_paths([a, b])
+    shown: list[tuple[str, str]] = []
+    jobs.showRequested.connect(lambda key, vid: shown.append((key, vid)))
+    ids = jobs.queue(list(jobs.sources.values()), up2(models))
+    qtbot.waitUntil(lambda: ended(jobs), timeout=JOB_MS)
+    versions = jobs.versions(str(a))
+    assert [v.label for v in versions] == ["Original", "up2 ×2"]
+    assert versions[0].id == ORIGINAL and versions[1].paths == (tmp_path / "a-up2.png",)
+    # both results were shown in turn: the person did not look elsewhere
+    assert [key for key, _ in shown] == [str(a), str(b)]
+    assert shown[1][1] == f"{ids[1]}:image"
+    assert jobs.newest(str(b)) == jobs.versions(str(b))[1]
+
+
+def test_a_result_elsewhere_does_not_take_the_view_the_person_chose(
+    qtbot: QtBot, jobs: JobsController, models: Path, tmp_path: Path
+) -> None:
+    a = photo(tmp_path / "a.png", 30, 20)
+    b = photo(tmp_path / "b.png", 30, 20, seed=1)
+    jobs.add_paths([a, b])
+    jobs.queue([jobs.sources[str(b)]], up2(models))
+    jobs.person_viewed(str(a), None)  # a click on a, while b runs
+    shown: list[str] = []
+    jobs.showRequested.connect(lambda key, _vid: shown.append(key))
+    qtbot.waitUntil(lambda: ended(jobs), timeout=JOB_MS)
+    assert shown == []
+    assert jobs.viewing == (str(a), None)
+    # pressing Run again means "show me": the next result is followed
+    jobs.queue([jobs.sources[str(a)]], up2(models))
+    qtbot.waitUntil(lambda: len(shown) == 1, timeout=JOB_MS)
+    assert shown == [str(a)]
+
+
+def test_a_bad_file_makes_a_failed_job_with_its_reason(
+    qtbot: QtBot, jobs: JobsController, models: Path, tmp_path: Path
+) -> None:
+    good = photo(tmp_path / "whole.png", 30, 20)
+    broken = tmp_path / "cut.png"
+    broken.write_bytes(good.read_bytes()[:100])
+    jobs.add_paths([broken])
+    (job_id,) = jobs.queue(list(jobs.sources.values()), up2(models))
+    qtbot.waitUntil(lambda: ended(jobs), timeout=JOB_MS)
+    assert jobs.jobs[job_id].state is JobState.FAILED
+    reason = jobs.failure(str(broken))
+    assert "cut.png" in reason and "truncated" in reason
+    (failed,) = [v for v in jobs.versions(str(broken)) if v.job_id == job_id]
+    assert not failed.viewable and failed.failed == reason
+
+
+def test_the_speed_book_learns_and_estimates(settings: AppSettings) -> None:
+    book = SpeedBook(settings)
+    op = Operation.UPSCALE
+    assert book.estimate(op, "m", "cpu", 2.0, 1) is None
+    book.learn(op, "m", "cpu", 30.0, 0.5, 1, calibration=True)
+    rough = book.estimate(op, "m", "cpu", 2.0, 1)
+    assert rough is not None and rough.rough
+    assert rough.seconds == pytest.approx(30 / 0.5 * TILE_OVERHEAD * 2)
+    book.learn(op, "m", "cpu", 50.0, 1.0, 1)  # a finished job replaces the calibration
+    first = book.estimate(op, "m", "cpu", 2.0, 1)
+    assert first is not None and not first.rough and first.seconds == pytest.approx(100)
+    book.learn(op, "m", "cpu", 70.0, 1.0, 1)
+    refined = book.estimate(op, "m", "cpu", 2.0, 1)
+    assert refined is not None and refined.seconds == pytest.approx(120)  # half way
+    book.learn(op, "m", "cpu", 1.0, 1.0, 1, calibration=True)  # never undoes real jobs
+    assert book.estimate(op, "m", "cpu", 2.0, 1) == refined
+    # families that run at the model's own resolution: seconds per image
+    book.learn(Operation.DEPTH, "d", "cpu", 8.0, 12.0, 2)
+    depth = book.estimate(Operation.DEPTH, "d", "cpu", 99.0, 3)
+    assert depth is not None and depth.seconds == pytest.approx(12)
+    # remembered
+    again = SpeedBook(AppSettings(settings.store))
+    assert again.estimate(op, "m", "cpu", 2.0, 1) == refined
+
+
+def test_a_calibration_run_measures_a_new_model_once_and_leaves_nothing(
+    qtbot: QtBot, engine: EngineThread, settings: AppSettings, models: Path
+) -> None:
+    book = SpeedBook(settings)
+    calibrator = Calibrator(engine, book)
+    model = str(models / "up2.onnx")
+    assert not calibrator.calibrate(Operation.UPSCALE, model, "cpu", "auto", engine_idle=False)
+    with qtbot.waitSignal(calibrator.calibrated, timeout=JOB_MS) as blocker:
+        assert calibrator.calibrate(Operation.UPSCALE, model, "cpu", "auto", engine_idle=True)
+        folder = next(iter(calibrator._running.values()))[1]
+    assert blocker.args == [model, "cpu"]
+    speed = book.get(model, "cpu")
+    assert speed is not None and speed.samples == 0 and speed.per_mp > 0
+    assert not folder.exists()  # its picture and product are gone
+    assert not calibrator.calibrate(Operation.UPSCALE, model, "cpu", "auto", engine_idle=True)
+
+
+def test_a_calibration_gives_queued_jobs_their_estimate(
+    qtbot: QtBot, jobs: JobsController, models: Path, tmp_path: Path
+) -> None:
+    model = str(models / "up2.onnx")
+    assert jobs.calibrator.calibrate(Operation.UPSCALE, model, "cpu", "auto", engine_idle=True)
+    jobs.add_paths([photo(tmp_path / "q.png", 30, 20)])
+    (job_id,) = jobs.queue(list(jobs.sources.values()), up2(models))
+    assert jobs.jobs[job_id].expected_s is None  # not measured yet when it was queued
+    qtbot.waitUntil(lambda: jobs.jobs[job_id].expected_s is not None, timeout=JOB_MS)
+
+
+# -------------------------------------------------------------------------------- the models
+
+
+@pytest.fixture
+def catalog_models(tmp_path: Path) -> ModelInventory:
+    folder = tmp_path / "models"
+    make_upscaler(folder / "realesrgan-x4plus.onnx", scale=4)
+    make_upscaler(folder / "RealESRGAN_x2plus.onnx", scale=2)
+    for scale in (2, 4):
+        make_upscaler(folder / f"realesrgan-animevideov3-x{scale}.onnx", scale=scale)
+    make_upscaler(folder / "realesr-animevideov3.onnx", scale=4)  # the same ×4, downloaded
+    make_upscaler(folder / "mine.onnx", scale=3)
+    return discover(folder)
+
+
+def test_models_are_grouped_by_purpose_with_scales(catalog_models: ModelInventory) -> None:
+    groups = model_groups(catalog_models, Family.UPSCALE)
+    assert [(g.text, g.scales) for g in groups] == [
+        ("Photo", [2, 4]),
+        ("Fast preview", [2, 4]),
+        ("mine (own model) ×3", [3]),
+    ]
+    photo_group = groups[0]
+    assert photo_group.choice(4).model == "realesrgan-x4plus"
+    assert photo_group.choice(2).model == "realesrgan-x2plus"
+    fast = groups[1]
+    assert fast.choice(4).model == "realesrgan-animevideov3-x4"  # the better-ranked of two
+    assert "Anime and video" in fast.choice(2).purpose
+    assert default_choice(groups).model == "realesrgan-x4plus"  # type: ignore[union-attr]
+    assert default_choice(groups, "realesrgan-animevideov3-x2").model == (  # type: ignore[union-attr]
+        "realesrgan-animevideov3-x2"
+    )
+    assert default_choice(groups, "gone").model == "realesrgan-x4plus"  # type: ignore[union-attr]
+    assert groups[2].choices[0].purpose.startswith("Your own model")
+
+
+def test_every_catalog_upscaler_has_a_label_and_a_purpose() -> None:
+    for entry in load_catalog().values():
+        assert entry.label and entry.purpose, entry.id
+        assert "(starter)" not in entry.name
+    labels = {e.id: e.short_label for e in load_catalog().values()}
+    assert labels["realesrgan-x4plus"] == "Photo ×4"
+    assert labels["realesrgan-x4plus-anime"] == "Anime ×4"
+    assert labels["realesrgan-animevideov3-x2"] == "Fast preview ×2"
+
+
+def test_missing_families_are_offered_with_what_they_write(tmp_path: Path) -> None:
+    empty = discover(tmp_path / "none")
+    for family, writes in ((Family.DEPTH, "depth map"), (Family.GEOMETRY, "point cloud")):
+        hint = missing_hint(empty, family)
+        assert "Get…" in hint and writes in hint and "python -m" not in hint
+        offers = get_offers(empty, family)
+        assert offers and all(o.entry is not None for o in offers)  # no starter model
+        assert all(writes in o.tip for o in offers)
+    starter = get_offers(empty, Family.UPSCALE)[0]
+    assert starter.entry is None and "offline" in starter.text
+
+
+def test_the_models_controller_lists_installs_and_refuses(qtbot: QtBot, tmp_path: Path) -> None:
+    folder = tmp_path / "models"
+    folder.mkdir()
+    tasks = TaskThread()
+    tasks.start()
+    controller = ModelsController(tasks, lambda: folder)
+    notices: list[str] = []
+    controller.noticeRequested.connect(lambda n: notices.append(n.text))
+    try:
+        with qtbot.waitSignal(controller.inventoryChanged, timeout=10_000):
+            controller.refresh()
+        assert controller.inventory is not None and not controller.inventory.unknown
+        mine = make_upscaler(tmp_path / "in" / "mine.onnx", scale=3)
+        with qtbot.waitSignal(controller.inventoryChanged, timeout=10_000):
+            controller.install(mine)
+        assert "Added mine.onnx" in notices[-1]
+        groups = model_groups(controller.inventory, Family.UPSCALE)
+        assert [g.text for g in groups] == ["mine (own model) ×3"]
+        strings = make_two_strings(tmp_path / "in" / "strings.onnx")
+        controller.install(strings)
+        qtbot.waitUntil(lambda: "strings.onnx was not added" in notices[-1], timeout=10_000)
+    finally:
+        controller.stop()
+        tasks.stop()
+
+
+def test_the_view_remembers_each_inputs_pair_and_drops_stale_loads(
+    qtbot: QtBot, jobs: JobsController, models: Path, tmp_path: Path
+) -> None:
+    tasks = TaskThread()
+    tasks.start()
+    # the loader is the window's decoder; here the paths themselves stand for the pictures
+    view = ViewController(jobs, tasks, lambda paths: paths)
+    loaded: list[tuple[object, object, tuple[str, str]]] = []
+    view.loaded.connect(lambda before, after, labels: loaded.append((before, after, labels)))
+    selected: list[str] = []
+    view.selectRequested.connect(selected.append)
+    try:
+        a = photo(tmp_path / "a.png", 30, 20)
+        b = photo(tmp_path / "b.png", 30, 20, seed=1)
+        jobs.add_paths([a, b])
+        qtbot.waitUntil(lambda: bool(loaded))
+        assert loaded[-1] == ((a,), None, ("Original", "Original"))
+        jobs.queue([jobs.sources[str(a)]], up2(models))
+        qtbot.waitUntil(lambda: loaded[-1][1] == (tmp_path / "a-up2.png",), timeout=JOB_MS)
+        assert selected[-1] == str(a)
+        result = jobs.versions(str(a))[1]
+        assert view.choose_version(result.id, True) == ""  # the result on the left too
+        qtbot.waitUntil(lambda: loaded[-1][0] == (tmp_path / "a-up2.png",))
+        view.choose_input(str(b), True)
+        qtbot.waitUntil(lambda: loaded[-1][0] == (b,))
+        view.choose_input(str(a), True)
+        qtbot.waitUntil(lambda: loaded[-1][0] == (tmp_path / "a-up2.png",))  # a's pair
+        assert view.viewed() == result
+        count = len(loaded)
+        view.choose_input(str(b), True)
+        view.choose_input(str(a), True)  # b's load is stale before it arrives
+        qtbot.waitUntil(lambda: len(loaded) > count)
+        qtbot.wait(100)
+        assert [entry[0] for entry in loaded[count:]] == [(tmp_path / "a-up2.png",)]
+    finally:
+        tasks.stop()
