@@ -385,6 +385,9 @@ class MainWindow(QMainWindow):
         self.viewer.revealRequested.connect(lambda vid: self.open_version(vid, reveal=True))
         self.memory_panel.unloadRequested.connect(self.engine.unload)
         self.memory_panel.unloadAllRequested.connect(self.engine.unload_all)
+        self.engine.operationFinished.connect(
+            lambda result: self.memory_panel.set_last_operation(result.memory)
+        )
         self.models_button.clicked.connect(self.show_memory_panel)
         self.gauge.clicked.connect(self.show_memory_panel)
 

@@ -88,6 +88,15 @@ class AppSettings:
     def cpu_mem_limit_mb(self, value: int) -> None:
         self.store.setValue("engine/cpu_mem_limit_mb", int(value))
 
+    @property
+    def keep_cpu_arena(self) -> bool:
+        """Keep the CPU arena warm between operations instead of handing it back (M11)."""
+        return self._bool("engine/keep_cpu_arena", False)
+
+    @keep_cpu_arena.setter
+    def keep_cpu_arena(self, value: bool) -> None:
+        self.store.setValue("engine/keep_cpu_arena", bool(value))
+
     # -- folders --------------------------------------------------------------------------------
     @property
     def models_dir(self) -> str:
@@ -217,4 +226,5 @@ class AppSettings:
             models_dir=models,
             gpu_mem_limit=self.gpu_mem_limit_mb * MB or None,
             cpu_mem_limit=self.cpu_mem_limit_mb * MB or None,
+            keep_cpu_arena=self.keep_cpu_arena,
         )

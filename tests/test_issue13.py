@@ -1011,3 +1011,30 @@ def test_a_person_opens_three_photos_runs_once_exports_one_and_drags_another(
     window.viewer.drag_handle.start_drag()
     mime = window.viewer.drag_handle.last_mime
     assert mime is not None and [u.toLocalFile() for u in mime.urls()] == [str(products[2])]
+
+
+def test_the_memory_panel_says_what_the_last_job_left_held(
+    qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
+) -> None:
+    # Issue #11: the memory panel shows what the last operation left held, from the engine's
+    # own byte figures (MemoryReport), not a guess.
+    use_model(window, models, "up4.onnx")
+    window.accept_paths([photo(tmp_path / "a.png", 120, 90)])
+    window.run_selected()
+    wait_ended(qtbot, window)
+    qtbot.waitUntil(lambda: window.memory_panel.last is not None, timeout=10_000)
+    last = window.memory_panel.last
+    assert last is not None and last.rss_peak >= last.rss_after_load > 0
+    text = window.memory_panel.diagnosis()
+    assert "The last job peaked" in text and "of RAM held" in text
+
+
+def test_the_hand_back_is_a_preference_applied_to_the_engine(
+    qtbot: QtBot, window: MainWindow
+) -> None:
+    dialog = PreferencesDialog(window.settings, str(window.models_dir()), window)
+    qtbot.addWidget(dialog)
+    assert dialog.hand_back.isChecked() and not window.settings.engine_settings().keep_cpu_arena
+    dialog.hand_back.setChecked(False)
+    dialog.accept()
+    assert window.settings.keep_cpu_arena and window.settings.engine_settings().keep_cpu_arena

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine.requests import MemoryReport
 from engine.runtime.memory import MemorySnapshot
 from engine.runtime.sessions import SessionInfo, SessionKey
 from gui.widgets.vram_gauge import fmt_bytes
@@ -44,6 +45,7 @@ class MemoryPanel(QWidget):
         super().__init__(parent)
         self.sessions: tuple[SessionInfo, ...] = ()
         self.snapshot: MemorySnapshot | None = None
+        self.last: MemoryReport | None = None  # what the last operation did with memory
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
@@ -102,6 +104,11 @@ class MemoryPanel(QWidget):
                 self.table.selectRow(row)
         self._refresh()
 
+    def set_last_operation(self, report: MemoryReport | None) -> None:
+        if report is not None:
+            self.last = report
+            self._refresh()
+
     def set_snapshot(self, snapshot: MemorySnapshot) -> None:
         self.snapshot = snapshot
         self._refresh()
@@ -137,6 +144,16 @@ class MemoryPanel(QWidget):
             if count
             else "No model is loaded. Models load at their first job and stay loaded for the next."
         ]
+        last = self.last
+        if last is not None:
+            held = last.rss_after - last.rss_after_load
+            lines.append(
+                f"The last job peaked {fmt_bytes(max(0, last.rss_peak - last.rss_after_load))} "
+                f"above its loaded model and left {fmt_bytes(max(0, held))} of RAM held."
+            )
+            if last.gpu_used_after is not None and last.gpu_used_after_load is not None:
+                gpu_held = last.gpu_used_after - last.gpu_used_after_load
+                lines.append(f"  On the GPU it left {fmt_bytes(max(0, gpu_held))} held.")
         snap = self.snapshot
         if snap is None or not snap.gpus:
             if snap is not None:

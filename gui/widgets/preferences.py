@@ -7,6 +7,7 @@ folder, and the dialog shows it instead of silently ignoring the field."""
 from __future__ import annotations
 
 from PySide6.QtWidgets import (
+    QCheckBox,
     QDialog,
     QDialogButtonBox,
     QFileDialog,
@@ -75,6 +76,14 @@ class PreferencesDialog(QDialog):
         form.addRow("Pasted images", _folder_row(self.pasted, browse_pasted))
         form.addRow("GPU memory limit", self.gpu_limit)
         form.addRow("CPU memory limit", self.cpu_limit)
+        self.hand_back = QCheckBox("Hand memory back to the system after every operation")
+        self.hand_back.setChecked(not settings.keep_cpu_arena)
+        self.hand_back.setToolTip(
+            "On: after each job Tessera keeps only its loaded models (RAM back within a few MB). "
+            "Off: ONNX Runtime keeps its working memory for the next job — slightly faster "
+            "repeats, more RAM held."
+        )
+        form.addRow("", self.hand_back)
         note = QLabel(
             "Changes apply when you press OK. New memory limits unload the loaded models; they "
             "load again with the next job. A CPU limit already in force changes only at the "
@@ -103,5 +112,6 @@ class PreferencesDialog(QDialog):
         self.settings.pasted_dir = self.pasted.text().strip() or str(self.settings.pasted_dir)
         self.settings.gpu_mem_limit_mb = self.gpu_limit.value()
         self.settings.cpu_mem_limit_mb = self.cpu_limit.value()
+        self.settings.keep_cpu_arena = not self.hand_back.isChecked()
         self.settings.sync()
         super().accept()
