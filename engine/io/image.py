@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -183,3 +183,29 @@ class Rows:
 
     def materialise(self) -> np.ndarray:
         return self[0 : self.shape[0]]
+
+
+class LazyFrames(Sequence[np.ndarray]):
+    """Frames decoded only when used; `shape` and `dtype` (the same for every frame) are known
+    up front. Subclasses make frame `index` in `frame()`; indexing and slicing are here."""
+
+    shape: tuple[int, int, int]
+    dtype: np.dtype[Any]
+
+    def frame(self, index: int) -> np.ndarray:
+        raise NotImplementedError
+
+    @overload
+    def __getitem__(self, index: int) -> np.ndarray: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[np.ndarray]: ...
+
+    def __getitem__(self, index: int | slice) -> np.ndarray | Sequence[np.ndarray]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        return self.frame(index)

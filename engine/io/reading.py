@@ -15,7 +15,7 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO, overload
+from typing import Any, BinaryIO
 
 import numpy as np
 from PIL import Image, ImageCms, UnidentifiedImageError
@@ -27,6 +27,7 @@ from engine.io.image import (
     SUPPORTED_TEXT,
     DecodedImage,
     ImageMeta,
+    LazyFrames,
     reshape_channels,
     to_16bit,
 )
@@ -502,12 +503,12 @@ def _decode_pillow(
 
 
 def _shape_dtype(frames: Sequence[np.ndarray]) -> tuple[tuple[int, ...], np.dtype[Any]]:
-    if isinstance(frames, StreamedFrames):
+    if isinstance(frames, LazyFrames):
         return frames.shape, frames.dtype
     return frames[0].shape, frames[0].dtype
 
 
-class StreamedFrames(Sequence[np.ndarray]):
+class StreamedFrames(LazyFrames):
     """The frames of a multi-frame file, decoded one at a time as they are used.
 
     In order they cost one decode each (the file stays open until the last frame was read, or
@@ -534,19 +535,7 @@ class StreamedFrames(Sequence[np.ndarray]):
     def __len__(self) -> int:
         return len(self._indices)
 
-    @overload
-    def __getitem__(self, index: int) -> np.ndarray: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[np.ndarray]: ...
-
-    def __getitem__(self, index: int | slice) -> np.ndarray | Sequence[np.ndarray]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(index)
+    def frame(self, index: int) -> np.ndarray:
         if self._cached is not None and self._cached[0] == index:
             return self._cached[1]
         try:

@@ -6,12 +6,19 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, overload
+from typing import Any
 
 import numpy as np
 
 from engine.errors import BadInputError
-from engine.io.image import IMAGE_SUFFIXES, DecodedImage, ImageMeta, reshape_channels, to_16bit
+from engine.io.image import (
+    IMAGE_SUFFIXES,
+    DecodedImage,
+    ImageMeta,
+    LazyFrames,
+    reshape_channels,
+    to_16bit,
+)
 from engine.io.reading import fmt_pixels, image_size, load_image, read_only, unify_frames
 
 
@@ -107,7 +114,7 @@ def _streamed(files: list[Path], max_pixels: int, check: Callable[[], None] | No
     return DecodedImage(source=files[0], frames=frames, meta=_meta(metas, first))
 
 
-class SequenceFrames(Sequence[np.ndarray]):
+class SequenceFrames(LazyFrames):
     """The frames of a sequence of files, each file decoded when one of its frames is used
     (the last file's frames kept until another file is needed); in the sequence's one
     channel layout and dtype, read-only."""
@@ -128,19 +135,7 @@ class SequenceFrames(Sequence[np.ndarray]):
     def __len__(self) -> int:
         return len(self._where)
 
-    @overload
-    def __getitem__(self, index: int) -> np.ndarray: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[np.ndarray]: ...
-
-    def __getitem__(self, index: int | slice) -> np.ndarray | Sequence[np.ndarray]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(index)
+    def frame(self, index: int) -> np.ndarray:
         file, frame = self._where[index]
         if self._file is None or self._file[0] != file:
             self._file = None  # the previous file's frames go before the next is decoded
