@@ -380,15 +380,29 @@ def test_a_preview_during_a_full_job_waits_and_never_creates_a_second_session(
     qtbot.waitUntil(lambda: window.jobs.jobs[job_id].first_run is not None, timeout=JOB_MS)
     window.set_preview(True)  # while the job runs
     assert window.viewer.preview_status.text() == "Preview waits for the running job…"
-    qtbot.waitUntil(lambda: bool(events.of("operationFinished")), timeout=JOB_MS)
+    # A job asked for after the preview still goes before it (one the window does not show,
+    # as the speed measurement's: the preview stays on).
+    later = OperationRequest(
+        Operation.UPSCALE,
+        str(models / "slower.onnx"),
+        (photo(tmp_path / "later.png", 64, 48),),
+        output_dir=tmp_path / "o",
+    )
+    window.engine.submit(later)
+    qtbot.waitUntil(lambda: len(events.of("operationFinished")) == 2, timeout=JOB_MS)
+    later_done = events.index(
+        "operationFinished", lambda r: isinstance(r, Result) and r.request_id == later.id
+    )
+    assert not any(n == "previewStarted" for n, _ in events.log[:later_done])
     # The job's result turned Preview off; turn it on again to see the preview itself run.
     window.set_preview(True)
     preview = wait_preview(qtbot, window, events)
     done = events.index("operationFinished", lambda r: isinstance(r, Result))
     started = events.index("previewStarted", lambda r: True)
     assert done < started
-    (result,) = [r for r in events.of("operationFinished") if isinstance(r, Result)]
-    assert result.sessions_created == 1
+    first_job, later_job = [r for r in events.of("operationFinished") if isinstance(r, Result)]
+    assert first_job.request_id == job_id and later_job.request_id == later.id
+    assert first_job.sessions_created == 1 and later_job.sessions_reused == 1
     assert preview.sessions_created == 0 and preview.sessions_reused == 1  # the same session
     qtbot.waitUntil(lambda: window.models_button.text() == "1 model loaded", timeout=5000)
 
