@@ -379,7 +379,7 @@ def test_a_preview_during_a_full_job_waits_and_never_creates_a_second_session(
     (job_id,) = window.run_selected()
     qtbot.waitUntil(lambda: window.jobs.jobs[job_id].first_run is not None, timeout=JOB_MS)
     window.set_preview(True)  # while the job runs
-    assert window.viewer.preview_status.text() == "Preview waits for the running job…"
+    assert window.viewer.preview_status == "Preview waits for the running job…"
     # A job asked for after the preview still goes before it (one the window does not show,
     # as the speed measurement's: the preview stays on).
     later = OperationRequest(

@@ -54,6 +54,7 @@ from PySide6.QtWidgets import (
     QScrollArea,
     QSizePolicy,
     QSlider,
+    QStyle,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -131,6 +132,7 @@ class CompareView(QWidget):
         self.labels = ("Before", "After")
         self.placeholder = DEFAULT_PLACEHOLDER
         self.preview: PreviewLayer | None = None  # Preview on: the right side's pictures
+        self.preview_note = ""  # "Previewing tile 3/8", at the bottom of the preview side
 
     # -- content ------------------------------------------------------------------------------
     def set_images(
@@ -377,6 +379,20 @@ class CompareView(QWidget):
             self._paint_after(painter, rect)
             painter.restore()
             self._paint_split(painter, x)
+        self._paint_note(painter)
+
+    def _paint_note(self, painter: QPainter) -> None:
+        """What the preview is doing, at the bottom of the side that shows it."""
+        if self.preview is None or not self.preview_note or self.flipped:
+            return
+        left = 8.0
+        if self._comparing() and self.mode is ViewMode.SPLIT:
+            left = self._split_x() + 8
+        elif self._comparing() and self.mode is ViewMode.SIDE_BY_SIDE:
+            left = self.width() / 2 + 8
+        room = int(self.width() - left - 8)
+        if room > 40:
+            self._badge(painter, self.preview_note, left, bottom=True, width=room - 12)
 
     def _paint_one(self, painter: QPainter, pix: QPixmap, rect: QRectF, label: str | None) -> None:
         painter.fillRect(rect, self._checker)
@@ -413,11 +429,21 @@ class CompareView(QWidget):
             )
             painter.drawPixmap(target, pix, QRectF(pix.rect()))
 
-    def _badge(self, painter: QPainter, text: str, left: float, right_align: bool = False) -> None:
+    def _badge(
+        self,
+        painter: QPainter,
+        text: str,
+        left: float,
+        right_align: bool = False,
+        bottom: bool = False,
+        width: int = 240,
+    ) -> None:
         metrics = painter.fontMetrics()
-        text = metrics.elidedText(text, Qt.TextElideMode.ElideRight, 240)
+        text = metrics.elidedText(text, Qt.TextElideMode.ElideRight, width)
         w = metrics.horizontalAdvance(text) + 12
-        box = QRectF(left - w if right_align else left, 8, w, metrics.height() + 6)
+        h = metrics.height() + 6
+        top = self.height() - h - 8 if bottom else 8
+        box = QRectF(left - w if right_align else left, top, w, h)
         painter.save()
         painter.setPen(Qt.PenStyle.NoPen)
         painter.setBrush(QColor(0, 0, 0, 150))
@@ -590,7 +616,13 @@ class VersionStrip(QScrollArea):
         self.setWidget(inner)
         self.buttons: dict[str, QToolButton] = {}
         self.versions: dict[str, Version] = {}
-        self.setFixedHeight(QToolButton().sizeHint().height() + 6)
+        # Room for the scroll bar under the buttons, which a long strip (a chain) needs.
+        bar = self.style().pixelMetric(QStyle.PixelMetric.PM_ScrollBarExtent)
+        self.setFixedHeight(QToolButton().sizeHint().height() + 6 + bar)
+        self._right: str | None = None
+        # New buttons have no geometry until the layout runs: when the strip's length changes,
+        # scroll again so the right-hand version (the newest step of a chain) is in view.
+        self.horizontalScrollBar().rangeChanged.connect(lambda _lo, _hi: self._reveal())
 
     def set_versions(self, versions: list[Version], left: str | None, right: str | None) -> None:
         for button in self.buttons.values():
@@ -628,8 +660,13 @@ class VersionStrip(QScrollArea):
             font.setItalic(vid == left and left != right)
             font.setUnderline(vid == left and left != right)
             button.setFont(font)
-        if right in self.buttons:
-            self.ensureWidgetVisible(self.buttons[right])
+        self._right = right
+        self._reveal()
+
+    def _reveal(self) -> None:
+        button = self.buttons.get(self._right or "")
+        if button is not None:
+            self.ensureWidgetVisible(button, 8, 0)
 
     def _clicked(self, version_id: str) -> None:
         left = bool(QApplication.keyboardModifiers() & Qt.KeyboardModifier.ShiftModifier)
@@ -718,9 +755,6 @@ class ViewerPanel(QWidget):
             "before running the whole job (Ctrl+P). The job then reuses what was previewed."
         )
         self.preview_button.toggled.connect(self.previewToggled)
-        self.preview_status = QLabel("")
-        self.preview_status.setTextFormat(Qt.TextFormat.PlainText)
-        self.preview_status.hide()
         self.preview_stop = QToolButton()
         self.preview_stop.setText("✕")
         self.preview_stop.setAutoRaise(True)
@@ -730,7 +764,6 @@ class ViewerPanel(QWidget):
         top = QHBoxLayout()
         top.setContentsMargins(0, 0, 0, 0)
         top.addWidget(self.title, 1)
-        top.addWidget(self.preview_status)
         top.addWidget(self.preview_stop)
         top.addWidget(self.preview_button)
         top.addLayout(mode_row)
@@ -930,9 +963,14 @@ class ViewerPanel(QWidget):
         self._show_frame(self.scrubber.value())
         self._update_actions()
 
+    @property
+    def preview_status(self) -> str:
+        """What the preview is doing, as the view shows it under the preview."""
+        return self.view.preview_note
+
     def set_preview_status(self, text: str, running: bool) -> None:
-        self.preview_status.setText(text)
-        self.preview_status.setVisible(bool(text) and self.preview_on)
+        self.view.preview_note = text if self.preview_on else ""
+        self.view.update()
         self.preview_stop.setVisible(running and self.preview_on)
 
     def add_preview_patch(self, patch: PreviewPatch) -> None:
