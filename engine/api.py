@@ -130,7 +130,7 @@ class Engine:
     ) -> Result:
         emit = progress or _noop
         started = time.perf_counter()
-        self.previews.job_started(request.id)  # the preview's decoded input is not kept now
+        self.previews.job_started(request.id, request.inputs)  # its kept pixels go
         op: OperationBase = operation_class(request.operation)()
         op.check_request(request)
         options = request.typed_options()  # a bad option is a usage error before any work

@@ -313,6 +313,12 @@ class EngineWorker(EngineSignals):
         self.settingsApplied.emit(note)
 
     @Slot()
+    def release_previews(self) -> None:
+        """Preview is off: what previews kept (decoded image, tiles) is handed back."""
+        if self._engine is not None:
+            self._engine.previews.clear()
+
+    @Slot()
     def report_sessions(self) -> None:
         self._emit_sessions()
 
@@ -346,6 +352,7 @@ class EngineThread(EngineSignals):
     _unloadRequested = Signal(object)
     _unloadAllRequested = Signal()
     _sessionsRequested = Signal()
+    _releasePreviewsRequested = Signal()
     _probeRequested = Signal()
     _settingsRequested = Signal(object)
     _shutdownRequested = Signal()
@@ -373,6 +380,7 @@ class EngineThread(EngineSignals):
         self._unloadRequested.connect(w.unload)
         self._unloadAllRequested.connect(w.unload_all)
         self._sessionsRequested.connect(w.report_sessions)
+        self._releasePreviewsRequested.connect(w.release_previews)
         self._probeRequested.connect(w.probe_runtimes)
         self._settingsRequested.connect(w.apply_settings)
         self._shutdownRequested.connect(w.shutdown)
@@ -447,6 +455,10 @@ class EngineThread(EngineSignals):
         self._cancel_running_preview(but=request.id)
         self._runRequested.emit()
         return request.id
+
+    def release_previews(self) -> None:
+        """Hand back what previews keep, once the preview in flight has stopped."""
+        self._releasePreviewsRequested.emit()
 
     def cancel_previews(self) -> None:
         """Cancel the waiting and the running preview (the person's ✕, Preview off)."""

@@ -440,3 +440,40 @@ def test_a_job_asked_for_during_a_preview_goes_first_and_the_preview_comes_back(
     assert newest.generation == first.generation  # the same preview, put back after the job
     assert window.preview.enabled and window.preview.drawn
     assert newest.sessions_created == 0
+
+
+# -- the non-tiled families, and Preview off --------------------------------------------------
+
+
+def test_a_cut_out_preview_is_one_run_and_preview_off_hands_back_what_previews_kept(
+    qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
+) -> None:
+    events = Events(window)
+    image = photo(tmp_path / "in.png", 90, 60, seed=1)
+    open_image(qtbot, window, image)
+    use(window, models, "u2netp.onnx", Operation.REMOVE_BACKGROUND)
+    window.set_preview(True)
+    result = wait_preview(qtbot, window, events)
+    assert result.runs == 1 and result.products
+    layer = window.viewer.view.preview
+    assert layer is not None
+    qtbot.waitUntil(lambda: layer.image is not None, timeout=10_000)
+    assert layer.image is not None and (layer.image.width(), layer.image.height()) == (90, 60)
+    cutout = next(p for p in result.products if p.kind is ProductKind.IMAGE)
+    assert pixels(cutout.path).shape == (60, 90, 4)
+    # A pan asks nothing of the engine: the whole image was the one run.
+    window.viewer.view.actual_size()
+    drag(qtbot, window, -40, -20)
+    qtbot.wait(300)
+    assert len(events.of("previewStarted")) == 1
+
+    # An upscale preview keeps the decoded image and its tiles; Preview off hands them back,
+    # and the preview folder goes.
+    use(window, models, "up2.onnx")
+    wait_preview(qtbot, window, events)
+    engine = window.engine.worker._engine
+    assert engine is not None and engine.previews.held_bytes > 0
+    window.set_preview(False)
+    qtbot.waitUntil(lambda: engine.previews.held_bytes == 0, timeout=10_000)
+    qtbot.waitUntil(lambda: not cutout.path.parent.exists(), timeout=10_000)
+    assert window.viewer.preview_status == "" and not window.viewer.preview_on

@@ -258,10 +258,15 @@ def test_unload_hands_back_what_previews_keep(net: Path, tmp_path: Path) -> None
     assert engine.previews.held_bytes == second.held_bytes > 0
     engine.unload_all()
     assert engine.previews.held_bytes == 0 and len(engine.previews.tiles) == 0
-    # A full job lets go of the decoded input too.
+    # A job of another image (a batch, a speed measurement) leaves the previewed image's
+    # pixels; the job of the previewed image lets them go (it decodes its own, streaming).
     engine.preview(PreviewRequest(job, Region(0, 0, 60, 60)))
+    kept = engine.previews.held_bytes - engine.previews.tiles.nbytes
+    assert kept == 230 * 170 * 3
     engine.run(_job(net, photo(tmp_path / "other.png"), tmp_path / "o"))
-    assert engine.previews.held_bytes == engine.previews.tiles.nbytes
+    assert engine.previews.held_bytes - engine.previews.tiles.nbytes == kept
+    engine.run(_job(net, image, tmp_path / "o", tile=64))
+    assert engine.previews.held_bytes == 0  # the pixels, and the tiles the job used
 
 
 # -- the memory contract and cancel --------------------------------------------------------------

@@ -46,6 +46,7 @@ KEEP_INPUT_BYTES = 192 << 20
 
 @dataclass
 class _Kept:
+    path: Path
     version: Hashable
     frame: np.ndarray
 
@@ -91,15 +92,19 @@ class PreviewState:
         del image
         seconds = time.perf_counter() - start
         if frame.nbytes <= KEEP_INPUT_BYTES:
-            self._kept = _Kept(version, frame)
+            self._kept = _Kept(Path(path).resolve(), version, frame)
         return frame, seconds
 
     def release_input(self) -> None:
         self._kept = None
 
-    def job_started(self, request_id: str) -> None:
-        """A full job: the kept input goes (the job decodes its own, streaming)."""
-        if request_id != self.running:
+    def job_started(self, request_id: str, inputs: tuple[Path, ...]) -> None:
+        """A full job of the image being previewed: its kept pixels go (the job decodes its
+        own, streaming). Jobs of other images (a batch, a speed measurement) leave them."""
+        kept = self._kept
+        if request_id == self.running or kept is None:
+            return
+        if any(Path(p).resolve() == kept.path for p in inputs):
             self.release_input()
 
     def folder(self) -> Path:

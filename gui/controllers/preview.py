@@ -101,6 +101,7 @@ class PreviewController(QObject):
             self._timer.stop()
             self.generation += 1  # whatever is still on its way is stale
             self.engine.cancel_previews()
+            self.engine.release_previews()  # Preview off: its pixels and tiles go back
             self.target = None
             self.drawn = []
             self.resetRequested.emit()
@@ -242,4 +243,5 @@ def _summary(result: PreviewResult) -> str:
         )
     seconds = result.timings.get("total_s", 0.0)
     cached = f", {result.tiles_cached} kept" if result.tiles_cached else ""
-    return f"Preview: {result.tiles_run} tiles in {seconds:.1f} s{cached}."
+    held = f" · keeps {result.held_bytes / 1e6:.0f} MB for the next pan and the job"
+    return f"Preview: {result.tiles_run} tiles in {seconds:.1f} s{cached}{held}."
