@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from engine.cancel import CancelToken
@@ -31,6 +31,10 @@ from engine.models.contracts import ModelSpec
 from engine.models.inventory import resolve_model
 from engine.operations import operation_class
 from engine.operations.base import OperationBase, RunContext
+from engine.operations.preview import PreviewState, WholePreview, preview_upscale, tile_source
+from engine.operations.upscale import Upscale
+from engine.options import OperationOptions, OutputOptions
+from engine.previews import PreviewPatch, PreviewRequest, PreviewResult
 from engine.requests import (
     InputFailure,
     MemoryReport,
@@ -51,10 +55,12 @@ from engine.runtime.sessions import (
     SessionWrap,
 )
 from engine.settings import EngineSettings
+from engine.tiling.cache import file_version
 
 log = logging.getLogger(__name__)
 
 ProgressCallback = Callable[[Progress], None]
+PatchCallback = Callable[[PreviewPatch], None]
 
 
 @dataclass
@@ -88,15 +94,19 @@ class Engine:
         )
         # Model descriptions completed by a probe run, kept per session key (the file's).
         self._completed: dict[SessionKey, ModelSpec] = {}
+        # What previews keep for the next one and the full job (engine/operations/preview.py).
+        self.previews = PreviewState()
 
     # -- sessions (for the memory panel) ---------------------------------------------------
     def loaded(self) -> tuple[SessionInfo, ...]:
         return self.sessions.snapshot()
 
     def unload(self, key: SessionKey) -> bool:
+        self.previews.clear()
         return self.sessions.release(key)
 
     def unload_all(self) -> int:
+        self.previews.clear()
         return self.sessions.release_all()
 
     # -- requests --------------------------------------------------------------------------
@@ -120,6 +130,7 @@ class Engine:
     ) -> Result:
         emit = progress or _noop
         started = time.perf_counter()
+        self.previews.job_started(request.id, request.inputs)  # its kept pixels go
         op: OperationBase = operation_class(request.operation)()
         op.check_request(request)
         options = request.typed_options()  # a bad option is a usage error before any work
@@ -169,6 +180,145 @@ class Engine:
             memory=report,
         )
 
+    def preview(
+        self,
+        request: PreviewRequest,
+        progress: ProgressCallback | None = None,
+        cancel: CancelToken | None = None,
+        patch: PatchCallback | None = None,
+    ) -> PreviewResult:
+        """The job `request.job` on the region `request.region` of its one input, with the
+        product's pixels, sent to `patch` as they become final (upscale: centre first).
+
+        The same path as a job for the memory contract: one session per model from the cache
+        (M1), the cancel checked before every run (M8), the last run shrinking (M2) and the
+        hand-back after a cancel or failure (M10). A bad input, model or option raises an
+        EngineError, as for a job; there is no batch to go on with.
+        """
+        job = request.job
+        emit = progress or _noop
+        send = patch or _no_patch
+        started = time.perf_counter()
+        op: OperationBase = operation_class(job.operation)()
+        op.check_request(job)
+        if len(job.inputs) != 1 or job.sequence or job.inputs[0].is_dir():
+            raise UsageError("A preview shows one image; run the job for a sequence or folder.")
+        options = job.typed_options()
+        spec, key = self.resolve(job)
+        op.configure(options, spec)
+        if cancel is not None:
+            cancel.check()
+        self.previews.running = request.id
+        try:
+            if not isinstance(op, Upscale):
+                return self._preview_whole(request, options, key, emit, cancel, started)
+            return self._preview_tiles(op, request, spec, key, emit, cancel, send, started)
+        finally:
+            self.previews.running = None
+
+    def _preview_tiles(
+        self,
+        op: Upscale,
+        request: PreviewRequest,
+        spec: ModelSpec,
+        key: SessionKey,
+        emit: ProgressCallback,
+        cancel: CancelToken | None,
+        send: PatchCallback,
+        started: float,
+    ) -> PreviewResult:
+        source = request.source
+        emit(Progress(request.id, ProgressKind.STARTED))
+        session = SessionHandle(self.sessions, key)
+        session.entry()
+        emit(Progress(request.id, ProgressKind.LOADED))
+        ctx = RunContext(
+            request=request.job,
+            settings=self.settings,
+            session=session,
+            spec=spec,
+            cancel=cancel,
+            emit=emit,
+            tiles=tile_source(self.previews, source, key),
+        )
+        work = _Work(last=ctx)
+        decode_s = 0.0
+        try:
+            ctx.spec = spec = self._complete(op, spec, session)
+            frame, decode_s = self.previews.frame(
+                source, self.settings.max_pixels, cancel.check if cancel is not None else None
+            )
+            outcome = preview_upscale(op, frame, ctx, request, send)
+            del frame
+        finally:
+            self._hand_back(op, spec, session, work)
+        timings = {"load_s": session.load_seconds, "decode_s": decode_s}
+        if outcome.first_pixels_at is not None:
+            timings["first_pixels_s"] = outcome.first_pixels_at - started
+        timings["total_s"] = time.perf_counter() - started
+        return PreviewResult(
+            request_id=request.id,
+            generation=request.generation,
+            size=outcome.size,
+            scale=outcome.scale,
+            tiles_run=outcome.tiles_run,
+            tiles_cached=outcome.tiles_cached,
+            tiles_needed=outcome.tiles_needed,
+            truncated=outcome.truncated,
+            runs=session.runs,
+            shrinks=session.shrinks,
+            sessions_created=session.created,
+            sessions_reused=session.reused,
+            held_bytes=self.previews.held_bytes,
+            timings=timings,
+        )
+
+    def _preview_whole(
+        self,
+        request: PreviewRequest,
+        options: OperationOptions,
+        key: SessionKey,
+        emit: ProgressCallback,
+        cancel: CancelToken | None,
+        started: float,
+    ) -> PreviewResult:
+        """Background, depth, geometry: one run of the whole image whatever the view shows, so
+        the preview is the job itself, written to the preview folder in the default formats.
+        Kept until the input, model or options change: a pan runs nothing."""
+        state = self.previews
+        source = request.source
+        try:
+            version = file_version(source)
+        except OSError as e:
+            raise BadInputError(f"{source.name}: the file cannot be read ({e.strerror}).") from e
+        whole_key = (version, key, request.job.operation, options)
+        kept = state.whole
+        if kept is None or kept.key != whole_key or not all(p.path.exists() for p in kept.products):
+            state.drop_whole()
+            job = replace(request.job, output_dir=state.folder(), output=OutputOptions())
+            result = self.run(job, emit, cancel)
+            if result.failures:
+                failure = result.failures[0]
+                error = EngineError(failure.message)
+                error.kind = failure.kind
+                raise error
+            kept = state.whole = WholePreview(whole_key, result.products)
+            runs, shrinks = result.runs, result.shrinks
+            created, reused = result.sessions_created, result.sessions_reused
+        else:
+            runs = shrinks = created = reused = 0
+        return PreviewResult(
+            request_id=request.id,
+            generation=request.generation,
+            products=kept.products,
+            runs=runs,
+            shrinks=shrinks,
+            sessions_created=created,
+            sessions_reused=reused,
+            held_bytes=state.held_bytes,
+            timings={"total_s": time.perf_counter() - started},
+        )
+
     def _input(
         self,
         op: OperationBase,
@@ -197,6 +347,8 @@ class Engine:
             final_input=index == count - 1,
             sequence=len(group) > 1 or group[0].is_dir(),
         )
+        if not ctx.sequence:
+            ctx.tiles = tile_source(self.previews, source, session.key)
         work.last = ctx
         failure: InputFailure | None = None
         try:
@@ -318,6 +470,10 @@ class Engine:
         except OSError as e:
             raise BadInputError(f"The output folder {out} cannot be created ({e.strerror}).") from e
         return out
+
+
+def _no_patch(_: PreviewPatch) -> None:
+    pass
 
 
 def _name_file(source: Path, message: str) -> str:

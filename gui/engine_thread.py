@@ -22,6 +22,15 @@ Signals (all delivered on the GUI thread; payloads are frozen dataclasses):
 - `settingsApplied(str)`: new settings (Preferences) are in force between jobs; the text says
   what could not change before a restart, or is empty.
 
+Previews (engine/previews.py) share the thread and the sessions but come after every job: one
+waits in a slot of its own, taken only when no job is queued; a newer preview replaces the one
+waiting and cancels the one running; a job submitted while a preview runs cancels it and runs
+first, and the preview is put back to run after the jobs (as a new request, same generation).
+Their signals mirror the jobs': `previewStarted(PreviewRequest)`, `previewProgressed(Progress)`,
+`previewPatched(PreviewPatch)` (final pixels, as they come), and exactly one of
+`previewFinished(PreviewResult)`, `previewFailed(OperationFailure)` or
+`previewCancelled(OperationCancellation)` per preview request.
+
 This module is behaviour only: the thread, the worker and their signals. Widgets import the
 engine's Qt-free data modules (requests, catalog, inventory, memory…) directly; which engine
 modules the GUI may import is checked by the import contracts in pyproject.toml.
@@ -32,12 +41,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
+from dataclasses import replace
 
 from PySide6.QtCore import QObject, QThread, Signal, SignalInstance, Slot
 
 from engine.api import Engine
 from engine.cancel import CancelToken
 from engine.errors import Cancelled, EngineError, ErrorKind
+from engine.previews import PreviewRequest, PreviewResult
 from engine.requests import (
     OperationCancellation,
     OperationFailure,
@@ -45,6 +56,7 @@ from engine.requests import (
     Progress,
     ProgressKind,
     Result,
+    new_request_id,
 )
 from engine.runtime.devices import RuntimeReport, probe
 from engine.runtime.sessions import SessionKey, SessionWrap
@@ -61,6 +73,9 @@ class _JobQueue:
         self._lock = threading.Lock()
         self._items: deque[tuple[OperationRequest, CancelToken]] = deque()
         self._current: str | None = None
+        # One preview at most waits; it runs only when no job is queued.
+        self._preview: tuple[PreviewRequest, CancelToken] | None = None
+        self._preview_current: str | None = None
 
     def put(self, request: OperationRequest, token: CancelToken) -> None:
         with self._lock:
@@ -93,6 +108,42 @@ class _JobQueue:
             self._items.clear()
             return taken
 
+    def put_preview(
+        self, request: PreviewRequest, token: CancelToken
+    ) -> tuple[PreviewRequest, CancelToken] | None:
+        """Wait in the preview slot; returns the preview it replaced, if one was waiting."""
+        with self._lock:
+            replaced, self._preview = self._preview, (request, token)
+            return replaced
+
+    def take_preview(self) -> tuple[PreviewRequest, CancelToken] | None:
+        """The waiting preview, unless a job is queued (jobs first)."""
+        with self._lock:
+            if self._items or self._preview is None:
+                return None
+            item, self._preview = self._preview, None
+            self._preview_current = item[0].id
+            return item
+
+    def finish_preview(self) -> None:
+        with self._lock:
+            self._preview_current = None
+
+    def drop_preview(self) -> PreviewRequest | None:
+        with self._lock:
+            item, self._preview = self._preview, None
+            return item[0] if item is not None else None
+
+    @property
+    def waiting_preview(self) -> str | None:
+        with self._lock:
+            return self._preview[0].id if self._preview is not None else None
+
+    @property
+    def preview_current(self) -> str | None:
+        with self._lock:
+            return self._preview_current
+
     @property
     def current(self) -> str | None:
         with self._lock:
@@ -113,6 +164,12 @@ class EngineSignals(QObject):
     sessionsChanged = Signal(object)
     runtimesProbed = Signal(object)
     settingsApplied = Signal(str)
+    previewStarted = Signal(object)
+    previewProgressed = Signal(object)
+    previewPatched = Signal(object)
+    previewFinished = Signal(object)
+    previewFailed = Signal(object)
+    previewCancelled = Signal(object)
 
 
 class EngineWorker(EngineSignals):
@@ -142,12 +199,40 @@ class EngineWorker(EngineSignals):
     def run_next(self) -> None:
         item = self._queue.take()
         if item is None:
-            return  # the job was cancelled while queued; its signal is already out
+            # No job: the waiting preview, if any (a job cancelled while queued has its
+            # signal out already; its wake-up may serve a preview).
+            preview = self._queue.take_preview()
+            if preview is not None:
+                try:
+                    self._preview(*preview)
+                finally:
+                    self._queue.finish_preview()
+            return
         request, token = item
         try:
             self._run(request, token)
         finally:
             self._queue.finish()
+
+    def _preview(self, request: PreviewRequest, token: CancelToken) -> None:
+        if token.cancelled:
+            self.previewCancelled.emit(OperationCancellation(request.id, started=False))
+            return
+        self.previewStarted.emit(request)
+        try:
+            result = self._get_engine().preview(
+                request, self.previewProgressed.emit, token, self.previewPatched.emit
+            )
+        except Cancelled:
+            self._end(self.previewCancelled, OperationCancellation(request.id, started=True))
+        except EngineError as e:
+            self._end(self.previewFailed, OperationFailure(request.id, e.kind, str(e)))
+        except Exception as e:  # a bug must not take the engine thread down
+            log.exception("preview %s failed unexpectedly", request.id)
+            message = f"Unexpected error: {e}. The details are in the log file."
+            self._end(self.previewFailed, OperationFailure(request.id, ErrorKind.INTERNAL, message))
+        else:
+            self._end(self.previewFinished, result)
 
     def _run(self, request: OperationRequest, token: CancelToken) -> None:
         if token.cancelled:
@@ -228,6 +313,12 @@ class EngineWorker(EngineSignals):
         self.settingsApplied.emit(note)
 
     @Slot()
+    def release_previews(self) -> None:
+        """Preview is off: what previews kept (decoded image, tiles) is handed back."""
+        if self._engine is not None:
+            self._engine.previews.clear()
+
+    @Slot()
     def report_sessions(self) -> None:
         self._emit_sessions()
 
@@ -261,6 +352,7 @@ class EngineThread(EngineSignals):
     _unloadRequested = Signal(object)
     _unloadAllRequested = Signal()
     _sessionsRequested = Signal()
+    _releasePreviewsRequested = Signal()
     _probeRequested = Signal()
     _settingsRequested = Signal(object)
     _shutdownRequested = Signal()
@@ -277,6 +369,8 @@ class EngineThread(EngineSignals):
         self._queue = _JobQueue()
         self._tokens: dict[str, CancelToken] = {}
         self._requests: dict[str, OperationRequest] = {}
+        self._preview_tokens: dict[str, CancelToken] = {}
+        self._previews: dict[str, PreviewRequest] = {}
         self._thread = QThread()
         self._thread.setObjectName("tessera-engine")
         self.worker = EngineWorker(self.settings, self._queue, session_wrap)
@@ -286,6 +380,7 @@ class EngineThread(EngineSignals):
         self._unloadRequested.connect(w.unload)
         self._unloadAllRequested.connect(w.unload_all)
         self._sessionsRequested.connect(w.report_sessions)
+        self._releasePreviewsRequested.connect(w.release_previews)
         self._probeRequested.connect(w.probe_runtimes)
         self._settingsRequested.connect(w.apply_settings)
         self._shutdownRequested.connect(w.shutdown)
@@ -300,6 +395,12 @@ class EngineThread(EngineSignals):
         w.operationFinished.connect(self._relay_finished)
         w.operationFailed.connect(self._relay_failed)
         w.operationCancelled.connect(self._relay_cancelled)
+        w.previewStarted.connect(self.previewStarted)
+        w.previewProgressed.connect(self.previewProgressed)
+        w.previewPatched.connect(self.previewPatched)
+        w.previewFinished.connect(self._relay_preview_finished)
+        w.previewFailed.connect(self._relay_preview_failed)
+        w.previewCancelled.connect(self._relay_preview_cancelled)
 
     @property
     def qthread(self) -> QThread:
@@ -324,7 +425,68 @@ class EngineThread(EngineSignals):
         self._requests[request.id] = request
         self._queue.put(request, token)
         self._runRequested.emit()  # one wake-up per job: the worker takes one job each time
+        self._displace_preview()
         return request.id
+
+    def _displace_preview(self) -> None:
+        """A job goes before a running preview: cancel it (its tiles done so far stay in the
+        engine's cache) and put it back to run after the jobs, unless a newer one waits."""
+        running = self._queue.preview_current
+        token = self._preview_tokens.get(running) if running is not None else None
+        if running is None or token is None or token.cancelled:
+            return
+        token.cancel()
+        request = self._previews.get(running)
+        if request is not None and self._queue.waiting_preview is None:
+            again = replace(request, job=replace(request.job, id=new_request_id()))
+            self.submit_preview(again)
+
+    # -- previews -----------------------------------------------------------------------------
+    def submit_preview(self, request: PreviewRequest) -> str:
+        """Preview after every job; replaces the preview waiting and cancels the running one."""
+        if not self._thread.isRunning():
+            raise RuntimeError("the engine thread is not running")
+        token = CancelToken()
+        self._preview_tokens[request.id] = token
+        self._previews[request.id] = request
+        replaced = self._queue.put_preview(request, token)
+        if replaced is not None:
+            self._relay_preview_cancelled(OperationCancellation(replaced[0].id, started=False))
+        self._cancel_running_preview(but=request.id)
+        self._runRequested.emit()
+        return request.id
+
+    def release_previews(self) -> None:
+        """Hand back what previews keep, once the preview in flight has stopped."""
+        self._releasePreviewsRequested.emit()
+
+    def cancel_previews(self) -> None:
+        """Cancel the waiting and the running preview (the person's ✕, Preview off)."""
+        waiting = self._queue.drop_preview()
+        if waiting is not None:
+            self._relay_preview_cancelled(OperationCancellation(waiting.id, started=False))
+        self._cancel_running_preview()
+
+    def _cancel_running_preview(self, but: str | None = None) -> None:
+        running = self._queue.preview_current
+        if running is not None and running != but:
+            token = self._preview_tokens.get(running)
+            if token is not None:
+                token.cancel()  # directly: terminates the run in flight (M8)
+
+    @property
+    def preview_running(self) -> str | None:
+        """The preview the worker is running (read from any thread)."""
+        return self._queue.preview_current
+
+    @property
+    def preview_waiting(self) -> str | None:
+        """The preview waiting for the worker (read from any thread)."""
+        return self._queue.waiting_preview
+
+    def previews_open(self) -> list[str]:
+        """Previews whose terminal signal has not reached the GUI yet."""
+        return list(self._preview_tokens)
 
     def cancel(self, request_id: str) -> bool:
         """Cancel a queued or running job; False when it has already ended."""
@@ -349,6 +511,7 @@ class EngineThread(EngineSignals):
         for token in list(self._tokens.values()):
             token.cancel()
             count += 1
+        self.cancel_previews()
         return count
 
     @property
@@ -417,3 +580,23 @@ class EngineThread(EngineSignals):
     def _relay_cancelled(self, cancellation: OperationCancellation) -> None:
         if self._forget(cancellation.request_id):
             self.operationCancelled.emit(cancellation)
+
+    def _forget_preview(self, request_id: str) -> bool:
+        known = self._preview_tokens.pop(request_id, None) is not None
+        self._previews.pop(request_id, None)
+        return known
+
+    @Slot(object)
+    def _relay_preview_finished(self, result: PreviewResult) -> None:
+        if self._forget_preview(result.request_id):
+            self.previewFinished.emit(result)
+
+    @Slot(object)
+    def _relay_preview_failed(self, failure: OperationFailure) -> None:
+        if self._forget_preview(failure.request_id):
+            self.previewFailed.emit(failure)
+
+    @Slot(object)
+    def _relay_preview_cancelled(self, cancellation: OperationCancellation) -> None:
+        if self._forget_preview(cancellation.request_id):
+            self.previewCancelled.emit(cancellation)

@@ -134,6 +134,7 @@ class Job:
     expected_s: float | None = None  # the estimate when it was queued (measured speed)
     megapixels: float = 0.0  # of its input, for the speed it will teach
     frames: int = 1
+    parent_label: str = ""  # the result it was run on ("Quick cut-out"); empty: the original
 
     @property
     def id(self) -> str:
@@ -275,18 +276,23 @@ class Version:
 def job_versions(job: Job, input_key: str) -> list[Version]:
     """The versions a finished or failed job adds to its input's strip."""
     if job.state is JobState.FAILED:
-        return [Version(input_key, f"{job.model_label} — failed", (), job.id, None, job.message)]
+        chain = f"{job.parent_label} → " if job.parent_label else ""
+        return [
+            Version(input_key, f"{chain}{job.model_label} — failed", (), job.id, None, job.message)
+        ]
     if job.state is not JobState.FINISHED:
         return []
     by_kind: dict[ProductKind, list[Path]] = {}
     for product in job.viewable():
         by_kind.setdefault(product.kind, []).append(product.path)
     versions = []
+    # A step of a chain says what it was run on: "Quick cut-out → Anime ×2".
+    chain = f"{job.parent_label} → " if job.parent_label else ""
     for kind, paths in by_kind.items():
         label = (
             job.model_label
             if kind is ProductKind.IMAGE
             else f"{PRODUCT_LABELS[kind]} · {job.model_label}"
         )
-        versions.append(Version(input_key, label, tuple(paths), job.id, kind))
+        versions.append(Version(input_key, chain + label, tuple(paths), job.id, kind))
     return versions

@@ -48,25 +48,27 @@ from PySide6.QtWidgets import (
 from engine.models.catalog import CatalogEntry
 from engine.models.inventory import ModelInventory
 from engine.options import OutputOptions
+from engine.previews import PreviewResult
 from engine.runtime import memory
 from engine.runtime.memory import MemorySnapshot
 from engine.runtime.sessions import SessionInfo
 from engine.settings import EngineSettings, default_data_dir
 from gui.controllers.jobs import JobsController
 from gui.controllers.models import ModelsController
+from gui.controllers.preview import PreviewController
 from gui.controllers.results import cannot_open, export_result
 from gui.controllers.speed import SpeedBook
 from gui.controllers.view import ViewController
 from gui.engine_thread import EngineThread
 from gui.inputs import InputSource
-from gui.jobs import JobState, Version, fmt_duration
+from gui.jobs import JobState, Version, fmt_duration, viewable_products
 from gui.messages import Notice, NoticeLevel, Topic
 from gui.notifications import Notifier, should_notify
 from gui.settings import AppSettings
 from gui.tasks import TaskOutcome, TaskThread
 from gui.widgets.drop_overlay import DropOverlay
 from gui.widgets.export_dialog import ExportDialog
-from gui.widgets.images import load_display_paths, make_thumbnail
+from gui.widgets.images import DisplayImage, load_display_paths, make_thumbnail
 from gui.widgets.inputs_panel import THUMB, InputMark, InputsPanel
 from gui.widgets.job_list import JobList
 from gui.widgets.memory_panel import MemoryPanel
@@ -146,6 +148,7 @@ class MainWindow(QMainWindow):
         self.jobs.calibrator.enabled = calibrate
         self.models = ModelsController(self.tasks, self.models_dir, self)
         self.view = ViewController(self.jobs, self.tasks, load_display_paths, self)
+        self.preview = PreviewController(self.engine, lambda: self.panel.job_settings(), self)
         self.notifier = Notifier(self, self.windowIcon())
 
         self._build_widgets()
@@ -307,6 +310,15 @@ class MainWindow(QMainWindow):
         view.addAction(self._action("&Fit", self.viewer.view.fit, ["Ctrl+0"]))
         view.addAction(self._action("&Actual size", self.viewer.view.actual_size, ["Ctrl+1"]))
         view.addAction(self.viewer.flip_action)
+        self.preview_action = QAction("&Preview", self)
+        self.preview_action.setCheckable(True)
+        self.preview_action.setShortcut(QKeySequence("Ctrl+P"))
+        self.preview_action.setStatusTip(
+            "Show what the chosen operation and model make of the part of the image in view"
+        )
+        self.preview_action.toggled.connect(self.set_preview)
+        self.addAction(self.preview_action)
+        view.addAction(self.preview_action)
         view.addSeparator()
         self.memory_action = QAction("&Memory panel", self)
         self.memory_action.setCheckable(True)
@@ -329,6 +341,21 @@ class MainWindow(QMainWindow):
         jobs.addAction(self.cancel_action)
         jobs.addAction(self._action("Cancel &all jobs", self.jobs.cancel_all))
         jobs.addAction(self._action("C&lear finished jobs", self.clear_finished))
+        jobs.addSeparator()
+        jobs.addAction(
+            self._action(
+                "Use the shown result as &input",
+                self.continue_from_result,
+                tip="The next job of this image starts from the result on the right",
+            )
+        )
+        jobs.addAction(
+            self._action(
+                "Run the shown &chain on other images",
+                lambda: self.run_chain_from(""),
+                tip="Every step that made the result on the right, on the other images",
+            )
+        )
 
         helpmenu = bar.addMenu("&Help")
         helpmenu.addAction(self._action("Open the &log folder", self.open_log_folder))
@@ -379,6 +406,21 @@ class MainWindow(QMainWindow):
         self.job_list.openRequested.connect(lambda job_id: self.open_job(job_id, reveal=False))
         self.job_list.revealRequested.connect(lambda job_id: self.open_job(job_id, reveal=True))
         self.viewer.versionChosen.connect(self._on_version_chosen)
+        self.viewer.previewToggled.connect(self.set_preview)
+        self.viewer.previewStopRequested.connect(self.preview.cancel)
+        self.viewer.continueRequested.connect(self.continue_from_result)
+        self.viewer.strip.inputRequested.connect(self.use_as_input)
+        self.viewer.strip.chainRequested.connect(self.run_chain_from)
+        self.viewer.view.viewMoved.connect(self._preview_view_moved)
+        p = self.preview
+        p.patched.connect(self.viewer.add_preview_patch)
+        p.resetRequested.connect(self.viewer.clear_preview)
+        p.statusChanged.connect(self.viewer.set_preview_status)
+        p.finished.connect(self._on_preview_finished)
+        p.failed.connect(lambda text: self.warn(text, Topic.JOBS))
+        v.versionsChanged.connect(lambda _versions, _l, _r: self._preview_source())
+        self.panel.choicesChanged.connect(self._preview_settings_changed)
+        j.showRequested.connect(self._on_show_requested)
         self.viewer.saveRequested.connect(self.save_as)
         self.viewer.copyRequested.connect(self.copy_result)
         self.viewer.openRequested.connect(lambda vid: self.open_version(vid, reveal=False))
@@ -748,14 +790,130 @@ class MainWindow(QMainWindow):
 
     # -- the viewer ---------------------------------------------------------------------------
     def _on_version_chosen(self, version_id: str, on_left: bool) -> None:
+        if not on_left:
+            self.set_preview(False)  # the person chose what to see on the right
         problem = self.view.choose_version(version_id, on_left)
         if problem:
             self.warn(problem, Topic.JOBS)
 
     def show_job(self, job_id: str) -> None:
+        self.set_preview(False)
         problem = self.view.show_job(job_id)
         if problem:
             self.warn(problem, Topic.JOBS)
+
+    # -- preview ------------------------------------------------------------------------------
+    def set_preview(self, on: bool) -> None:
+        """Preview on: the right side shows the panel's operation on the left version, for
+        the part in view; a job that finishes for the image turns it off to show its result."""
+        self.preview_action.blockSignals(True)
+        self.preview_action.setChecked(on)
+        self.preview_action.blockSignals(False)
+        if on == self.preview.enabled and on == self.viewer.preview_on:
+            return
+        self.viewer.set_preview_mode(on, self._preview_label())
+        if on:
+            self._preview_source()
+            self.preview.set_region(self.viewer.preview_region())
+        self.preview.set_enabled(on)
+
+    def _preview_label(self) -> str:
+        settings = self.panel.job_settings()
+        return f"Preview · {settings.model_label}" if settings is not None else "Preview"
+
+    def _preview_source(self) -> None:
+        """The left version's file is what the preview works on (one image file)."""
+        key = self.jobs.viewing[0]
+        path: Path | None = None
+        if key is not None:
+            left = self.view.pairs.get(key, ("original", ""))[0]
+            version = self.jobs.version(key, left)
+            if version is not None and len(version.paths) == 1 and version.paths[0].is_file():
+                path = version.paths[0]
+        if self.preview.enabled and key is not None and path is None:
+            self.viewer.set_preview_status("Preview shows single images, not sequences.", False)
+        self.preview.set_source(key, path)
+
+    def _preview_view_moved(self) -> None:
+        if not self.preview.enabled:
+            return
+        layer = self.viewer.view.preview
+        if layer is not None:
+            layer.keep_within(self.viewer.view.visible_after())
+        self.preview.set_region(self.viewer.preview_region())
+
+    def _preview_settings_changed(self) -> None:
+        if self.preview.enabled:
+            self.viewer.set_preview_mode(True, self._preview_label())
+            self.preview.refresh()
+
+    def _on_show_requested(self, _key: str, version_id: str) -> None:
+        if version_id:
+            self.set_preview(False)  # a result came in: show it, not the preview
+
+    def _on_preview_finished(self, result: PreviewResult) -> None:
+        """A non-tiled family's preview is a file: show its picture."""
+        shown = viewable_products(result.products)
+        if not shown:
+            return
+        generation = result.generation
+
+        def loaded(outcome: TaskOutcome) -> None:
+            if self._closed or generation != self.preview.generation or outcome.error:
+                return
+            image: DisplayImage = outcome.value
+            if image.frames:
+                self.viewer.view.set_preview_image(image.frames[0])
+
+        path = shown[0].path
+        self.tasks.submit(lambda: load_display_paths((path,)), loaded, urgent=True)
+
+    # -- chains -------------------------------------------------------------------------------
+    def continue_from_result(self) -> None:
+        """The result on the right becomes the input of the image's next job."""
+        version = self.view.viewed()
+        if version is None or version.is_original or not version.viewable:
+            self.say("Show a result on the right first; it then becomes the next step's input.")
+            return
+        self.use_as_input(version.id)
+
+    def use_as_input(self, version_id: str) -> None:
+        key = self.jobs.viewing[0]
+        if key is None:
+            return
+        version = self.jobs.use_as_input(key, version_id)
+        if version is None:
+            return
+        self.set_preview(False)
+        self.view.choose_version(version.id, True)  # on the left: what the next step works on
+        self._update_run()
+        if version.is_original:
+            self.say("The next job starts from the original again.")
+        else:
+            self.say(
+                f"The next job of this image starts from {version.label}: choose the operation "
+                "and press Run (Preview shows it first)."
+            )
+
+    def run_chain_from(self, version_id: str) -> list[str]:
+        """Every step that made this result, on the other images (or the selected ones)."""
+        version = self.jobs.find_version(version_id) if version_id else self.view.viewed()
+        steps = self.jobs.chain_of(version) if version is not None else ()
+        if version is None or not steps:
+            self.say("Show a result on the right first: its steps are what is run again.")
+            return []
+        selected = [k for k in self.inputs.selected_keys() if k != version.input_key]
+        keys = selected if len(selected) >= 1 and len(self.inputs.selected_keys()) >= 2 else []
+        targets = [self.jobs.sources[k] for k in keys] or [
+            s for k, s in self.jobs.sources.items() if k != version.input_key
+        ]
+        if not targets:
+            self.say("Add the other images first; the chain then runs on each of them.")
+            return []
+        ids = self.jobs.run_chain(steps, targets)
+        names = " → ".join(step.model_label for step in steps)
+        self.say(f"Running {names} on {len(targets)} image{'s' if len(targets) != 1 else ''}.")
+        return ids
 
     # -- results: save as, copy, open ---------------------------------------------------------
     def _viewed(self, version_id: str = "") -> Version | None:
@@ -998,6 +1156,7 @@ class MainWindow(QMainWindow):
         self.settings.save_window(self.saveGeometry(), self.saveState())
         self.settings.sync()
         self.memory_timer.stop()
+        self.preview.close()
         self.redraw_timer.stop()
         self.job_list.clock.stop()
         self.notifier.close()

@@ -5,8 +5,10 @@
 
 Uses the real starter models of the default models folder and sample photos from scikit-image,
 with settings in a temporary folder. Writes shots/13-<state>-<W>x<H>.png: empty, running,
-done-compare, failed, output-step, memory-panel (and notice). The screen is grabbed whole, so
-dialogs show.
+done-compare, failed, output-step, memory-panel (and notice), and for issue 14
+shots/14-<state>-<W>x<H>.png: preview (a view half refined, "previewing tile n/m") and chain
+(remove background → upscale, the chain in the strip). `--states preview,chain` takes only
+those. The screen is grabbed whole, so dialogs show.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=ROOT / "shots")
     parser.add_argument(
-        "--states", default="empty,running,done-compare,failed,output-step,memory-panel,notice"
+        "--states",
+        default="empty,running,done-compare,failed,output-step,memory-panel,notice,preview,chain",
     )
     args = parser.parse_args()
     wanted = set(args.states.split(","))
@@ -55,7 +58,9 @@ def main() -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     assert isinstance(app, QApplication)
     from engine.options import OutputFormat, OutputOptions
+    from engine.requests import Operation
     from gui.main_window import MainWindow
+    from gui.messages import Topic
     from gui.settings import AppSettings
     from gui.widgets.export_dialog import ExportDialog
 
@@ -87,9 +92,9 @@ def main() -> int:
             app.processEvents()
             time.sleep(0.02)
 
-    def shot(state: str) -> None:
+    def shot(state: str, issue: int = 13) -> None:
         settle()
-        path = args.out / f"13-{state}-{tag}.png"
+        path = args.out / f"{issue}-{state}-{tag}.png"
         screen.grabWindow(0).save(str(path))
         print(path)
 
@@ -110,13 +115,14 @@ def main() -> int:
         wait(lambda: not window.jobs.active(), 60)
         window.clear_finished()
 
-    window.panel.select_model("realesrgan-animevideov3-x2")
-    window.run_selected()
-    wait(lambda: not window.jobs.active() and bool(window.jobs.jobs), 300)
-    window.panel.select_model("realesrgan-x4plus-anime")
-    window.run_one(str(images[0]))
-    wait(lambda: not window.jobs.active(), 300)
-    settle(1.0)
+    if wanted & {"done-compare", "output-step", "memory-panel"}:
+        window.panel.select_model("realesrgan-animevideov3-x2")
+        window.run_selected()
+        wait(lambda: not window.jobs.active() and bool(window.jobs.jobs), 300)
+        window.panel.select_model("realesrgan-x4plus-anime")
+        window.run_one(str(images[0]))
+        wait(lambda: not window.jobs.active(), 300)
+        settle(1.0)
     if "done-compare" in wanted:
         window.inputs.select(str(images[0]))
         window.view.choose_input(str(images[0]), True)
@@ -170,6 +176,53 @@ def main() -> int:
         window.memory_dock.hide()
         window.accept_paths(frames)
         shot("notice")
+
+    if "preview" in wanted:
+        # A photo at 100 % of the ×2 product, Preview on: caught while it refines the view.
+        from skimage import data
+
+        big = work / "IMG_0100.jpg"
+        Image.fromarray(data.chelsea()).resize((900, 600), Image.Resampling.LANCZOS).save(
+            big, quality=92
+        )
+        window.memory_dock.hide()
+        window.accept_paths([big])
+        wait(lambda: window.viewer.before is not None and window.viewer.before.path == big, 30)
+        window.panel.select_operation(Operation.UPSCALE)
+        window.panel.select_model("realesrgan-animevideov3-x2")
+        window.set_preview(True)
+        wait(lambda: window.viewer.view.canvas_size().width() == 1800, 120)
+        window.viewer.view.actual_size()
+        window.viewer.view.set_split(0.3)
+        wait(
+            lambda: (
+                len(window.preview.drawn) >= 2
+                and window.viewer.preview_status.startswith("Previewing tile")
+            ),
+            120,
+        )
+        shot("preview", 14)
+        window.set_preview(False)
+
+    if "chain" in wanted:
+        # Remove the background, use the cut-out as the next input, upscale it: the strip
+        # shows Original, the cut-out, and the cut-out ×2.
+        window.notice.clear_topic(Topic.INPUTS)
+        window.inputs.select(str(images[0]))
+        window.view.choose_input(str(images[0]), True)
+        window.panel.select_operation(Operation.REMOVE_BACKGROUND)
+        window.panel.select_model("u2netp")
+        window.run_one(str(images[0]))
+        wait(lambda: not window.jobs.active(), 120)
+        settle(1.0)
+        window.continue_from_result()
+        window.panel.select_operation(Operation.UPSCALE)
+        window.panel.select_model("realesrgan-animevideov3-x2")
+        window.run_one(str(images[0]))
+        wait(lambda: not window.jobs.active(), 300)
+        settle(1.0)
+        window.viewer.view.set_split(0.5)
+        shot("chain", 14)
 
     window.close()
     return 0

@@ -29,6 +29,10 @@ FIGURES = (
     "cancel inside a run (terminate) latency",
     "RSS growth over 20 repeated jobs after warm-up",
     "tiled (96 px, overlap 32) vs whole: max |diff|",
+    "preview: first pixels, 600×440 view of a 2 Mpx JPEG",
+    "preview: pan → first pixels (decoded photo kept)",
+    "preview: pan → the whole view refined",
+    "preview vs final product: max |diff|, upscale, default tiles",
 )
 
 
@@ -58,6 +62,9 @@ def test_quick_bench_reports_every_figure_as_json(
     assert cached["note"] == "sessions created 1, reused 10"  # M1: one load, then reuse
     assert rows["tiled (96 px, overlap 32) vs whole: max |diff|"]["value"] <= 1
     assert rows["tiled (96 px, overlap 32) vs whole: max |diff|"]["met"] is True
+    identity = rows["preview vs final product: max |diff|, upscale, default tiles"]
+    assert identity["value"] == 0 and identity["met"] is True  # the preview is the product's
+    assert "photo decoded again 0 times" in rows[FIGURES[12]]["note"]
     (overhead,) = [r for n, r in rows.items() if n.startswith(FIGURES[0])]
     assert "(6 runs)" in overhead["name"]  # 256×192 at tile 128 with overlap: 3 × 2 tiles
     (u2netp,) = [r for n, r in rows.items() if n.startswith(FIGURES[1])]

@@ -23,6 +23,7 @@ from PIL import Image
 
 from engine.api import Engine
 from engine.bench.memory import measure_family_peaks, measure_frames, measure_held
+from engine.bench.preview import measure_preview
 from engine.bench.samplers import PeakRss
 from engine.bench.synthetic import slow_model, synthetic_upscaler, test_image
 from engine.bench.table import Row, Table, find_model, scratch, table_for
@@ -242,6 +243,13 @@ def run_cpu_bench(args: argparse.Namespace) -> int:
         measure_cancel(table, cold, fast_model, work)
         measure_growth(table, cold, fast_model, work, 20 if quick else 50)
         measure_tiled_vs_whole(table, cold, fast_model, work)
+
+        # Preview (issue 14): pan → first pixels, and preview vs the final product.
+        x2_anime = find_model(models_dir, "realesrgan-animevideov3-x2")
+        preview_label = (
+            "animevideov3 ×2" if x2_anime else ("animevideov3 ×4" if anime else "synthetic ×4")
+        )
+        measure_preview(table, settings, x2_anime or fast_model, preview_label, work, quick)
 
         # Memory handed back (M11), each family bounded, frames that do not make peaks grow.
         measure_held(table, settings, fast_model, "animevideov3" if anime else "synthetic", work)

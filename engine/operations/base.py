@@ -27,6 +27,7 @@ from engine.options import OperationOptions
 from engine.requests import Operation, OperationRequest, Product, Progress, ProgressKind
 from engine.runtime.handle import SessionHandle
 from engine.settings import EngineSettings
+from engine.tiling.cache import TileSource
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ class RunContext:
     last_run_shrunk: bool = False
     used_tile: int | None = None  # tile edge finally used, reported in the result
     io_seconds: float = 0.0  # decoding and writing files, kept apart from the model's work
+    tiles: TileSource | None = None  # tiles a preview made for this input and model (upscale)
 
     def start_frame(self, frame: int, frame_count: int, run_count: int) -> None:
         self.frame, self.frame_count, self.run_count, self.runs_done = (

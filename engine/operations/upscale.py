@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
@@ -29,7 +29,7 @@ from engine.runtime import memory
 from engine.runtime.arena import cpu_arena_limit
 from engine.runtime.handle import SessionHandle
 from engine.tiling.assembly import TileAssembler
-from engine.tiling.plan import TilePlan, axis_spans, pad_to_multiple, plan_tiles
+from engine.tiling.plan import Tile, TilePlan, axis_spans, pad_to_multiple, plan_tiles
 
 log = logging.getLogger(__name__)
 
@@ -203,45 +203,85 @@ class Upscale(OperationBase):
         ctx: RunContext,
     ) -> np.ndarray:
         scale = c.scale or 1
-        h, w, channels = frame.shape
-        colour = frame[..., :3] if channels >= 3 else frame[..., :1]
-        alpha = frame[..., channels - 1 :] if channels in (2, 4) else None
-        padded_colour = pad_to_multiple(colour, c.multiple_of)
-        padded_alpha = pad_to_multiple(alpha, c.multiple_of) if alpha is not None else None
-        if c.fixed_size is not None:
-            fh, fw = c.fixed_size
-            padded_colour = _pad_at_least(padded_colour, fh, fw)
-            padded_alpha = _pad_at_least(padded_alpha, fh, fw) if padded_alpha is not None else None
-        ph, pw = padded_colour.shape[:2]
-        if c.fixed_size is not None:
-            plan = _fixed_plan(ph, pw, c.fixed_size, ctx.settings.overlap)
-        else:
-            plan = plan_tiles(ph, pw, tile, ctx.settings.overlap, c.multiple_of)
-        passes = _passes(colour.shape[2], alpha is not None, c.channels)
-        ctx.start_frame(index, count, plan.count * len(passes))
+        h, w = frame.shape[:2]
+        prep = prepare_frame(frame, c, tile, ctx.settings.overlap)
+        plan, passes = prep.plan, prep.passes
+        # Tiles a preview already made for this very input, model and plan are not run again
+        # (engine/tiling/cache.py); they leave the cache as they are used.
+        tiles = ctx.tiles
+        key = tiles.key(index, plan, prep.widths) if tiles is not None else None
+        reuse = tiles.cache.indices(key) if tiles is not None and key is not None else set()
+        ctx.start_frame(index, count, (plan.count - len(reuse)) * len(passes))
         dtype = frame.dtype
         assemblers = [TileAssembler(plan, scale, width, np.dtype(dtype)) for _, width in passes]
         # Every tile has one shape: ORT writes each result into this one buffer, outside its
         # arena (nothing of the arena stays pinned when the last run shrinks it, M11).
         result_buffer = _tensor(c, plan.tile_h * scale, plan.tile_w * scale, output=True)
         for t in plan.tiles:
-            for (build, _), asm in zip(passes, assemblers, strict=True):
-                region_c = padded_colour[t.y0 : t.y1, t.x0 : t.x1]
-                region_a = (
-                    padded_alpha[t.y0 : t.y1, t.x0 : t.x1] if padded_alpha is not None else None
-                )
-                model_in, reduce = build(region_c, region_a)
-                tensor = _to_tensor(to_float(model_in), c)
-                result = ctx.run(
-                    {c.image_input: tensor},
-                    outputs=[c.image_output],
-                    into={c.image_output: result_buffer},
-                )[0]
-                out = _from_tensor(result, c)
-                asm.add(t, reduce(out))
+            cached = (
+                tiles.cache.take(key, t.index)
+                if t.index in reuse and tiles is not None and key is not None
+                else None
+            )
+            for p, asm in enumerate(assemblers):
+                if cached is not None:
+                    asm.add(t, cached[p])
+                else:
+                    asm.add(t, run_tile(prep, t, p, c, ctx, result_buffer))
+            del cached
         parts = [asm.finish() for asm in assemblers]
         full = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=2)
         return np.ascontiguousarray(full[: h * scale, : w * scale])
+
+
+@dataclass(frozen=True)
+class FramePlan:
+    """One frame made ready for its tiles: padded once (DESIGN §3), planned, split in passes."""
+
+    colour: np.ndarray  # padded to the model's multiple_of (and its fixed size)
+    alpha: np.ndarray | None
+    plan: TilePlan
+    passes: list[Pass]
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        return tuple(width for _, width in self.passes)
+
+
+def prepare_frame(frame: np.ndarray, c: Contract, tile: int, overlap: int) -> FramePlan:
+    """The full job's tile plan of a frame: the preview uses this very function, so a change
+    of plan keeps preview and product identical."""
+    channels = frame.shape[2]
+    colour = frame[..., :3] if channels >= 3 else frame[..., :1]
+    alpha = frame[..., channels - 1 :] if channels in (2, 4) else None
+    padded_colour = pad_to_multiple(colour, c.multiple_of)
+    padded_alpha = pad_to_multiple(alpha, c.multiple_of) if alpha is not None else None
+    if c.fixed_size is not None:
+        fh, fw = c.fixed_size
+        padded_colour = _pad_at_least(padded_colour, fh, fw)
+        padded_alpha = _pad_at_least(padded_alpha, fh, fw) if padded_alpha is not None else None
+    ph, pw = padded_colour.shape[:2]
+    if c.fixed_size is not None:
+        plan = _fixed_plan(ph, pw, c.fixed_size, overlap)
+    else:
+        plan = plan_tiles(ph, pw, tile, overlap, c.multiple_of)
+    passes = _passes(colour.shape[2], alpha is not None, c.channels)
+    return FramePlan(padded_colour, padded_alpha, plan, passes)
+
+
+def run_tile(
+    prep: FramePlan, t: Tile, p: int, c: Contract, ctx: RunContext, buffer: np.ndarray
+) -> np.ndarray:
+    """One counted model run: pass `p` of tile `t`, its float32 output (a view of `buffer`)."""
+    build, _ = prep.passes[p]
+    region_c = prep.colour[t.y0 : t.y1, t.x0 : t.x1]
+    region_a = prep.alpha[t.y0 : t.y1, t.x0 : t.x1] if prep.alpha is not None else None
+    model_in, reduce = build(region_c, region_a)
+    tensor = _to_tensor(to_float(model_in), c)
+    result = ctx.run(
+        {c.image_input: tensor}, outputs=[c.image_output], into={c.image_output: buffer}
+    )[0]
+    return reduce(_from_tensor(result, c))
 
 
 Pass = tuple[

@@ -7,6 +7,11 @@ cut-out…), and a failed job is a version marked failed with its reason. It als
 the viewer should show, so new work is never hidden: new inputs are shown at once, and a
 finished result appears unless the person has chosen to look at something else.
 
+Chains: any result can be the input of the next job (`use_as_input`), without saving and
+reopening it; the new versions say what they were run on ("Quick cut-out → Anime ×2"). Every
+job remembers its steps from the original (a list of JobSettings), so a chain can be run again
+on other inputs as a batch (`run_chain`): each step's main product feeds the next step.
+
 Signals are QtCore's only; tests drive this class with a real engine thread and no window.
 """
 
@@ -25,13 +30,22 @@ from engine.requests import (
     OperationCancellation,
     OperationFailure,
     OperationRequest,
+    ProductKind,
     Progress,
     Result,
 )
 from gui.controllers.speed import Calibrator, Estimate, SpeedBook
 from gui.engine_thread import EngineThread
 from gui.inputs import InputSource, as_sequence, classify_paths
-from gui.jobs import Job, JobState, Version, fmt_duration, fmt_estimate, job_versions
+from gui.jobs import (
+    Job,
+    JobState,
+    Version,
+    describe_inputs,
+    fmt_duration,
+    fmt_estimate,
+    job_versions,
+)
 from gui.messages import Notice, NoticeLevel, Topic
 
 log = logging.getLogger(__name__)
@@ -83,6 +97,11 @@ class JobsController(QObject):
         self.job_input: dict[str, str] = {}  # job id → input key
         self._versions: dict[str, list[Version]] = {}  # input key → its products, oldest first
         self._deferred: list[InputSource] = []  # to run once the model list is in
+        # Chains: what the next job of an input starts from, each job's steps from the
+        # original, and the steps still to run after a job of a chain run.
+        self.bases: dict[str, str] = {}  # input key → version id (absent: the original)
+        self.chains: dict[str, tuple[JobSettings, ...]] = {}  # job id → steps from the original
+        self._then: dict[str, tuple[JobSettings, ...]] = {}  # job id → steps after it
         # What the person is looking at, and whether the window may move the view for them.
         self.viewing: tuple[str | None, str | None] = (None, None)  # (input key, version id)
         self.following = True
@@ -135,6 +154,7 @@ class JobsController(QObject):
         for key in keys:
             self.sources.pop(key, None)
             self._versions.pop(key, None)
+            self.bases.pop(key, None)
         if self.viewing[0] in keys:
             self.viewing = (None, None)
         self.inputsChanged.emit()
@@ -142,6 +162,7 @@ class JobsController(QObject):
     def clear(self) -> None:
         self.sources.clear()
         self._versions.clear()
+        self.bases.clear()
         self._deferred.clear()
         self.viewing = (None, None)
         self.following = True
@@ -226,7 +247,56 @@ class JobsController(QObject):
         count = len(self.sources)
         if count == 0:
             return "Run"
-        return "Run 1 image" if count == 1 else f"Run {count} images"
+        if count == 1:
+            base = self.base(next(iter(self.sources)))
+            return "Run 1 image" if base is None or base.is_original else f"Run on {base.label}"
+        return f"Run {count} images"
+
+    # -- chains -------------------------------------------------------------------------------
+    def use_as_input(self, key: str, version_id: str) -> Version | None:
+        """The input's next job starts from this version (a result; the original resets)."""
+        version = self.version(key, version_id)
+        if version is None or not version.viewable:
+            return None
+        if version.is_original:
+            self.bases.pop(key, None)
+        else:
+            self.bases[key] = version_id
+        self.inputChanged.emit(key)
+        return version
+
+    def base(self, key: str) -> Version | None:
+        """What the input's next job starts from: the chosen result, else the original."""
+        versions = self.versions(key)
+        if not versions:
+            return None
+        chosen = self.bases.get(key)
+        found = next((v for v in versions if v.id == chosen and v.viewable), None)
+        return found or versions[0]
+
+    def find_version(self, version_id: str) -> Version | None:
+        """A result version by its id, whichever input it belongs to."""
+        key = self.job_input.get(version_id.partition(":")[0])
+        return self.version(key, version_id) if key is not None else None
+
+    def chain_of(self, version: Version) -> tuple[JobSettings, ...]:
+        """The steps that made `version` from its input's original."""
+        return self.chains.get(version.job_id or "", ())
+
+    def run_chain(self, steps: Sequence[JobSettings], sources: Sequence[InputSource]) -> list[str]:
+        """Run `steps` in order on each input, from its original: each step's main product is
+        the next step's input. Returns the first step's job ids."""
+        if not steps:
+            return []
+        ids: list[str] = []
+        for source in sources:
+            original = self.versions(source.key)[0]
+            job_id = self._queue_one(source, steps[0], original, ())
+            self._then[job_id] = tuple(steps[1:])
+            ids.append(job_id)
+        if ids:
+            self.following = True
+        return ids
 
     def estimate(self, sources: Sequence[InputSource], settings: JobSettings) -> Estimate | None:
         megapixels = sum(s.megapixels for s in sources)
@@ -258,34 +328,60 @@ class JobsController(QObject):
         return f"The first job measures how fast {settings.model_label} runs on {where}."
 
     def queue(self, sources: Sequence[InputSource], settings: JobSettings) -> list[str]:
-        """One job per input, in order; the view follows their results."""
+        """One job per input, in order, each from its base (the original, or the result
+        chosen with `use_as_input`); the view follows their results."""
         ids: list[str] = []
         for source in sources:
-            request = OperationRequest(
-                operation=settings.operation,
-                model=settings.model,
-                inputs=source.paths,
-                device=settings.device,
-                runtime=settings.runtime,
-                output_dir=settings.output_dir,
-                tile=settings.tile if settings.operation is Operation.UPSCALE else None,
-                sequence=source.sequence,
-                output=settings.output,
-            )
-            job = Job(
-                request, settings.model_label, megapixels=source.megapixels, frames=source.frames
-            )
-            guess = self.estimate([source], settings)
-            job.expected_s = guess.seconds if guess is not None else None
-            self.jobs[request.id] = job
-            self.job_input[request.id] = source.key
-            self.engine.submit(request)
-            self.jobAdded.emit(request.id)
-            self.inputChanged.emit(source.key)
-            ids.append(request.id)
+            start = self.base(source.key)
+            if start is None:
+                continue
+            ids.append(self._queue_one(source, settings, start, ()))
         if ids:
             self.following = True
         return ids
+
+    def _queue_one(
+        self,
+        source: InputSource,
+        settings: JobSettings,
+        start: Version,
+        then: tuple[JobSettings, ...],
+    ) -> str:
+        """One job of `settings` on the version `start` of `source`."""
+        inputs = start.paths
+        sequence = source.sequence if start.is_original else len(inputs) > 1
+        request = OperationRequest(
+            operation=settings.operation,
+            model=settings.model,
+            inputs=inputs,
+            device=settings.device,
+            runtime=settings.runtime,
+            output_dir=settings.output_dir,
+            tile=settings.tile if settings.operation is Operation.UPSCALE else None,
+            sequence=sequence,
+            output=settings.output,
+        )
+        job = Job(
+            request,
+            settings.model_label,
+            megapixels=source.megapixels,
+            frames=source.frames,
+            parent_label="" if start.is_original else start.label,
+        )
+        guess = self.estimate([source], settings)
+        job.expected_s = guess.seconds if guess is not None else None
+        self.jobs[request.id] = job
+        self.job_input[request.id] = source.key
+        self.chains[request.id] = (
+            *(() if start.is_original else self.chain_of(start)),
+            settings,
+        )
+        if then:
+            self._then[request.id] = then
+        self.engine.submit(request)
+        self.jobAdded.emit(request.id)
+        self.inputChanged.emit(source.key)
+        return request.id
 
     def _on_calibrated(self, model: str, device: str) -> None:
         """A speed is known now: jobs queued before it get their estimate."""
@@ -356,13 +452,41 @@ class JobsController(QObject):
             return
         job.on_finished(result)
         key = self.job_input.get(job.id, "")
-        self._versions.setdefault(key, []).extend(job_versions(job, key))
+        added = job_versions(job, key)
+        self._versions.setdefault(key, []).extend(added)
         if job.state is JobState.FINISHED:
             self._learn(job)
             if job.message:  # some inputs of a multi-input job failed
                 self.noticeRequested.emit(Notice(job.message, NoticeLevel.WARNING, Topic.JOBS))
         self._ended(job)
         self._show_result(job)
+        self._next_step(job, key, added)
+
+    def _next_step(self, job: Job, key: str, added: list[Version]) -> None:
+        """A chain run goes on from the job's main product (the cut-out, the upscaled
+        image), or stops with a reason when there is none."""
+        then = self._then.pop(job.id, ())
+        if not then:
+            return
+        source = self.sources.get(key)
+        if source is None:
+            return
+        main = next((v for v in added if v.kind is ProductKind.IMAGE), None)
+        main = main or next((v for v in added if v.viewable), None)
+        if job.state is not JobState.FINISHED or main is None:
+            self._chain_stopped(job, job.message or "it made no image")
+            return
+        self._queue_one(source, then[0], main, then[1:])
+
+    def _chain_stopped(self, job: Job, why: str) -> None:
+        name = describe_inputs(job.request.inputs, job.request.sequence)
+        self.noticeRequested.emit(
+            Notice(
+                f"The chain stopped at {job.model_label} for {name}: {why}",
+                NoticeLevel.WARNING,
+                Topic.JOBS,
+            )
+        )
 
     def _on_failed(self, failure: OperationFailure) -> None:
         job = self.jobs.get(failure.request_id)
@@ -372,6 +496,8 @@ class JobsController(QObject):
         key = self.job_input.get(job.id, "")
         self._versions.setdefault(key, []).extend(job_versions(job, key))
         self._ended(job)
+        if self._then.pop(job.id, ()):
+            self._chain_stopped(job, failure.message)
 
     def _on_cancelled(self, cancellation: OperationCancellation) -> None:
         job = self.jobs.get(cancellation.request_id)
@@ -379,6 +505,7 @@ class JobsController(QObject):
             return
         job.on_cancelled()
         self._ended(job)
+        self._then.pop(job.id, None)  # a cancelled step ends its chain run, quietly
 
     def _ended(self, job: Job) -> None:
         self.jobChanged.emit(job.id)

@@ -4,14 +4,30 @@ that play, the input's strip of versions, and the result's Save as, Copy and dra
 
 The split line is a position in the view, not in the picture: zoomed in, it stays where the
 person put it while the picture moves under it.
+
+With Preview on, the right-hand side is the preview of the panel's operation on the left
+version: the left picture scaled to the product's size and dimmed, with the preview's final
+pixels drawn over it as they come (`PreviewLayer`), so what is still coming reads as such.
 """
 
 from __future__ import annotations
 
+import math
 from enum import Enum
 from pathlib import Path
 
-from PySide6.QtCore import QMimeData, QPoint, QPointF, QRectF, QSize, Qt, QTimer, QUrl, Signal
+from PySide6.QtCore import (
+    QMimeData,
+    QPoint,
+    QPointF,
+    QRect,
+    QRectF,
+    QSize,
+    Qt,
+    QTimer,
+    QUrl,
+    Signal,
+)
 from PySide6.QtGui import (
     QAction,
     QColor,
@@ -38,14 +54,16 @@ from PySide6.QtWidgets import (
     QScrollArea,
     QSizePolicy,
     QSlider,
+    QStyle,
     QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
+from engine.previews import PreviewPatch, Region
 from gui.jobs import Version
 from gui.widgets.elided_label import ElidedLabel
-from gui.widgets.images import DisplayImage, checker_brush
+from gui.widgets.images import DisplayImage, checker_brush, to_qimage
 
 MIN_ZOOM = 1 / 64
 MAX_ZOOM = 64.0
@@ -60,6 +78,29 @@ class ViewMode(Enum):
     SINGLE = "One"
 
 
+PENDING_SHADE = QColor(0, 0, 0, 110)  # over what the preview has not reached yet
+
+
+class PreviewLayer:
+    """The preview's pictures, in product pixels: patches as they come, or one whole image."""
+
+    def __init__(self) -> None:
+        self.size = QSize()  # the product's size; empty until the engine says
+        self.patches: list[tuple[QRect, QPixmap]] = []
+        self.image: QPixmap | None = None  # a non-tiled family's whole preview
+
+    def clear(self) -> None:
+        self.patches = []
+        self.image = None
+
+    def keep_within(self, visible: QRectF) -> None:
+        """Forget patches out of view: what is drawn stays bounded by what is shown."""
+        self.patches = [(r, p) for r, p in self.patches if QRectF(r).intersects(visible)]
+
+    def covered(self) -> int:
+        return sum(r.width() * r.height() for r, _ in self.patches)
+
+
 class CompareView(QWidget):
     """Paints `before` and `after`, both scaled to one canvas: the after image's size when
     there is one (an upscale's output), so the two line up pixel for pixel."""
@@ -67,6 +108,7 @@ class CompareView(QWidget):
     zoomChanged = Signal(float)
     splitChanged = Signal(float)
     flippedChanged = Signal(bool)
+    viewMoved = Signal()  # zoom, pan, split, mode or size changed what is in view
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -89,6 +131,8 @@ class CompareView(QWidget):
         self.flipped = False  # Space: the left version alone
         self.labels = ("Before", "After")
         self.placeholder = DEFAULT_PLACEHOLDER
+        self.preview: PreviewLayer | None = None  # Preview on: the right side's pictures
+        self.preview_note = ""  # "Previewing tile 3/8", at the bottom of the preview side
 
     # -- content ------------------------------------------------------------------------------
     def set_images(
@@ -109,10 +153,75 @@ class CompareView(QWidget):
         return self._after is not None
 
     def _canvas_size(self) -> QSize:
+        if self.preview is not None and not self.preview.size.isEmpty():
+            return self.preview.size
         for pix in (self._after, self._before):
             if pix is not None:
                 return pix.size()
         return QSize()
+
+    def canvas_size(self) -> QSize:
+        return self._canvas_size()
+
+    # -- preview ------------------------------------------------------------------------------
+    def set_preview(self, on: bool) -> None:
+        old = self._canvas_size()
+        self.preview = PreviewLayer() if on else None
+        self._canvas_changed(old)
+
+    def set_preview_size(self, size: QSize) -> None:
+        """The product's size: the canvas grows to it and the picture stays where it was."""
+        if self.preview is None or self.preview.size == size:
+            return
+        old = self._canvas_size()
+        self.preview.size = size
+        self._canvas_changed(old)
+
+    def _canvas_changed(self, old: QSize) -> None:
+        new = self._canvas_size()
+        if not old.isEmpty() and not new.isEmpty() and old != new and not self._fit:
+            self._zoom *= old.width() / new.width()
+            self.zoomChanged.emit(self._zoom)
+        self._apply_fit()
+        self.update()
+        self.viewMoved.emit()
+
+    def add_patch(self, rect: QRect, image: QImage) -> None:
+        if self.preview is None:
+            return
+        self.preview.patches.append((rect, QPixmap.fromImage(image)))
+        self.update()
+
+    def set_preview_image(self, image: QImage | None) -> None:
+        if self.preview is None:
+            return
+        self.preview.image = QPixmap.fromImage(image) if image is not None else None
+        if image is not None:
+            self.set_preview_size(image.size())
+        self.update()
+
+    def clear_preview(self) -> None:
+        if self.preview is not None:
+            self.preview.clear()
+            self.update()
+
+    def visible_after(self) -> QRectF:
+        """The part of the canvas the right-hand side shows, in canvas pixels (empty when the
+        left version is shown alone)."""
+        size = self._canvas_size()
+        if size.isEmpty() or (self.flipped and self._before is not None):
+            return QRectF()
+        offset = 0.0
+        x0, x1 = 0.0, float(self.width())
+        if self._comparing() and self.mode is ViewMode.SPLIT:
+            x0 = self._split_x()
+        elif self._comparing() and self.mode is ViewMode.SIDE_BY_SIDE:
+            offset = self.width() / 2
+            x0 = offset
+        top_left = (QPointF(x0 - offset, 0) - self._origin) / self._zoom
+        bottom_right = (QPointF(x1 - offset, self.height()) - self._origin) / self._zoom
+        seen = QRectF(top_left, bottom_right)
+        return seen.intersected(QRectF(0, 0, size.width(), size.height()))
 
     # -- view ---------------------------------------------------------------------------------
     @property
@@ -127,12 +236,14 @@ class CompareView(QWidget):
         self.mode = mode
         self._apply_fit()
         self.update()
+        self.viewMoved.emit()
 
     def set_flipped(self, flipped: bool) -> None:
         if flipped != self.flipped:
             self.flipped = flipped
             self.flippedChanged.emit(flipped)
             self.update()
+            self.viewMoved.emit()
 
     def flip(self) -> None:
         """Space: the left version alone, and back."""
@@ -142,6 +253,7 @@ class CompareView(QWidget):
         self._split = min(1.0, max(0.0, fraction))
         self.splitChanged.emit(self._split)
         self.update()
+        self.viewMoved.emit()
 
     def _port_width(self) -> float:
         """Width of one viewport: half the view side by side."""
@@ -176,6 +288,7 @@ class CompareView(QWidget):
             (self.height() - size.height() * self._zoom) / 2,
         )
         self.zoomChanged.emit(self._zoom)
+        self.viewMoved.emit()
 
     def _set_zoom(self, zoom: float, anchor: QPointF) -> None:
         if self._canvas_size().isEmpty():
@@ -187,6 +300,7 @@ class CompareView(QWidget):
         self._fit = False
         self.zoomChanged.emit(self._zoom)
         self.update()
+        self.viewMoved.emit()
 
     def _canvas_rect(self, offset: float = 0.0) -> QRectF:
         size = self._canvas_size()
@@ -201,7 +315,7 @@ class CompareView(QWidget):
         return self.width() * self._split
 
     def _comparing(self) -> bool:
-        return self._before is not None and self._after is not None
+        return self._before is not None and (self._after is not None or self.preview is not None)
 
     def _local(self, pos: QPointF) -> QPointF:
         """A view position as seen in its viewport (the right half side by side)."""
@@ -223,32 +337,36 @@ class CompareView(QWidget):
             return
         # Smooth when shrinking; real pixels when magnified, so an upscale can be judged.
         painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, self._zoom < 2)
-        before, after = self._before, self._after
+        before = self._before
         if self.flipped and before is not None:
             self._paint_one(painter, before, self._canvas_rect(), self.labels[0])
         elif not self._comparing():
-            pix = after or before
-            assert pix is not None
-            self._paint_one(painter, pix, self._canvas_rect(), None)
+            if self.preview is not None:
+                self._paint_after(painter, self._canvas_rect())
+            else:
+                pix = self._after or before
+                assert pix is not None
+                self._paint_one(painter, pix, self._canvas_rect(), None)
         elif self.mode is ViewMode.SINGLE:
-            assert after is not None
-            self._paint_one(painter, after, self._canvas_rect(), self.labels[1])
+            self._paint_after(painter, self._canvas_rect())
+            self._badge(painter, self.labels[1], 8)
         elif self.mode is ViewMode.SIDE_BY_SIDE:
-            assert before is not None and after is not None
+            assert before is not None
             half = self.width() / 2
-            for pix, offset, label in (
-                (before, 0.0, self.labels[0]),
-                (after, half, self.labels[1]),
-            ):
-                painter.save()
-                painter.setClipRect(QRectF(offset, 0, half, self.height()))
-                self._paint_one(painter, pix, self._canvas_rect(offset), None)
-                painter.restore()
-                self._badge(painter, label, offset + 8)
+            painter.save()
+            painter.setClipRect(QRectF(0, 0, half, self.height()))
+            self._paint_one(painter, before, self._canvas_rect(), None)
+            painter.restore()
+            self._badge(painter, self.labels[0], 8)
+            painter.save()
+            painter.setClipRect(QRectF(half, 0, half, self.height()))
+            self._paint_after(painter, self._canvas_rect(half))
+            painter.restore()
+            self._badge(painter, self.labels[1], half + 8)
             painter.setPen(QPen(self.palette().color(QPalette.ColorRole.Window), 2))
             painter.drawLine(QPointF(half, 0), QPointF(half, self.height()))
         else:
-            assert before is not None and after is not None
+            assert before is not None
             rect = self._canvas_rect()
             x = self._split_x()
             painter.fillRect(rect, self._checker)
@@ -258,9 +376,23 @@ class CompareView(QWidget):
             painter.restore()
             painter.save()
             painter.setClipRect(QRectF(x, 0, self.width() - x, self.height()))
-            painter.drawPixmap(rect, after, QRectF(after.rect()))
+            self._paint_after(painter, rect)
             painter.restore()
             self._paint_split(painter, x)
+        self._paint_note(painter)
+
+    def _paint_note(self, painter: QPainter) -> None:
+        """What the preview is doing, at the bottom of the side that shows it."""
+        if self.preview is None or not self.preview_note or self.flipped:
+            return
+        left = 8.0
+        if self._comparing() and self.mode is ViewMode.SPLIT:
+            left = self._split_x() + 8
+        elif self._comparing() and self.mode is ViewMode.SIDE_BY_SIDE:
+            left = self.width() / 2 + 8
+        room = int(self.width() - left - 8)
+        if room > 40:
+            self._badge(painter, self.preview_note, left, bottom=True, width=room - 12)
 
     def _paint_one(self, painter: QPainter, pix: QPixmap, rect: QRectF, label: str | None) -> None:
         painter.fillRect(rect, self._checker)
@@ -268,11 +400,50 @@ class CompareView(QWidget):
         if label:
             self._badge(painter, label, 8)
 
-    def _badge(self, painter: QPainter, text: str, left: float, right_align: bool = False) -> None:
+    def _paint_after(self, painter: QPainter, rect: QRectF) -> None:
+        """The right-hand version in `rect`: the after picture, or the preview — the left
+        picture dimmed where no final pixels have come yet, and those pixels over it."""
+        painter.fillRect(rect, self._checker)
+        layer = self.preview
+        if layer is None:
+            if self._after is not None:
+                painter.drawPixmap(rect, self._after, QRectF(self._after.rect()))
+            return
+        if layer.image is not None:
+            painter.drawPixmap(rect, layer.image, QRectF(layer.image.rect()))
+            return
+        if self._before is not None:
+            painter.drawPixmap(rect, self._before, QRectF(self._before.rect()))
+        painter.fillRect(rect, PENDING_SHADE)
+        size = self._canvas_size()
+        if size.isEmpty():
+            return
+        sx = rect.width() / size.width()
+        sy = rect.height() / size.height()
+        for where, pix in layer.patches:
+            target = QRectF(
+                rect.x() + where.x() * sx,
+                rect.y() + where.y() * sy,
+                where.width() * sx,
+                where.height() * sy,
+            )
+            painter.drawPixmap(target, pix, QRectF(pix.rect()))
+
+    def _badge(
+        self,
+        painter: QPainter,
+        text: str,
+        left: float,
+        right_align: bool = False,
+        bottom: bool = False,
+        width: int = 240,
+    ) -> None:
         metrics = painter.fontMetrics()
-        text = metrics.elidedText(text, Qt.TextElideMode.ElideRight, 240)
+        text = metrics.elidedText(text, Qt.TextElideMode.ElideRight, width)
         w = metrics.horizontalAdvance(text) + 12
-        box = QRectF(left - w if right_align else left, 8, w, metrics.height() + 6)
+        h = metrics.height() + 6
+        top = self.height() - h - 8 if bottom else 8
+        box = QRectF(left - w if right_align else left, top, w, h)
         painter.save()
         painter.setPen(Qt.PenStyle.NoPen)
         painter.setBrush(QColor(0, 0, 0, 150))
@@ -342,6 +513,7 @@ class CompareView(QWidget):
             self._last = pos
             self._fit = False
             self.update()
+            self.viewMoved.emit()
         else:
             self.setCursor(
                 Qt.CursorShape.SplitHCursor
@@ -426,6 +598,8 @@ class VersionStrip(QScrollArea):
     openRequested = Signal(str)
     revealRequested = Signal(str)
     saveRequested = Signal(str)
+    inputRequested = Signal(str)  # version id: the next step starts from it
+    chainRequested = Signal(str)  # version id: its steps, on the other images
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -442,7 +616,13 @@ class VersionStrip(QScrollArea):
         self.setWidget(inner)
         self.buttons: dict[str, QToolButton] = {}
         self.versions: dict[str, Version] = {}
-        self.setFixedHeight(QToolButton().sizeHint().height() + 6)
+        # Room for the scroll bar under the buttons, which a long strip (a chain) needs.
+        bar = self.style().pixelMetric(QStyle.PixelMetric.PM_ScrollBarExtent)
+        self.setFixedHeight(QToolButton().sizeHint().height() + 6 + bar)
+        self._right: str | None = None
+        # New buttons have no geometry until the layout runs: when the strip's length changes,
+        # scroll again so the right-hand version (the newest step of a chain) is in view.
+        self.horizontalScrollBar().rangeChanged.connect(lambda _lo, _hi: self._reveal())
 
     def set_versions(self, versions: list[Version], left: str | None, right: str | None) -> None:
         for button in self.buttons.values():
@@ -480,8 +660,13 @@ class VersionStrip(QScrollArea):
             font.setItalic(vid == left and left != right)
             font.setUnderline(vid == left and left != right)
             button.setFont(font)
-        if right in self.buttons:
-            self.ensureWidgetVisible(self.buttons[right])
+        self._right = right
+        self._reveal()
+
+    def _reveal(self) -> None:
+        button = self.buttons.get(self._right or "")
+        if button is not None:
+            self.ensureWidgetVisible(button, 8, 0)
 
     def _clicked(self, version_id: str) -> None:
         left = bool(QApplication.keyboardModifiers() & Qt.KeyboardModifier.ShiftModifier)
@@ -500,6 +685,21 @@ class VersionStrip(QScrollArea):
             menu.addAction("Show in folder", lambda: self.revealRequested.emit(version_id))
             if not version.is_original:
                 menu.addAction("Save as…", lambda: self.saveRequested.emit(version_id))
+            menu.addSeparator()
+            if version.is_original:
+                menu.addAction(
+                    "Start the next step from the original",
+                    lambda: self.inputRequested.emit(version_id),
+                )
+            else:
+                menu.addAction(
+                    "Use as the input of the next step",
+                    lambda: self.inputRequested.emit(version_id),
+                )
+                menu.addAction(
+                    "Run these steps on the other images",
+                    lambda: self.chainRequested.emit(version_id),
+                )
         menu.exec(where)
 
 
@@ -512,6 +712,9 @@ class ViewerPanel(QWidget):
     openRequested = Signal(str)
     revealRequested = Signal(str)
     imagesShown = Signal()  # the view shows what the last show_images asked for
+    previewToggled = Signal(bool)  # the person turned Preview on or off
+    previewStopRequested = Signal()
+    continueRequested = Signal()  # the right-hand result is to be the next step's input
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -544,9 +747,25 @@ class ViewerPanel(QWidget):
         self.actual_button.setText("1:1")
         self.actual_button.setToolTip("Show the result's pixels at 100 % (Ctrl+1)")
         self.actual_button.clicked.connect(self.view.actual_size)
+        self.preview_button = QToolButton()
+        self.preview_button.setText("Preview")
+        self.preview_button.setCheckable(True)
+        self.preview_button.setToolTip(
+            "Show what the chosen operation and model make of the part of the image in view, "
+            "before running the whole job (Ctrl+P). The job then reuses what was previewed."
+        )
+        self.preview_button.toggled.connect(self.previewToggled)
+        self.preview_stop = QToolButton()
+        self.preview_stop.setText("✕")
+        self.preview_stop.setAutoRaise(True)
+        self.preview_stop.setToolTip("Stop the preview (Preview stays on for the next change)")
+        self.preview_stop.clicked.connect(self.previewStopRequested)
+        self.preview_stop.hide()
         top = QHBoxLayout()
         top.setContentsMargins(0, 0, 0, 0)
         top.addWidget(self.title, 1)
+        top.addWidget(self.preview_stop)
+        top.addWidget(self.preview_button)
         top.addLayout(mode_row)
         top.addWidget(self.zoom_label)
         top.addWidget(self.fit_button)
@@ -589,9 +808,17 @@ class ViewerPanel(QWidget):
         self.copy_button.setToolTip("Copy the right-hand version to the clipboard (Ctrl+C)")
         self.copy_button.clicked.connect(self.copyRequested)
         self.drag_handle = DragHandle(self)
+        self.continue_button = QToolButton()
+        self.continue_button.setText("Use as input ▸")
+        self.continue_button.setToolTip(
+            "Make the right-hand result the input of the next operation, without saving and "
+            "reopening it (remove the background, then upscale the cut-out with its alpha)"
+        )
+        self.continue_button.clicked.connect(self.continueRequested)
         bottom = QHBoxLayout()
         bottom.setContentsMargins(0, 0, 0, 0)
         bottom.addWidget(self.strip, 1)
+        bottom.addWidget(self.continue_button)
         bottom.addWidget(self.save_button)
         bottom.addWidget(self.copy_button)
         bottom.addWidget(self.drag_handle)
@@ -613,6 +840,8 @@ class ViewerPanel(QWidget):
         self.before: DisplayImage | None = None
         self.after: DisplayImage | None = None
         self.right_version: Version | None = None
+        self.labels = ("Before", "After")
+        self.preview_label = ""  # "Preview · Anime ×2" while Preview is on
         self._update_actions()
 
     # -- content ------------------------------------------------------------------------------
@@ -658,7 +887,8 @@ class ViewerPanel(QWidget):
         )
         self.before = before
         self.after = after
-        self.view.labels = labels
+        self.labels = labels
+        self._apply_labels()
         frames = max(len(before.frames) if before else 0, len(after.frames) if after else 0)
         self.play_button.setChecked(False)
         self.scrubber.blockSignals(True)
@@ -697,9 +927,81 @@ class ViewerPanel(QWidget):
     def _update_actions(self) -> None:
         version = self.right_version
         has_result = version is not None and version.viewable and not version.is_original
-        self.save_button.setEnabled(has_result)
+        previewing = self.view.preview is not None
+        self.save_button.setEnabled(has_result and not previewing)
         self.copy_button.setEnabled(self.after is not None or self.before is not None)
-        self.drag_handle.setEnabled(has_result)
+        self.drag_handle.setEnabled(has_result and not previewing)
+        self.continue_button.setEnabled(has_result and not previewing)
+
+    def _apply_labels(self) -> None:
+        left, right = self.labels
+        self.view.labels = (
+            (left, self.preview_label)
+            if self.view.preview is not None
+            else (
+                left,
+                right,
+            )
+        )
+
+    # -- preview ------------------------------------------------------------------------------
+    @property
+    def preview_on(self) -> bool:
+        return self.view.preview is not None
+
+    def set_preview_mode(self, on: bool, label: str = "") -> None:
+        """Preview on: the right side is the preview of the left version; off: as before."""
+        self.preview_button.blockSignals(True)
+        self.preview_button.setChecked(on)
+        self.preview_button.blockSignals(False)
+        if on != self.preview_on:
+            self.view.set_preview(on)
+        self.preview_label = label
+        self._apply_labels()
+        if not on:
+            self.set_preview_status("", False)
+        self._show_frame(self.scrubber.value())
+        self._update_actions()
+
+    @property
+    def preview_status(self) -> str:
+        """What the preview is doing, as the view shows it under the preview."""
+        return self.view.preview_note
+
+    def set_preview_status(self, text: str, running: bool) -> None:
+        self.view.preview_note = text if self.preview_on else ""
+        self.view.update()
+        self.preview_stop.setVisible(running and self.preview_on)
+
+    def add_preview_patch(self, patch: PreviewPatch) -> None:
+        view = self.view
+        if view.preview is None:
+            return
+        view.set_preview_size(QSize(*patch.size))
+        r = patch.region
+        view.add_patch(QRect(r.x0, r.y0, r.width, r.height), to_qimage(patch.pixels))
+
+    def clear_preview(self) -> None:
+        if self.view.preview is not None:
+            self.view.set_preview(True)  # a fresh layer: the canvas is the left picture again
+
+    def preview_region(self) -> Region | None:
+        """The part of the left picture the right-hand side shows, in its pixels."""
+        visible = self.view.visible_after()
+        before = self.before
+        canvas = self.view.canvas_size()
+        if before is None or canvas.isEmpty():
+            return None
+        if visible.isEmpty():
+            return Region(0, 0, 0, 0)
+        fx = before.width / canvas.width()
+        fy = before.height / canvas.height()
+        return Region(
+            max(0, math.floor(visible.left() * fx)),
+            max(0, math.floor(visible.top() * fy)),
+            min(before.width, math.ceil(visible.right() * fx)),
+            min(before.height, math.ceil(visible.bottom() * fy)),
+        )
 
     # -- result actions -----------------------------------------------------------------------
     def current_image(self) -> QImage | None:
@@ -735,7 +1037,8 @@ class ViewerPanel(QWidget):
                 return None
             return image.frames[min(index, len(image.frames) - 1)]
 
-        self.view.set_images(pick(self.before), pick(self.after), keep_view=keep_view)
+        after = None if self.preview_on else pick(self.after)
+        self.view.set_images(pick(self.before), after, keep_view=keep_view)
         total = self.scrubber.maximum() + 1
         self.frame_label.setText(f"{index + 1}/{total}")
 
