@@ -91,6 +91,7 @@ class Engine:
             threads=self.settings.threads,
             wrap=session_wrap,
             cpu_shrink=not self.settings.keep_cpu_arena,
+            cpu_copies=self.settings.optimized_copies,
         )
         # Model descriptions completed by a probe run, kept per session key (the file's).
         self._completed: dict[SessionKey, ModelSpec] = {}
@@ -155,10 +156,13 @@ class Engine:
             finally:
                 # M2/M10/M11: however the operation ended, what it took is handed back.
                 self._hand_back(op, spec, session, work)
+        rss_after = memory.process_rss()
         report = MemoryReport(
             rss_after_load=rss_after_load,
-            rss_peak=peak.peak,
-            rss_after=memory.process_rss(),
+            # VmHWM is one per process: another measurement in the process (a preview, the
+            # bench) may have reset it meanwhile; the peak is at least what was seen here.
+            rss_peak=max(peak.peak, rss_after_load, rss_after),
+            rss_after=rss_after,
             gpu_used_after_load=gpu_after_load,
             gpu_used_after=self._gpu_used(key),
         )

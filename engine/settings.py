@@ -49,6 +49,7 @@ class EngineSettings:
     overlap: int = 32  # tile overlap in input pixels
     min_tile: int = 64  # floor for automatic tile halving on out-of-memory (M5)
     threads: int = 0  # ORT intra-op threads; 0 lets ORT choose
+    optimized_copies: bool = True  # CPU: load models from their optimised copies (optimize.py)
 
     def resolved_models_dir(self) -> Path:
         return self.models_dir if self.models_dir is not None else default_models_dir()

@@ -148,6 +148,82 @@ def make_upscaler(
     )
 
 
+def make_compact_upscaler(
+    path: Path,
+    scale: int = 4,
+    *,
+    features: int = 8,
+    convs: int = 3,
+    halve: bool = False,
+    seed: int = 0,
+) -> Path:
+    """Real-ESRGAN's compact (SRVGG) shape: conv → PRelu, `convs` times, a conv to 3·s²
+    channels, DepthToSpace(s), plus the nearest-upscaled input. With `halve` it upscales ×2s
+    inside and ends with a bicubic ½ Resize, like animevideov3-x2. Random weights (fixed by
+    `seed`) and PRelu slopes on both sides of 1, so every rewrite case of
+    engine/runtime/optimize.py is met. Receptive field: `convs` + 1 input pixels."""
+    rng = np.random.default_rng(seed)
+    inner = scale * 2 if halve else scale
+    nodes: list[onnx.NodeProto] = []
+    inits: list[onnx.TensorProto] = []
+    x, channels = "input", 3
+    for i in range(convs):
+        inits += [
+            _const(f"w{i}", rng.normal(0, 0.3, (features, channels, 3, 3)).astype(np.float32)),
+            _const(f"b{i}", rng.normal(0, 0.1, features).astype(np.float32)),
+            _const(f"slope{i}", rng.uniform(-0.5, 2.0, (features, 1, 1)).astype(np.float32)),
+        ]
+        nodes += [
+            helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], pads=[1, 1, 1, 1]),
+            helper.make_node("PRelu", [f"c{i}", f"slope{i}"], [f"p{i}"]),
+        ]
+        x, channels = f"p{i}", features
+    out_c = 3 * inner * inner
+    inits += [
+        _const("w_last", rng.normal(0, 0.05, (out_c, channels, 3, 3)).astype(np.float32)),
+        _const("b_last", np.zeros(out_c, np.float32)),
+        _const("up_scales", np.array([1, 1, inner, inner], np.float32)),
+    ]
+    nodes += [
+        helper.make_node("Conv", [x, "w_last", "b_last"], ["last"], pads=[1, 1, 1, 1]),
+        helper.make_node("DepthToSpace", ["last"], ["d2s"], blocksize=inner, mode="CRD"),
+        helper.make_node(
+            "Resize",
+            ["input", "", "up_scales"],
+            ["base"],
+            mode="nearest",
+            coordinate_transformation_mode="asymmetric",
+            nearest_mode="floor",
+        ),
+        helper.make_node("Add", ["d2s", "base"], ["sum" if halve else "output"]),
+    ]
+    if halve:
+        inits.append(_const("half", np.array([1, 1, 0.5, 0.5], np.float32)))
+        nodes.append(
+            helper.make_node(
+                "Resize",
+                ["sum", "", "half"],
+                ["output"],
+                mode="cubic",
+                coordinate_transformation_mode="half_pixel",
+                cubic_coeff_a=-0.75,
+                exclude_outside=0,
+            )
+        )
+    return _save(
+        nodes,
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, "height", "width"])],
+        [
+            helper.make_tensor_value_info(
+                "output", TensorProto.FLOAT, [1, 3, f"height*{scale}", f"width*{scale}"]
+            )
+        ],
+        inits,
+        path,
+        f"compact_x{scale}",
+    )
+
+
 def make_pixelshuffle_upscaler(path: Path, scale: int = 2) -> Path:
     """A Real-ESRGAN-style tail: 3×3 conv to 3·scale² channels, then DepthToSpace (CRD).
     The weights copy each pixel to its scale² sub-pixels, so the result is nearest ×scale;

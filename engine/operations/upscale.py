@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
@@ -89,31 +90,50 @@ def model_id(spec: ModelSpec) -> str:
     return spec.entry.id if spec.entry is not None else spec.path.stem
 
 
-def auto_tile(ctx: RunContext, config: UpscaleConfig) -> int:
-    """The largest tile whose estimated activation memory fits the budget.
+# Below this many bytes of weights an upscaler is a light, memory-bound network (the compact
+# SRVGG models: ~0.6 M MACs per pixel, against x4plus's 18 M): see `auto_tile`.
+LIGHT_MODEL_BYTES = 8 << 20
 
-    The `auto_start` option skips the estimate and starts from that tile (halving on
-    out-of-memory as usual): for a user who knows the device better than the estimate does.
+
+def auto_tile(ctx: RunContext, config: UpscaleConfig) -> int:
+    """The tile `auto` starts from: the largest that fits the memory budget, and on the CPU
+    the one that gives the most output per second.
+
+    Weights stand in for a network's width and depth (for a fully convolutional net, its MACs
+    per input pixel ≈ its weight count). On the CPU a heavy model (x4plus) is compute-bound: its
+    cost per input pixel hardly depends on the tile, so the largest tile that fits runs the
+    fewest overlapping pixels (a 1024×768 photo: 1.44 Mpx of 128² tiles, 1.31 of 256²; a
+    256² photo: 2.25× fewer, one tile instead of nine), for a peak handed back after the job.
+    A light model (animevideov3) is memory-bound: its cost per pixel rises with the tile as
+    its feature maps outgrow the caches, which outweighs what larger tiles save on overlaps
+    (the bench's "auto tile" row measures both on a 1024×768 photo); 128² is as fast or faster,
+    with a quarter of the memory and finer progress. The `auto_start` option skips
+    the estimate and starts from that tile (halving on out-of-memory as usual): for a user who
+    knows the device better than the estimate does.
     """
     if config.auto_start:
         return max(config.auto_start, ctx.settings.min_tile)
     scale = ctx.spec.contract.scale or 1
     weights = max(ctx.session.file_size, 1)
-    # Live activation bytes per input pixel grow with the network's width and depth (weights as
-    # a proxy), plus the float output tile and its copy.
-    per_pixel = min(max(weights // 16_000, 512), 8192) + scale * scale * 3 * 4 * 2
+    output = scale * scale * 3 * 4 * 2  # the float output tile and its copy, per input pixel
     device = ctx.session.key.device
     budget: float
+    tile = config.max_tile
     if device.is_gpu:
+        # Live activation bytes per input pixel grow with the network's width and depth.
+        per_pixel = min(max(weights // 16_000, 512), 8192) + output
         free = memory.free_gpu_memory(device.index)
         budget = 0.6 * free if free else 2 << 30
         if ctx.settings.gpu_mem_limit:
             budget = min(budget, 0.8 * ctx.settings.gpu_mem_limit)
     else:
+        # Measured peak above the loaded model: x4plus (67 MB) at 256²: 877 MB ≈ weights / 5000
+        # per pixel.
+        per_pixel = max(weights // 5000, 1024) + output
         limit = cpu_arena_limit() or ctx.settings.cpu_mem_limit
-        # On the CPU a bigger tile barely runs faster, while its arena stays in RSS: keep it lean.
-        budget = 0.5 * limit if limit else min(memory.ram_snapshot().available / 8, 96 << 20)
-    tile = config.max_tile
+        budget = 0.5 * limit if limit else min(memory.ram_snapshot().available / 4, 1.5 * 2**30)
+        if weights < LIGHT_MODEL_BYTES:
+            tile = min(tile, 128)
     while tile > ctx.settings.min_tile and tile * tile * per_pixel > budget:
         tile //= 2
     return max(tile, ctx.settings.min_tile)
@@ -214,24 +234,87 @@ class Upscale(OperationBase):
         ctx.start_frame(index, count, (plan.count - len(reuse)) * len(passes))
         dtype = frame.dtype
         assemblers = [TileAssembler(plan, scale, width, np.dtype(dtype)) for _, width in passes]
-        # Every tile has one shape: ORT writes each result into this one buffer, outside its
-        # arena (nothing of the arena stays pinned when the last run shrinks it, M11).
-        result_buffer = _tensor(c, plan.tile_h * scale, plan.tile_w * scale, output=True)
-        for t in plan.tiles:
-            cached = (
-                tiles.cache.take(key, t.index)
-                if t.index in reuse and tiles is not None and key is not None
-                else None
-            )
-            for p, asm in enumerate(assemblers):
-                if cached is not None:
-                    asm.add(t, cached[p])
-                else:
-                    asm.add(t, run_tile(prep, t, p, c, ctx, result_buffer))
-            del cached
+        # Every tile has one shape: ORT writes each result into one of two buffers, outside its
+        # arena (nothing of the arena stays pinned when the last run shrinks it, M11); two, so
+        # one tile's result is blended while the next one runs.
+        buffers = [_tensor(c, plan.tile_h * scale, plan.tile_w * scale, output=True) for _ in "ab"]
+        units = [(t, p) for t in plan.tiles for p in range(len(passes))]
+        todo = [(t, p) for t, p in units if t.index not in reuse]
+        with TileOverlap() as overlap:
+            # The next tile's tensor is cut and converted, and the last result blended, on a
+            # side thread while ORT runs (it releases the GIL): the engine's own work hides
+            # behind the runs. Blending keeps the tiles' order; nothing runs ahead of a cancel.
+            upcoming = overlap.prepare(prep, todo[0], c) if todo else None
+            turn = 0
+            for t in plan.tiles:
+                if t.index in reuse and tiles is not None and key is not None:
+                    cached = tiles.cache.take(key, t.index)
+                    assert cached is not None
+                    for p, asm in enumerate(assemblers):
+                        overlap.blend(asm, t, cached[p])
+                    del cached
+                    continue
+                for asm in assemblers:
+                    assert upcoming is not None
+                    tensor, reduce = upcoming.result()
+                    turn += 1
+                    upcoming = overlap.prepare(prep, todo[turn], c) if turn < len(todo) else None
+                    buffer = buffers[turn % 2]
+                    result = ctx.run(
+                        {c.image_input: tensor},
+                        outputs=[c.image_output],
+                        into={c.image_output: buffer},
+                    )[0]
+                    del tensor
+                    overlap.blend(asm, t, reduce(_from_tensor(result, c)), wait_previous=True)
+            overlap.drain()
         parts = [asm.finish() for asm in assemblers]
         full = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=2)
         return np.ascontiguousarray(full[: h * scale, : w * scale])
+
+
+class TileOverlap:
+    """One side thread for a frame's own work beside its runs: cutting and converting the next
+    tile's tensor, and blending finished tiles into their assemblers in order.
+
+    Measured in the bench ("overlap" row): ORT uses every core during a run, so the side work
+    only fills the gaps between runs.
+    """
+
+    def __init__(self) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tessera-tiles")
+        self._blended: Future[None] | None = None
+
+    def __enter__(self) -> TileOverlap:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        # On a cancel or a failure nothing queued runs any more; what is running finishes.
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def prepare(
+        self, prep: FramePlan, unit: tuple[Tile, int], c: Contract
+    ) -> Future[tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]]:
+        t, p = unit
+        return self._pool.submit(tile_input, prep, t, p, c)
+
+    def blend(
+        self, asm: TileAssembler, t: Tile, output: np.ndarray, *, wait_previous: bool = False
+    ) -> None:
+        # The result's buffer is written again two runs later: the blend before must be done.
+        if wait_previous:
+            self._wait()
+        self._blended = self._pool.submit(asm.add, t, output)
+
+    def _wait(self) -> None:
+        if self._blended is not None:
+            done, self._blended = self._blended, None
+            done.result()  # a failure on the side thread is raised here
+
+    def drain(self) -> None:
+        self._wait()
 
 
 @dataclass(frozen=True)
@@ -269,15 +352,22 @@ def prepare_frame(frame: np.ndarray, c: Contract, tile: int, overlap: int) -> Fr
     return FramePlan(padded_colour, padded_alpha, plan, passes)
 
 
-def run_tile(
-    prep: FramePlan, t: Tile, p: int, c: Contract, ctx: RunContext, buffer: np.ndarray
-) -> np.ndarray:
-    """One counted model run: pass `p` of tile `t`, its float32 output (a view of `buffer`)."""
+def tile_input(
+    prep: FramePlan, t: Tile, p: int, c: Contract
+) -> tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]:
+    """Pass `p` of tile `t` as the model's input tensor, and how its output is reduced back."""
     build, _ = prep.passes[p]
     region_c = prep.colour[t.y0 : t.y1, t.x0 : t.x1]
     region_a = prep.alpha[t.y0 : t.y1, t.x0 : t.x1] if prep.alpha is not None else None
     model_in, reduce = build(region_c, region_a)
-    tensor = _to_tensor(to_float(model_in), c)
+    return _to_tensor(to_float(model_in), c), reduce
+
+
+def run_tile(
+    prep: FramePlan, t: Tile, p: int, c: Contract, ctx: RunContext, buffer: np.ndarray
+) -> np.ndarray:
+    """One counted model run: pass `p` of tile `t`, its float32 output (a view of `buffer`)."""
+    tensor, reduce = tile_input(prep, t, p, c)
     result = ctx.run(
         {c.image_input: tensor}, outputs=[c.image_output], into={c.image_output: buffer}
     )[0]

@@ -28,6 +28,7 @@ from engine.errors import (
     ResourceError,
     is_out_of_memory,
 )
+from engine.runtime import optimize
 from engine.runtime.arena import USE_ENV_ALLOCATORS, cpu_arena_registered
 from engine.runtime.providers import (
     Device,
@@ -120,14 +121,25 @@ def create_session(
     *,
     threads: int = 0,
     name: str = "model",
+    save_optimized: Path | None = None,
+    preoptimized: bool = False,
 ) -> Any:
-    """Create one ORT session; every session in the process comes through here."""
+    """Create one ORT session; every session in the process comes through here.
+
+    `save_optimized`: where ORT saves the graph it optimised (the CPU's kept copy,
+    engine/runtime/optimize.py); `preoptimized`: the graph is such a copy, so ORT's graph
+    optimisers have nothing left to do and are skipped.
+    """
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
     if threads:
         so.intra_op_num_threads = threads
+    if save_optimized is not None:
+        so.optimized_model_filepath = str(save_optimized)
+    if preoptimized:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     if cpu_arena_registered():
         so.add_session_config_entry(USE_ENV_ALLOCATORS, "1")
     source: str | bytes = model if isinstance(model, bytes) else str(model)
@@ -176,12 +188,14 @@ class SessionCache:
         threads: int = 0,
         wrap: SessionWrap | None = None,
         cpu_shrink: bool = True,
+        cpu_copies: bool = True,
     ) -> None:
         self._entries: dict[SessionKey, SessionEntry] = {}
         self._gpu_mem_limit = gpu_mem_limit
         self._threads = threads
         self._wrap = wrap
         self._cpu_shrink = cpu_shrink  # hand the shared CPU arena back (M11) where registered
+        self._cpu_copies = cpu_copies  # load CPU sessions from optimised copies (optimize.py)
         self._owner: int | None = None
         # Totals over the cache's life; a request's own counts are on its SessionHandle.
         self.created = 0
@@ -240,7 +254,7 @@ class SessionCache:
                     "Tessera does not run a GPU request on the CPU; choose device cpu to run there."
                 )
         start = time.perf_counter()
-        session = create_session(path, plan, threads=self._threads, name=path.name)
+        session = self._load(key, plan)
         if self._wrap is not None:
             session = self._wrap(session, key)
         actual = tuple(session.get_providers())
@@ -269,6 +283,38 @@ class SessionCache:
             last_used=now,
             load_seconds=time.perf_counter() - start,
         )
+
+    def _load(self, key: SessionKey, plan: ProviderPlan) -> Any:
+        """The session for `key`: on the CPU from the model's optimised copy where it has one."""
+        path = key.model
+        copy = None
+        if self._cpu_copies and key.runtime is Runtime.CPU:
+            identity = key.identity or FileIdentity.of(path)
+            copy = optimize.cpu_copy(path, (identity.size, identity.mtime_ns, identity.inode))
+        if copy is None:
+            return create_session(path, plan, threads=self._threads, name=path.name)
+        try:
+            session = create_session(
+                copy.source,
+                plan,
+                threads=self._threads,
+                name=path.name,
+                save_optimized=copy.save_to,
+                preoptimized=copy.preoptimized,
+            )
+        except ModelError as e:
+            # A rewrite ORT does not take (or a damaged kept copy) must never cost the model:
+            # the original loads as it always did.
+            log.warning(
+                "%s: the optimised copy did not load (%s); using the original", path.name, e
+            )
+            optimize.discard(copy)
+            if copy.preoptimized and isinstance(copy.source, Path):
+                copy.source.unlink(missing_ok=True)
+            return create_session(path, plan, threads=self._threads, name=path.name)
+        optimize.keep(copy)
+        log.info("%s on the CPU: %s", path.name, ", ".join(copy.rewrites))
+        return session
 
     def release(self, key: SessionKey) -> bool:
         """Drop a session and destroy it, returning its memory (M5)."""

@@ -1,0 +1,181 @@
+"""The CPU's optimised copy of a model (engine/runtime/optimize.py, issue #15): the rewrites are
+exact within float rounding, the copy is kept beside the original and reused, a new version
+of the file gets a new copy, and nothing about a copy can cost the user the model."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from PIL import Image
+
+from engine.api import Engine
+from engine.bench.contract_models import make_compact_upscaler, make_upscaler
+from engine.requests import Operation, OperationRequest
+from engine.runtime import optimize
+from engine.settings import EngineSettings
+
+
+def _session(source: Path | bytes) -> ort.InferenceSession:
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.intra_op_num_threads = 1
+    data = source if isinstance(source, bytes) else str(source)
+    return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+
+
+def _outputs(source: Path | bytes, x: np.ndarray) -> np.ndarray:
+    return np.asarray(_session(source).run(None, {"input": x})[0])
+
+
+def _ops(model: onnx.ModelProto) -> list[str]:
+    return [n.op_type for n in model.graph.node]
+
+
+@pytest.mark.parametrize("halve", [False, True])
+@pytest.mark.parametrize("size", [(24, 32), (17, 23)])
+def test_rewrites_keep_the_outputs(tmp_path: Path, halve: bool, size: tuple[int, int]) -> None:
+    path = make_compact_upscaler(tmp_path / "compact.onnx", scale=2 if halve else 4, halve=halve)
+    model = onnx.load(str(path))
+    done = optimize.rewrite_for_cpu(model)
+    onnx.checker.check_model(model)
+    assert "PRelu" not in _ops(model)  # all three folded
+    assert done[0] == "3 PRelu folded"
+    if halve:
+        assert "Resize" in _ops(model)  # the nearest one stays; the cubic ½ became a conv
+        assert done[1] == "1 cubic ½ resize as a conv"
+        cubic = [
+            n
+            for n in model.graph.node
+            if n.op_type == "Resize" and b"cubic" in n.SerializeToString()
+        ]
+        assert not cubic
+    x = np.random.default_rng(1).random((1, 3, *size), np.float32)
+    before = _outputs(path, x)
+    after = _outputs(model.SerializeToString(), x)
+    assert before.shape == after.shape
+    # Slopes on both sides of 1 were drawn, so a wrong sign anywhere would show by far more.
+    assert np.abs(before - after).max() <= 1e-5 * max(1.0, float(np.abs(before).max()))
+
+
+def test_a_prelu_read_elsewhere_is_left_as_it_is(tmp_path: Path) -> None:
+    path = make_compact_upscaler(tmp_path / "compact.onnx", convs=2)
+    model = onnx.load(str(path))
+    # The first conv's output is also a graph output: flipping its sign would change it.
+    model.graph.output.append(
+        onnx.helper.make_tensor_value_info("c0", onnx.TensorProto.FLOAT, None)
+    )
+    assert optimize.fold_prelu_signs(model) == 1
+    assert _ops(model).count("PRelu") == 1
+    x = np.random.default_rng(2).random((1, 3, 16, 16), np.float32)
+    original = _session(path)
+    rewritten = _session(model.SerializeToString())
+    a = original.run(None, {"input": x})[0]
+    b, c0 = rewritten.run(["output", "c0"], {"input": x})
+    assert np.abs(a - b).max() < 1e-5
+    c0_before = onnx.load(str(path))
+    c0_before.graph.output.append(
+        onnx.helper.make_tensor_value_info("c0", onnx.TensorProto.FLOAT, None)
+    )
+    assert np.array_equal(_session(c0_before.SerializeToString()).run(["c0"], {"input": x})[0], c0)
+
+
+def test_a_graph_with_nothing_to_rewrite_gets_no_copy(tmp_path: Path) -> None:
+    path = make_upscaler(tmp_path / "plain.onnx")
+    st = path.stat()
+    assert optimize.cpu_copy(path, (st.st_size, st.st_mtime_ns, st.st_ino)) is None
+    assert not (tmp_path / optimize.FOLDER).exists()
+
+
+def _image(path: Path) -> Path:
+    rng = np.random.default_rng(3)
+    Image.fromarray(rng.integers(0, 255, (40, 56, 3), np.uint8)).save(path)
+    return path
+
+
+def _upscale(engine: Engine, model: Path, image: Path, out: Path) -> np.ndarray:
+    result = engine.run(
+        OperationRequest(Operation.UPSCALE, str(model), (image,), output_dir=out, tile=32)
+    )
+    assert result.ok, result.failures
+    (product,) = result.products
+    return np.asarray(Image.open(product.path))
+
+
+def _copies(models: Path) -> list[Path]:
+    folder = models / optimize.FOLDER
+    return sorted(folder.iterdir()) if folder.is_dir() else []
+
+
+def test_the_copy_is_kept_reused_and_renewed_with_the_file(tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    model = make_compact_upscaler(models / "compact.onnx", scale=2, halve=True)
+    image = _image(tmp_path / "in.png")
+    plain = _upscale(
+        Engine(EngineSettings(models_dir=models, optimized_copies=False)),
+        model,
+        image,
+        tmp_path / "a",
+    )
+    assert _copies(models) == []
+
+    first = _upscale(Engine(EngineSettings(models_dir=models)), model, image, tmp_path / "b")
+    (kept,) = _copies(models)
+    assert kept.name.startswith("compact-") and kept.suffix == ".onnx"
+    # The products agree within 1/255 (float order changes; 8-bit rounding may differ by one).
+    assert np.abs(plain.astype(int) - first.astype(int)).max() <= 1
+
+    stamp = kept.stat().st_mtime_ns
+    again = _upscale(Engine(EngineSettings(models_dir=models)), model, image, tmp_path / "c")
+    assert _copies(models) == [kept] and kept.stat().st_mtime_ns == stamp  # reused, not remade
+    assert np.array_equal(first, again)
+
+    # A new version of the model (another download, a re-fetch) gets its own copy; the old one
+    # goes.
+    make_compact_upscaler(model, scale=2, halve=True, seed=5)
+    _upscale(Engine(EngineSettings(models_dir=models)), model, image, tmp_path / "d")
+    (renewed,) = _copies(models)
+    assert renewed != kept
+
+
+def test_a_damaged_copy_falls_back_to_the_original(tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    model = make_compact_upscaler(models / "compact.onnx")
+    image = _image(tmp_path / "in.png")
+    good = _upscale(Engine(EngineSettings(models_dir=models)), model, image, tmp_path / "a")
+    (kept,) = _copies(models)
+    kept.write_bytes(b"not a model")
+    again = _upscale(Engine(EngineSettings(models_dir=models)), model, image, tmp_path / "b")
+    assert np.abs(good.astype(int) - again.astype(int)).max() <= 1
+    assert not kept.exists()  # dropped: the next load makes a good one
+
+
+def test_an_unwritable_folder_rewrites_in_memory(tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    model = make_compact_upscaler(models / "compact.onnx")
+    # A file where the folder would go stands for a folder that cannot be written (as root,
+    # permissions would not stop us).
+    (models / optimize.FOLDER).write_text("")
+    st = model.stat()
+    copy = optimize.cpu_copy(model, (st.st_size, st.st_mtime_ns, st.st_ino))
+    assert copy is not None and isinstance(copy.source, bytes) and copy.save_to is None
+    image = _image(tmp_path / "in.png")
+    out = _upscale(Engine(EngineSettings(models_dir=models)), model, image, tmp_path / "a")
+    assert out.shape == (160, 224, 3)
+    assert sorted(p.name for p in models.iterdir()) == [optimize.FOLDER, "compact.onnx"]
+
+
+def test_no_partial_copy_is_left_when_the_load_fails(tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    model = make_compact_upscaler(models / "compact.onnx")
+    st = model.stat()
+    copy = optimize.cpu_copy(model, (st.st_size, st.st_mtime_ns, st.st_ino))
+    assert copy is not None and copy.save_to is not None
+    copy.save_to.write_bytes(b"half")  # as if ORT had begun writing
+    optimize.discard(copy)
+    assert [p for p in _copies(models) if p.name.startswith(".")] == []
+    assert os.listdir(models / optimize.FOLDER) == []
