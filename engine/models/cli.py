@@ -19,7 +19,7 @@ from engine.errors import EngineError, ModelError
 from engine.models.catalog import CatalogEntry, Family, Source, sha256_file
 from engine.models.contracts import Contract
 from engine.models.inventory import ModelInventory, discover, install_model, resolve_model
-from engine.settings import default_models_dir
+from engine.settings import default_models_dir, packages_dir
 
 EXIT_OK, EXIT_USAGE, EXIT_MODEL, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 2, 4, 130, 143
 
@@ -313,7 +313,11 @@ def _fetch_starter(models_dir: Path) -> int:
             "error: this build has no starter-model builder (engine/starter.py).", file=sys.stderr
         )
         return 1
-    for model in fetch_starter(models_dir, progress=lambda msg: print(msg, file=sys.stderr)):
+
+    def say(message: str) -> None:
+        print(message, file=sys.stderr)
+
+    for model in fetch_starter(models_dir, cache_dir=packages_dir(), progress=say):
         print(f"{model.id}: {model.path}")
     return EXIT_OK
 

