@@ -1,8 +1,9 @@
 """Runs `python -m engine models …` (fetch-starter, download ID) as a child process.
 
 A QProcess rather than a thread: the download and the ncnn conversion are the engine CLI's own
-code with its own progress output, the window stays free, and closing the app can simply kill
-the child (downloads resume, installs are atomic).
+code with its own progress output, the window stays free, and closing the app stops the
+child: SIGTERM first, so the CLI removes its temp files and exits (143) within a second, then
+a kill for a child that does not answer (downloads resume, installs are atomic).
 """
 
 from __future__ import annotations
@@ -72,14 +73,17 @@ class ModelFetcher(QObject):
         process.start(command[0], command[1:])
         return True
 
-    def kill(self) -> None:
+    def kill(self, grace_ms: int = 1500) -> None:
+        """Stop the child: asked to stop first (its signal handler cleans up), then killed."""
         process = self._process
         if process is None:
             return
         self._process = None
         process.blockSignals(True)
-        process.kill()
-        process.waitForFinished(3000)
+        process.terminate()  # SIGTERM here; on Windows a console child ignores it: killed below
+        if not process.waitForFinished(grace_ms):
+            process.kill()
+            process.waitForFinished(3000)
         process.deleteLater()
 
     def _read(self) -> None:

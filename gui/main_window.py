@@ -75,7 +75,8 @@ from gui.widgets.memory_panel import MemoryPanel
 from gui.widgets.notice_bar import NoticeBar
 from gui.widgets.operation_panel import OperationPanel
 from gui.widgets.preferences import PreferencesDialog
-from gui.widgets.viewer import ViewerPanel, file_mime
+from gui.widgets.version_strip import file_mime
+from gui.widgets.viewer import ViewerPanel
 from gui.widgets.vram_gauge import VramGauge
 from gui.widgets.welcome import WelcomePage
 

@@ -460,6 +460,32 @@ def test_catalog_downloads_carry_checksum_and_size(tmp_path: Path) -> None:
         assert e.approx_size is None or abs(e.approx_size - (e.size or 0)) < 0.05 * (e.size or 1)
 
 
+def test_an_unverifiable_download_is_never_offered(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Neither the app's Get… menu nor `models list` offers what `models download` refuses:
+    # they point to the model's page and `models add` instead.
+    from gui.controllers.models import get_offers
+
+    inventory = models.discover(tmp_path)  # an empty folder: every catalog model is missing
+    offered = {
+        o.entry.id
+        for family in catalog_module.Family
+        for o in get_offers(inventory, family)
+        if o.entry is not None
+    }
+    assert offered and not offered & UNPINNED
+    catalog = catalog_module.load_catalog()
+    for entry_id in UNPINNED:
+        entry = catalog[entry_id]
+        assert not entry.downloadable
+        assert "models download" not in entry.how_to_get and entry.homepage in entry.how_to_get
+    assert _cli(["models", "--models-dir", str(tmp_path), "list"]) == 0
+    listed = capsys.readouterr().out
+    assert "models download da3-base" not in listed
+    assert "models download da3-small" in listed  # a pinned one is still offered
+
+
 def _download_in_child(url: str, dest: str, start: object) -> str:
     start.wait()  # type: ignore[attr-defined]
     return str(download(url, Path(dest), sha256=SHA, size=len(PAYLOAD)))

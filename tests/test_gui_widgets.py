@@ -18,8 +18,8 @@ from engine.requests import Operation, OperationRequest
 from gui.fetcher import FetchOutcome, ModelFetcher
 from gui.inputs import classify_paths, numbered_sequence
 from gui.jobs import Job, JobState, fmt_duration
+from gui.widgets.compare_view import CompareView
 from gui.widgets.images import load_display, to_qimage
-from gui.widgets.viewer import CompareView
 from tests.engine_helpers import gif3, photo
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
 
@@ -133,6 +133,35 @@ def test_job_times_and_states() -> None:
     assert fmt_duration(5.4) == "5 s"
     assert fmt_duration(75) == "1:15"
     assert fmt_duration(3725) == "1:02:05"
+
+
+def test_closing_stops_a_fetch_with_sigterm_first(
+    qtbot: QtBot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The engine CLI cleans up its temp files on SIGTERM (exit 143); a plain kill would leave
+    # them. The child here stands in for a long download and records which signal it got.
+    import sys
+
+    import gui.fetcher as fetcher_module
+
+    marker = tmp_path / "got-sigterm"
+    child = tmp_path / "child.py"
+    child.write_text(
+        "import signal, sys, time, pathlib\n"
+        "def stop(*_):\n"
+        f"    pathlib.Path({str(marker)!r}).write_text('143')\n"
+        "    sys.exit(143)\n"
+        "signal.signal(signal.SIGTERM, stop)\n"
+        "print('downloading', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    monkeypatch.setattr(fetcher_module, "engine_command", lambda args: [sys.executable, str(child)])
+    fetcher = ModelFetcher()
+    with qtbot.waitSignal(fetcher.fetchProgressed, timeout=30_000):
+        assert fetcher.start(["download", "x"], "x", tmp_path)
+    fetcher.kill()
+    assert marker.read_text() == "143"
+    assert not fetcher.is_running()
 
 
 def test_the_fetcher_reports_a_failed_download(qtbot: QtBot, tmp_path: Path) -> None:

@@ -34,9 +34,9 @@ from engine.settings import EngineSettings
 from gui.jobs import JobState
 from gui.main_window import MainWindow
 from gui.settings import AppSettings, pictures_dir
+from gui.widgets.compare_view import CompareView, ViewMode
 from gui.widgets.inputs_panel import InputMark
 from gui.widgets.preferences import PreferencesDialog
-from gui.widgets.viewer import CompareView, ViewMode
 from tests.engine_helpers import gif3, photo
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
 from tests.slow_models import make_slow_upscaler

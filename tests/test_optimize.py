@@ -36,18 +36,21 @@ def _ops(model: onnx.ModelProto) -> list[str]:
     return [n.op_type for n in model.graph.node]
 
 
-@pytest.mark.parametrize("halve", [False, True])
+@pytest.mark.parametrize("downscale", [None, 0.5, 0.75])
 @pytest.mark.parametrize("size", [(24, 32), (17, 23)])
-def test_rewrites_keep_the_outputs(tmp_path: Path, halve: bool, size: tuple[int, int]) -> None:
-    path = make_compact_upscaler(tmp_path / "compact.onnx", scale=2 if halve else 4, halve=halve)
+def test_rewrites_keep_the_outputs(
+    tmp_path: Path, downscale: float | None, size: tuple[int, int]
+) -> None:
+    scale = {None: 4, 0.5: 2, 0.75: 3}[downscale]
+    path = make_compact_upscaler(tmp_path / "compact.onnx", scale=scale, downscale=downscale)
     model = onnx.load(str(path))
     done = optimize.rewrite_for_cpu(model)
     onnx.checker.check_model(model)
     assert "PRelu" not in _ops(model)  # all three folded
     assert done[0] == "3 PRelu folded"
-    if halve:
+    if downscale is not None:
         assert "Resize" in _ops(model)  # the nearest one stays; the cubic ½ became a conv
-        assert done[1] == "1 cubic ½ resize as a conv"
+        assert done[1] == "1 cubic downscale as a conv"
         cubic = [
             n
             for n in model.graph.node
@@ -84,6 +87,36 @@ def test_a_prelu_read_elsewhere_is_left_as_it_is(tmp_path: Path) -> None:
     assert np.array_equal(_session(c0_before.SerializeToString()).run(["c0"], {"input": x})[0], c0)
 
 
+def test_a_three_quarter_resize_of_any_size_is_left_as_it_is() -> None:
+    # ¾ is only exact as a conv where H and W are multiples of 4: a Resize fed straight from
+    # the input (any size) keeps its Resize.
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [
+            helper.make_node(
+                "Resize",
+                ["input", "", "scales"],
+                ["output"],
+                mode="cubic",
+                coordinate_transformation_mode="half_pixel",
+                cubic_coeff_a=-0.75,
+            )
+        ],
+        "resize",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, "h", "w"])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 3, "oh", "ow"])],
+        initializer=[numpy_helper.from_array(np.array([1, 1, 0.75, 0.75], np.float32), "scales")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    assert optimize.cubic_downscales_as_convs(model) == 0
+    assert _ops(model) == ["Resize"]
+    model.graph.initializer[0].CopyFrom(
+        numpy_helper.from_array(np.array([1, 1, 0.5, 0.5], np.float32), "scales")
+    )
+    assert optimize.cubic_downscales_as_convs(model) == 1  # ½ holds for any size
+
+
 def test_a_graph_with_nothing_to_rewrite_gets_no_copy(tmp_path: Path) -> None:
     path = make_upscaler(tmp_path / "plain.onnx")
     st = path.stat()
@@ -113,7 +146,7 @@ def _copies(models: Path) -> list[Path]:
 
 def test_the_copy_is_kept_reused_and_renewed_with_the_file(tmp_path: Path) -> None:
     models = tmp_path / "models"
-    model = make_compact_upscaler(models / "compact.onnx", scale=2, halve=True)
+    model = make_compact_upscaler(models / "compact.onnx", scale=2, downscale=0.5)
     image = _image(tmp_path / "in.png")
     plain = _upscale(
         Engine(EngineSettings(models_dir=models, optimized_copies=False)),
@@ -136,7 +169,7 @@ def test_the_copy_is_kept_reused_and_renewed_with_the_file(tmp_path: Path) -> No
 
     # A new version of the model (another download, a re-fetch) gets its own copy; the old one
     # goes.
-    make_compact_upscaler(model, scale=2, halve=True, seed=5)
+    make_compact_upscaler(model, scale=2, downscale=0.5, seed=5)
     _upscale(Engine(EngineSettings(models_dir=models)), model, image, tmp_path / "d")
     (renewed,) = _copies(models)
     assert renewed != kept

@@ -154,16 +154,18 @@ def make_compact_upscaler(
     *,
     features: int = 8,
     convs: int = 3,
-    halve: bool = False,
+    downscale: float | None = None,
     seed: int = 0,
 ) -> Path:
     """Real-ESRGAN's compact (SRVGG) shape: conv → PRelu, `convs` times, a conv to 3·s²
-    channels, DepthToSpace(s), plus the nearest-upscaled input. With `halve` it upscales ×2s
-    inside and ends with a bicubic ½ Resize, like animevideov3-x2. Random weights (fixed by
-    `seed`) and PRelu slopes on both sides of 1, so every rewrite case of
-    engine/runtime/optimize.py is met. Receptive field: `convs` + 1 input pixels."""
+    channels, DepthToSpace(s), plus the nearest-upscaled input. With `downscale` (½ or ¾) it
+    upscales by scale ÷ downscale inside and ends with that bicubic Resize, like
+    animevideov3-x2 (×4, then ½) and -x3 (×4, then ¾). Random weights (fixed by `seed`) and
+    PRelu slopes on both sides of 1, so every rewrite case of engine/runtime/optimize.py is
+    met. Receptive field: `convs` + 1 input pixels."""
     rng = np.random.default_rng(seed)
-    inner = scale * 2 if halve else scale
+    inner = round(scale / downscale) if downscale else scale
+    downscaled = downscale is not None
     nodes: list[onnx.NodeProto] = []
     inits: list[onnx.TensorProto] = []
     x, channels = "input", 3
@@ -195,10 +197,11 @@ def make_compact_upscaler(
             coordinate_transformation_mode="asymmetric",
             nearest_mode="floor",
         ),
-        helper.make_node("Add", ["d2s", "base"], ["sum" if halve else "output"]),
+        helper.make_node("Add", ["d2s", "base"], ["sum" if downscaled else "output"]),
     ]
-    if halve:
-        inits.append(_const("half", np.array([1, 1, 0.5, 0.5], np.float32)))
+    if downscaled:
+        assert downscale is not None
+        inits.append(_const("half", np.array([1, 1, downscale, downscale], np.float32)))
         nodes.append(
             helper.make_node(
                 "Resize",

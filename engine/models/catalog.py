@@ -104,9 +104,22 @@ class CatalogEntry:
         return f"{text} ×{self.scale}" if self.scale else text
 
     @property
+    def downloadable(self) -> bool:
+        """Tessera downloads only what it can verify: a URL with a pinned checksum and size."""
+        return (
+            self.source is Source.DOWNLOAD
+            and self.url is not None
+            and self.sha256 is not None
+            and self.size is not None
+        )
+
+    @property
     def how_to_get(self) -> str:
         if self.source is Source.STARTER:
             return FETCH_STARTER
+        if not self.downloadable:
+            # No published checksum to pin (DESIGN: no unverified download is installed).
+            return f"get the file from {self.homepage}, then: python -m engine models add PATH"
         return f"python -m engine models download {self.id}"
 
     @property

@@ -197,7 +197,8 @@ def _list(models_dir: Path, as_json: bool) -> int:
         size = _mb(e.size) if e.size is not None else _mb(e.approx_size, approx=True)
         print(f"  {e.id:28} {e.family.value:10} {e.name}  [{size}]  {e.licence_text}")
         where = "fetch-starter" if e.source is Source.STARTER else e.url
-        print(f"      get it: {e.how_to_get}   ({where})")
+        tail = f"   ({where})" if e.source is Source.STARTER or e.downloadable else ""
+        print(f"      get it: {e.how_to_get}{tail}")
     if inv.unknown:
         print("\nOther .onnx files:")
     for u in inv.unknown:

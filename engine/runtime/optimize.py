@@ -33,7 +33,7 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-REWRITE_VERSION = 1  # bump when a rewrite changes: kept copies of the old one are not loaded
+REWRITE_VERSION = 2  # bump when a rewrite changes: kept copies of the old one are not loaded
 FOLDER = ".tessera-optimized"
 
 
@@ -147,34 +147,79 @@ def rewrite_for_cpu(model: Any) -> list[str]:
     folded = fold_prelu_signs(model)
     if folded:
         done.append(f"{folded} PRelu folded")
-    halvings = cubic_halvings_as_convs(model)
-    if halvings:
-        done.append(f"{halvings} cubic ½ resize as a conv")
+    downscales = cubic_downscales_as_convs(model)
+    if downscales:
+        done.append(f"{downscales} cubic downscale as a conv")
     return done
 
 
-# The bicubic taps (a = −0.75) at t = ½: what a half_pixel ½ downscale samples between inputs.
-_HALF_CUBIC = np.array([-0.09375, 0.59375, 0.59375, -0.09375], np.float32)
+# Downscales written as convolutions: the scale → (p, q), p output pixels per q input pixels.
+_CUBIC_DOWNSCALES = {0.5: (1, 2), 0.75: (3, 4)}
 
 
-def cubic_halvings_as_convs(model: Any) -> int:
-    """Rewrite a bicubic ½ downscale (Resize: cubic, a = −0.75, half_pixel, scales 1, 1, ½, ½)
-    as an edge Pad of 1 and a depthwise 4×4 stride-2 conv with the separable cubic taps.
+def _cubic_weights(t: float, a: float = -0.75) -> np.ndarray:
+    """The four bicubic weights of taps at −1, 0, 1, 2 around a point `t` past tap 0."""
 
-    Exactly the same sums: output pixel i samples input 2i + ½, whose four cubic taps are
-    2i − 1 … 2i + 2 with the weights above, and the edge pad repeats the border as Resize's
-    clamping does. ORT's Resize kernel is scalar code (a fifth of the ×2 anime model's run);
-    the conv is its blocked, vectorised convolution. Applied only where the channel count is
-    known (the ×2 Real-ESRGAN models: ×4 inside, then ½). Odd sizes sample the same points too.
+    def w(d: float) -> float:
+        d = abs(d)
+        if d <= 1:
+            return (a + 2) * d**3 - (a + 3) * d**2 + 1
+        return a * d**3 - 5 * a * d**2 + 8 * a * d - 4 * a
+
+    return np.array([w(1 + t), w(t), w(1 - t), w(2 - t)], np.float64)
+
+
+def _phase_kernel(p: int, q: int) -> tuple[np.ndarray, int]:
+    """Per output phase r (pixel p·k + r), its taps on input q·k − 1 + j: a (p, K) matrix, and
+    K. Output pixel i samples input (i + ½)·q/p − ½ (half_pixel)."""
+    bases, fracs = [], []
+    for r in range(p):
+        x = (r + 0.5) * q / p - 0.5
+        bases.append(int(np.floor(x)))
+        fracs.append(x - np.floor(x))
+    assert min(bases) == 0
+    size = max(bases) + 4
+    kernel = np.zeros((p, size), np.float64)
+    for r in range(p):
+        kernel[r, bases[r] : bases[r] + 4] = _cubic_weights(fracs[r])
+    return kernel, size
+
+
+def cubic_downscales_as_convs(model: Any) -> int:
+    """Rewrite a bicubic downscale by ½ or ¾ (Resize: cubic, a = −0.75, half_pixel, no
+    exclude_outside) as an edge Pad of 1 and a strided depthwise conv with the cubic taps of
+    each output phase (and, for ¾, a DepthToSpace(3) that interleaves the phases).
+
+    Exactly the same sums: output pixel p·k + r samples input q·k + base_r + t_r, whose four
+    taps the conv reads with the same weights, and the edge pad repeats the border as Resize's
+    clamping does. ORT's Resize kernel is scalar code — for the ×2 and ×3 anime models (×4
+    inside, then ½ or ¾) a fifth to a half of the whole run; the conv is its blocked, vectorised
+    convolution. ½ holds for any size; ¾ only where height and width are multiples of 4, so it
+    is applied only to a tensor a DepthToSpace of a multiple of 4 made (directly, or through
+    element-wise ops), as in those models.
     """
     from onnx import helper, numpy_helper, shape_inference
 
     graph = model.graph
     inits = {i.name: i for i in graph.initializer}
-    candidates = []
+    producer = {o: n for n in graph.node for o in n.output}
+    elementwise = {"Add", "Sub", "Mul", "Relu", "PRelu", "Clip", "Identity"}
+
+    def multiple_of(name: str, q: int, depth: int = 0) -> bool:
+        node = producer.get(name)
+        if node is None or depth > 8:
+            return False
+        if node.op_type == "DepthToSpace":
+            block = next((a.i for a in node.attribute if a.name == "blocksize"), 0)
+            return block % q == 0
+        if node.op_type in elementwise:
+            return any(multiple_of(i, q, depth + 1) for i in node.input if i in producer)
+        return False
+
+    candidates: dict[int, tuple[int, int]] = {}
     for n in graph.node:
         attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
-        if (
+        if not (
             n.op_type == "Resize"
             and attrs.get("mode") == b"cubic"
             and attrs.get("coordinate_transformation_mode") == b"half_pixel"
@@ -182,9 +227,15 @@ def cubic_halvings_as_convs(model: Any) -> int:
             and not attrs.get("exclude_outside", 0)
             and len(n.input) == 3
             and n.input[2] in inits
-            and numpy_helper.to_array(inits[n.input[2]]).tolist() == [1.0, 1.0, 0.5, 0.5]
         ):
-            candidates.append(n)
+            continue
+        scales = numpy_helper.to_array(inits[n.input[2]]).tolist()
+        if len(scales) != 4 or scales[:2] != [1.0, 1.0] or scales[2] != scales[3]:
+            continue
+        pq = _CUBIC_DOWNSCALES.get(float(scales[2]))
+        if pq is None or (pq[0] > 1 and not multiple_of(n.input[0], pq[1])):
+            continue
+        candidates[id(n)] = pq
     if not candidates:
         return 0
     try:
@@ -205,33 +256,42 @@ def cubic_halvings_as_convs(model: Any) -> int:
     count = 0
     nodes = []
     for n in graph.node:
-        channels = channels_of(n.input[0]) if n in candidates else None
+        channels = channels_of(n.input[0]) if id(n) in candidates else None
         if channels is None:
             nodes.append(n)
             continue
+        p, q = candidates[id(n)]
         count += 1
-        stem = f"tessera_half_{count}"
-        taps = np.outer(_HALF_CUBIC, _HALF_CUBIC).astype(np.float32)
+        stem = f"tessera_downscale_{count}"
+        kernel, size = _phase_kernel(p, q)
+        # Output channel c·p² + ry·p + rx of group c: phase (ry, rx) of channel c (CRD order).
+        phases = np.einsum("ay,bx->abyx", kernel, kernel).reshape(p * p, 1, size, size)
+        weights = np.tile(phases, (channels, 1, 1, 1)).astype(np.float32)
+        right = size - q - 1  # the last phase's last tap reads one pixel past the edge
+        pads = np.array([0, 0, 1, 1, 0, 0, right, right], np.int64)
         graph.initializer.extend(
             [
-                numpy_helper.from_array(
-                    np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), f"{stem}_pads"
-                ),
-                numpy_helper.from_array(np.repeat(taps[None, None], channels, 0), f"{stem}_w"),
+                numpy_helper.from_array(pads, f"{stem}_pads"),
+                numpy_helper.from_array(weights, f"{stem}_w"),
             ]
         )
+        conv_out = list(n.output) if p == 1 else [f"{stem}_phases"]
         nodes += [
             helper.make_node("Pad", [n.input[0], f"{stem}_pads"], [f"{stem}_padded"], mode="edge"),
             helper.make_node(
                 "Conv",
                 [f"{stem}_padded", f"{stem}_w"],
-                list(n.output),
+                conv_out,
                 group=channels,
-                kernel_shape=[4, 4],
-                strides=[2, 2],
+                kernel_shape=[size, size],
+                strides=[q, q],
                 name=f"{n.name or stem}_conv",
             ),
         ]
+        if p > 1:
+            nodes.append(
+                helper.make_node("DepthToSpace", conv_out, list(n.output), blocksize=p, mode="CRD")
+            )
     if count:
         del graph.node[:]
         graph.node.extend(nodes)

@@ -161,7 +161,7 @@ def get_offers(inventory: ModelInventory | None, family: Family) -> list[GetOffe
             )
         )
     for e in sorted(missing, key=lambda e: e.rank):
-        if e.source is not Source.DOWNLOAD:
+        if not e.downloadable:  # a download Tessera cannot verify is not offered
             continue
         size = fmt_size(e.size or e.approx_size)
         what = e.purpose or FAMILY_PRODUCTS[family]

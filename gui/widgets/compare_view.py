@@ -1,0 +1,511 @@
+"""The compare view: two versions of an input with a split line, side by side, or one at a
+time (Space flips to the left one and back); zoom and pan, alpha on a checkerboard.
+
+The split line is a position in the view, not in the picture: zoomed in, it stays where the
+person put it while the picture moves under it.
+
+With Preview on, the right-hand side is the preview of the panel's operation on the left
+version: the left picture scaled to the product's size and dimmed, with the preview's final
+pixels drawn over it as they come (`PreviewLayer`), so what is still coming reads as such.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from PySide6.QtCore import (
+    QPointF,
+    QRect,
+    QRectF,
+    QSize,
+    Qt,
+    Signal,
+)
+from PySide6.QtGui import (
+    QColor,
+    QImage,
+    QKeyEvent,
+    QMouseEvent,
+    QPainter,
+    QPaintEvent,
+    QPalette,
+    QPen,
+    QPixmap,
+    QResizeEvent,
+    QWheelEvent,
+)
+from PySide6.QtWidgets import (
+    QSizePolicy,
+    QWidget,
+)
+
+from gui.widgets.images import checker_brush
+
+MIN_ZOOM = 1 / 64
+MAX_ZOOM = 64.0
+ZOOM_STEP = 1.25
+GRIP = 8  # pixels either side of the split line that grab it instead of panning
+DEFAULT_PLACEHOLDER = "Drop images here, or choose File ▸ Open."
+
+
+class ViewMode(Enum):
+    SPLIT = "Split"
+    SIDE_BY_SIDE = "Side by side"
+    SINGLE = "One"
+
+
+PENDING_SHADE = QColor(0, 0, 0, 110)  # over what the preview has not reached yet
+
+
+class PreviewLayer:
+    """The preview's pictures, in product pixels: patches as they come, or one whole image."""
+
+    def __init__(self) -> None:
+        self.size = QSize()  # the product's size; empty until the engine says
+        self.patches: list[tuple[QRect, QPixmap]] = []
+        self.image: QPixmap | None = None  # a non-tiled family's whole preview
+
+    def clear(self) -> None:
+        self.patches = []
+        self.image = None
+
+    def keep_within(self, visible: QRectF) -> None:
+        """Forget patches out of view: what is drawn stays bounded by what is shown."""
+        self.patches = [(r, p) for r, p in self.patches if QRectF(r).intersects(visible)]
+
+    def covered(self) -> int:
+        return sum(r.width() * r.height() for r, _ in self.patches)
+
+
+class CompareView(QWidget):
+    """Paints `before` and `after`, both scaled to one canvas: the after image's size when
+    there is one (an upscale's output), so the two line up pixel for pixel."""
+
+    zoomChanged = Signal(float)
+    splitChanged = Signal(float)
+    flippedChanged = Signal(bool)
+    viewMoved = Signal()  # zoom, pan, split, mode or size changed what is in view
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setMinimumSize(200, 150)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        self.setMouseTracking(True)
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        self.setAutoFillBackground(True)
+        self.setBackgroundRole(QPalette.ColorRole.Dark)
+        self._before: QPixmap | None = None
+        self._after: QPixmap | None = None
+        self._split = 0.5  # of the view's width
+        self._zoom = 1.0
+        self._origin = QPointF(0, 0)  # viewport position of the canvas's top-left corner
+        self._fit = True
+        self._drag: str | None = None  # "split" or "pan"
+        self._last = QPointF()
+        self._checker = checker_brush()
+        self.mode = ViewMode.SPLIT
+        self.flipped = False  # Space: the left version alone
+        self.labels = ("Before", "After")
+        self.placeholder = DEFAULT_PLACEHOLDER
+        self.preview: PreviewLayer | None = None  # Preview on: the right side's pictures
+        self.preview_note = ""  # "Previewing tile 3/8", at the bottom of the preview side
+
+    # -- content ------------------------------------------------------------------------------
+    def set_images(
+        self, before: QImage | None, after: QImage | None, *, keep_view: bool = False
+    ) -> None:
+        old = self._canvas_size()
+        self._before = QPixmap.fromImage(before) if before is not None else None
+        self._after = QPixmap.fromImage(after) if after is not None else None
+        if not keep_view or old != self._canvas_size():
+            self._fit = True
+        self._apply_fit()
+        self.update()
+
+    def has_before(self) -> bool:
+        return self._before is not None
+
+    def has_after(self) -> bool:
+        return self._after is not None
+
+    def _canvas_size(self) -> QSize:
+        if self.preview is not None and not self.preview.size.isEmpty():
+            return self.preview.size
+        for pix in (self._after, self._before):
+            if pix is not None:
+                return pix.size()
+        return QSize()
+
+    def canvas_size(self) -> QSize:
+        return self._canvas_size()
+
+    # -- preview ------------------------------------------------------------------------------
+    def set_preview(self, on: bool) -> None:
+        old = self._canvas_size()
+        self.preview = PreviewLayer() if on else None
+        self._canvas_changed(old)
+
+    def set_preview_size(self, size: QSize) -> None:
+        """The product's size: the canvas grows to it and the picture stays where it was."""
+        if self.preview is None or self.preview.size == size:
+            return
+        old = self._canvas_size()
+        self.preview.size = size
+        self._canvas_changed(old)
+
+    def _canvas_changed(self, old: QSize) -> None:
+        new = self._canvas_size()
+        if not old.isEmpty() and not new.isEmpty() and old != new and not self._fit:
+            self._zoom *= old.width() / new.width()
+            self.zoomChanged.emit(self._zoom)
+        self._apply_fit()
+        self.update()
+        self.viewMoved.emit()
+
+    def add_patch(self, rect: QRect, image: QImage) -> None:
+        if self.preview is None:
+            return
+        self.preview.patches.append((rect, QPixmap.fromImage(image)))
+        self.update()
+
+    def set_preview_image(self, image: QImage | None) -> None:
+        if self.preview is None:
+            return
+        self.preview.image = QPixmap.fromImage(image) if image is not None else None
+        if image is not None:
+            self.set_preview_size(image.size())
+        self.update()
+
+    def clear_preview(self) -> None:
+        if self.preview is not None:
+            self.preview.clear()
+            self.update()
+
+    def visible_after(self) -> QRectF:
+        """The part of the canvas the right-hand side shows, in canvas pixels (empty when the
+        left version is shown alone)."""
+        size = self._canvas_size()
+        if size.isEmpty() or (self.flipped and self._before is not None):
+            return QRectF()
+        offset = 0.0
+        x0, x1 = 0.0, float(self.width())
+        if self._comparing() and self.mode is ViewMode.SPLIT:
+            x0 = self._split_x()
+        elif self._comparing() and self.mode is ViewMode.SIDE_BY_SIDE:
+            offset = self.width() / 2
+            x0 = offset
+        top_left = (QPointF(x0 - offset, 0) - self._origin) / self._zoom
+        bottom_right = (QPointF(x1 - offset, self.height()) - self._origin) / self._zoom
+        seen = QRectF(top_left, bottom_right)
+        return seen.intersected(QRectF(0, 0, size.width(), size.height()))
+
+    # -- view ---------------------------------------------------------------------------------
+    @property
+    def zoom(self) -> float:
+        return self._zoom
+
+    @property
+    def split(self) -> float:
+        return self._split
+
+    def set_mode(self, mode: ViewMode) -> None:
+        self.mode = mode
+        self._apply_fit()
+        self.update()
+        self.viewMoved.emit()
+
+    def set_flipped(self, flipped: bool) -> None:
+        if flipped != self.flipped:
+            self.flipped = flipped
+            self.flippedChanged.emit(flipped)
+            self.update()
+            self.viewMoved.emit()
+
+    def flip(self) -> None:
+        """Space: the left version alone, and back."""
+        self.set_flipped(not self.flipped)
+
+    def set_split(self, fraction: float) -> None:
+        self._split = min(1.0, max(0.0, fraction))
+        self.splitChanged.emit(self._split)
+        self.update()
+        self.viewMoved.emit()
+
+    def _port_width(self) -> float:
+        """Width of one viewport: half the view side by side."""
+        side = self.mode is ViewMode.SIDE_BY_SIDE and self._comparing() and not self.flipped
+        return self.width() / 2 if side else float(self.width())
+
+    def fit(self) -> None:
+        self._fit = True
+        self._apply_fit()
+        self.update()
+
+    def actual_size(self) -> None:
+        self._set_zoom(1.0, QPointF(self._port_width() / 2, self.height() / 2))
+
+    def zoom_in(self) -> None:
+        self._set_zoom(self._zoom * ZOOM_STEP, QPointF(self._port_width() / 2, self.height() / 2))
+
+    def zoom_out(self) -> None:
+        self._set_zoom(self._zoom / ZOOM_STEP, QPointF(self._port_width() / 2, self.height() / 2))
+
+    def _apply_fit(self) -> None:
+        size = self._canvas_size()
+        if size.isEmpty() or not self._fit:
+            return
+        margin = 8
+        port = self._port_width()
+        avail_w = max(1.0, port - 2 * margin)
+        avail_h = max(1, self.height() - 2 * margin)
+        self._zoom = min(avail_w / size.width(), avail_h / size.height())
+        self._origin = QPointF(
+            (port - size.width() * self._zoom) / 2,
+            (self.height() - size.height() * self._zoom) / 2,
+        )
+        self.zoomChanged.emit(self._zoom)
+        self.viewMoved.emit()
+
+    def _set_zoom(self, zoom: float, anchor: QPointF) -> None:
+        if self._canvas_size().isEmpty():
+            return
+        zoom = min(MAX_ZOOM, max(MIN_ZOOM, zoom))
+        canvas = (anchor - self._origin) / self._zoom  # keep the point under `anchor` in place
+        self._zoom = zoom
+        self._origin = anchor - canvas * zoom
+        self._fit = False
+        self.zoomChanged.emit(self._zoom)
+        self.update()
+        self.viewMoved.emit()
+
+    def _canvas_rect(self, offset: float = 0.0) -> QRectF:
+        size = self._canvas_size()
+        return QRectF(
+            self._origin.x() + offset,
+            self._origin.y(),
+            size.width() * self._zoom,
+            size.height() * self._zoom,
+        )
+
+    def _split_x(self) -> float:
+        return self.width() * self._split
+
+    def _comparing(self) -> bool:
+        return self._before is not None and (self._after is not None or self.preview is not None)
+
+    def _local(self, pos: QPointF) -> QPointF:
+        """A view position as seen in its viewport (the right half side by side)."""
+        port = self._port_width()
+        if port < self.width() and pos.x() >= port:
+            return QPointF(pos.x() - port, pos.y())
+        return pos
+
+    # -- painting -----------------------------------------------------------------------------
+    def paintEvent(self, event: QPaintEvent) -> None:
+        painter = QPainter(self)
+        if self._canvas_size().isEmpty():
+            painter.setPen(self.palette().color(QPalette.ColorRole.BrightText))
+            painter.drawText(
+                QRectF(self.rect()).adjusted(24, 24, -24, -24),
+                Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap,
+                self.placeholder,
+            )
+            return
+        # Smooth when shrinking; real pixels when magnified, so an upscale can be judged.
+        painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, self._zoom < 2)
+        before = self._before
+        if self.flipped and before is not None:
+            self._paint_one(painter, before, self._canvas_rect(), self.labels[0])
+        elif not self._comparing():
+            if self.preview is not None:
+                self._paint_after(painter, self._canvas_rect())
+            else:
+                pix = self._after or before
+                assert pix is not None
+                self._paint_one(painter, pix, self._canvas_rect(), None)
+        elif self.mode is ViewMode.SINGLE:
+            self._paint_after(painter, self._canvas_rect())
+            self._badge(painter, self.labels[1], 8)
+        elif self.mode is ViewMode.SIDE_BY_SIDE:
+            assert before is not None
+            half = self.width() / 2
+            painter.save()
+            painter.setClipRect(QRectF(0, 0, half, self.height()))
+            self._paint_one(painter, before, self._canvas_rect(), None)
+            painter.restore()
+            self._badge(painter, self.labels[0], 8)
+            painter.save()
+            painter.setClipRect(QRectF(half, 0, half, self.height()))
+            self._paint_after(painter, self._canvas_rect(half))
+            painter.restore()
+            self._badge(painter, self.labels[1], half + 8)
+            painter.setPen(QPen(self.palette().color(QPalette.ColorRole.Window), 2))
+            painter.drawLine(QPointF(half, 0), QPointF(half, self.height()))
+        else:
+            assert before is not None
+            rect = self._canvas_rect()
+            x = self._split_x()
+            painter.fillRect(rect, self._checker)
+            painter.save()
+            painter.setClipRect(QRectF(0, 0, x, self.height()))
+            painter.drawPixmap(rect, before, QRectF(before.rect()))
+            painter.restore()
+            painter.save()
+            painter.setClipRect(QRectF(x, 0, self.width() - x, self.height()))
+            self._paint_after(painter, rect)
+            painter.restore()
+            self._paint_split(painter, x)
+        self._paint_note(painter)
+
+    def _paint_note(self, painter: QPainter) -> None:
+        """What the preview is doing, at the bottom of the side that shows it."""
+        if self.preview is None or not self.preview_note or self.flipped:
+            return
+        left = 8.0
+        if self._comparing() and self.mode is ViewMode.SPLIT:
+            left = self._split_x() + 8
+        elif self._comparing() and self.mode is ViewMode.SIDE_BY_SIDE:
+            left = self.width() / 2 + 8
+        room = int(self.width() - left - 8)
+        if room > 40:
+            self._badge(painter, self.preview_note, left, bottom=True, width=room - 12)
+
+    def _paint_one(self, painter: QPainter, pix: QPixmap, rect: QRectF, label: str | None) -> None:
+        painter.fillRect(rect, self._checker)
+        painter.drawPixmap(rect, pix, QRectF(pix.rect()))
+        if label:
+            self._badge(painter, label, 8)
+
+    def _paint_after(self, painter: QPainter, rect: QRectF) -> None:
+        """The right-hand version in `rect`: the after picture, or the preview — the left
+        picture dimmed where no final pixels have come yet, and those pixels over it."""
+        painter.fillRect(rect, self._checker)
+        layer = self.preview
+        if layer is None:
+            if self._after is not None:
+                painter.drawPixmap(rect, self._after, QRectF(self._after.rect()))
+            return
+        if layer.image is not None:
+            painter.drawPixmap(rect, layer.image, QRectF(layer.image.rect()))
+            return
+        if self._before is not None:
+            painter.drawPixmap(rect, self._before, QRectF(self._before.rect()))
+        painter.fillRect(rect, PENDING_SHADE)
+        size = self._canvas_size()
+        if size.isEmpty():
+            return
+        sx = rect.width() / size.width()
+        sy = rect.height() / size.height()
+        for where, pix in layer.patches:
+            target = QRectF(
+                rect.x() + where.x() * sx,
+                rect.y() + where.y() * sy,
+                where.width() * sx,
+                where.height() * sy,
+            )
+            painter.drawPixmap(target, pix, QRectF(pix.rect()))
+
+    def _badge(
+        self,
+        painter: QPainter,
+        text: str,
+        left: float,
+        right_align: bool = False,
+        bottom: bool = False,
+        width: int = 240,
+    ) -> None:
+        metrics = painter.fontMetrics()
+        text = metrics.elidedText(text, Qt.TextElideMode.ElideRight, width)
+        w = metrics.horizontalAdvance(text) + 12
+        h = metrics.height() + 6
+        top = self.height() - h - 8 if bottom else 8
+        box = QRectF(left - w if right_align else left, top, w, h)
+        painter.save()
+        painter.setPen(Qt.PenStyle.NoPen)
+        painter.setBrush(QColor(0, 0, 0, 150))
+        painter.drawRoundedRect(box, 4, 4)
+        painter.setPen(QColor(255, 255, 255))
+        painter.drawText(box, Qt.AlignmentFlag.AlignCenter, text)
+        painter.restore()
+
+    def _paint_split(self, painter: QPainter, x: float) -> None:
+        h = self.height()
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+        painter.setPen(QPen(QColor(0, 0, 0, 140), 3))
+        painter.drawLine(QPointF(x, 0), QPointF(x, h))
+        painter.setPen(QPen(QColor(255, 255, 255), 1))
+        painter.drawLine(QPointF(x, 0), QPointF(x, h))
+        painter.setBrush(QColor(255, 255, 255))
+        painter.setPen(QPen(QColor(0, 0, 0, 160), 1))
+        painter.drawEllipse(QPointF(x, h / 2), 7, 7)
+        self._badge(painter, self.labels[0], x - 8, right_align=True)
+        self._badge(painter, self.labels[1], x + 8)
+
+    # -- interaction --------------------------------------------------------------------------
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._apply_fit()
+
+    def wheelEvent(self, event: QWheelEvent) -> None:
+        steps = event.angleDelta().y() / 120
+        if steps:
+            self._set_zoom(self._zoom * ZOOM_STEP**steps, self._local(event.position()))
+        event.accept()
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        if event.key() == Qt.Key.Key_Space and not event.isAutoRepeat():
+            self.flip()
+            event.accept()
+            return
+        super().keyPressEvent(event)
+
+    def _near_split(self, pos: QPointF) -> bool:
+        return (
+            self._comparing()
+            and self.mode is ViewMode.SPLIT
+            and not self.flipped
+            and abs(pos.x() - self._split_x()) <= GRIP
+        )
+
+    def mousePressEvent(self, event: QMouseEvent) -> None:
+        if event.button() != Qt.MouseButton.LeftButton or self._canvas_size().isEmpty():
+            return super().mousePressEvent(event)
+        self._drag = "split" if self._near_split(event.position()) else "pan"
+        self._last = event.position()
+        self.setCursor(
+            Qt.CursorShape.SplitHCursor
+            if self._drag == "split"
+            else Qt.CursorShape.ClosedHandCursor
+        )
+        event.accept()
+
+    def mouseMoveEvent(self, event: QMouseEvent) -> None:
+        pos = event.position()
+        if self._drag == "split":
+            if self.width() > 0:
+                self.set_split(pos.x() / self.width())
+        elif self._drag == "pan":
+            self._origin += pos - self._last
+            self._last = pos
+            self._fit = False
+            self.update()
+            self.viewMoved.emit()
+        else:
+            self.setCursor(
+                Qt.CursorShape.SplitHCursor
+                if self._near_split(pos)
+                else Qt.CursorShape.OpenHandCursor
+            )
+        event.accept()
+
+    def mouseReleaseEvent(self, event: QMouseEvent) -> None:
+        self._drag = None
+        self.setCursor(Qt.CursorShape.OpenHandCursor)
+        event.accept()
+
+    def mouseDoubleClickEvent(self, event: QMouseEvent) -> None:
+        if self._fit:
+            self._set_zoom(1.0, self._local(event.position()))
+        else:
+            self.fit()
+        event.accept()
