@@ -378,7 +378,7 @@ def test_a_large_frame_filtered_beside_its_compression_round_trips(dtype: type) 
     rng = np.random.default_rng(7)
     top = 255 if dtype == np.uint8 else 65535
     smooth = np.linspace(0, top, 700, dtype=np.float64)[None, :, None]
-    frame = (smooth + rng.normal(0, top / 50, (300, 700, 3))).clip(0, top).astype(dtype)
+    frame: np.ndarray = (smooth + rng.normal(0, top / 50, (300, 700, 3))).clip(0, top).astype(dtype)
     buffer = io.BytesIO()
     encode_png(buffer, [frame], durations=[100])
     if dtype == np.uint16:

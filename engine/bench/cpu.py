@@ -14,6 +14,7 @@ import platform
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +125,7 @@ def measure_overhead(
     label: str,
     request: OperationRequest,
     repeats: int,
+    engine_class: Callable[..., Engine] = Engine,
 ) -> tuple[float, float]:
     """Two figures for `request`, and the medians they come from (engine, bare loop). Against a bare ORT loop over the very tensors the engine fed
     (recorded, not rebuilt): the engine's own time (all but decoding the input and writing the
@@ -131,7 +133,7 @@ def measure_overhead(
     work beside its ORT runs over those runs, timed inside each request: free of the
     run-to-run noise of a shared machine (±10 % here), which the first figure is not."""
     recorder = _RunRecorder()
-    engine = Engine(settings, session_wrap=recorder)
+    engine = engine_class(settings, session_wrap=recorder)
 
     def timed() -> tuple[float, float, float]:
         recorder.run_seconds = 0.0

@@ -190,7 +190,7 @@ def run_gpu_bench(args: argparse.Namespace) -> int:
         # Speed on CUDA (issue 15): tiles go in and out through IO binding, one copy each way,
         # against a bare ORT loop over the very tensors the engine fed.
         busy, bare = measure_overhead(
-            table, settings, f"{label} on CUDA, {side}²", gpu_request, 2 if quick else 5
+            table, settings, f"{label} on CUDA, {side}²", gpu_request, 2 if quick else 5, Engine
         )
         mpx = side * side / 1e6
         table.add(
