@@ -12,6 +12,10 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("ORT_LOGGING_LEVEL", "3")
 
+# The main window's fixtures, for any module that requests them (loaded after the variables
+# above are set: they import the GUI).
+pytest_plugins = ["tests.window_fixtures"]
+
 
 @pytest.fixture(autouse=True)
 def _no_threads_left_behind() -> Iterator[None]:

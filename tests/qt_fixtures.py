@@ -3,11 +3,15 @@ top-level window open. Import `qt_leak_guard` into a test module to make it auto
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from PySide6.QtCore import QThread
 from PySide6.QtWidgets import QApplication, QWidget
+
+from gui.main_window import MainWindow
+
+WindowFactory = Callable[..., MainWindow]
 
 
 @pytest.fixture(autouse=True)

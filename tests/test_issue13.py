@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +29,6 @@ from pytestqt.qtbot import QtBot
 from engine.bench.contract_models import make_upscaler
 from engine.options import OutputFormat, OutputOptions
 from engine.requests import Operation
-from engine.settings import EngineSettings
 from gui.jobs import JobState
 from gui.main_window import MainWindow
 from gui.settings import AppSettings, pictures_dir
@@ -40,10 +38,10 @@ from gui.widgets.preferences import PreferencesDialog
 from tests.engine_helpers import gif3, photo
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
 from tests.slow_models import make_slow_upscaler
+from tests.window_fixtures import WindowFactory
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB_MS = 60_000
-WindowFactory = Callable[..., MainWindow]
 
 
 @pytest.fixture
@@ -53,41 +51,6 @@ def models(models_dir: Path) -> Path:
     make_upscaler(folder / "up4.onnx", scale=4)
     make_slow_upscaler(folder / "slow.onnx", layers=300)
     return folder
-
-
-@pytest.fixture
-def make_window(qtbot: QtBot, models: Path, tmp_path: Path) -> Iterator[WindowFactory]:
-    """A window on fresh settings: Tessera's own defaults, except where a test sets them."""
-    windows: list[MainWindow] = []
-
-    def make(settings: AppSettings | None = None, **kwargs: object) -> MainWindow:
-        if settings is None:
-            store = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-            settings = AppSettings(store)
-            settings.pasted_dir = tmp_path / "Pictures" / "Tessera"
-        kwargs.setdefault("calibrate", False)
-        win = MainWindow(
-            settings,
-            engine_settings=EngineSettings(models_dir=models),
-            data_dir=tmp_path / "data",
-            **kwargs,  # type: ignore[arg-type]
-        )
-        win.confirm_close = False
-        windows.append(win)
-        win.resize(1280, 800)
-        win.show()
-        qtbot.waitUntil(lambda: win.inventory is not None, timeout=10_000)
-        return win
-
-    yield make
-    for win in windows:
-        win.close()
-        assert not win.engine.qthread.isRunning()
-
-
-@pytest.fixture
-def window(make_window: WindowFactory) -> MainWindow:
-    return make_window()
 
 
 def use_model(win: MainWindow, models: Path, name: str) -> None:

@@ -13,13 +13,13 @@ real engine thread on the offscreen platform, real ORT sessions on models built 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
-from PySide6.QtCore import QPoint, QSettings, Qt
+from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QImage
 from PySide6.QtTest import QTest
 from pytestqt.qtbot import QtBot
@@ -38,13 +38,11 @@ from engine.requests import (
 from engine.settings import EngineSettings
 from gui.jobs import JobState
 from gui.main_window import MainWindow
-from gui.settings import AppSettings
 from tests.engine_helpers import photo
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
 from tests.slow_models import make_slow_upscaler
 
 JOB_MS = 60_000
-WindowFactory = Callable[..., MainWindow]
 
 
 @pytest.fixture
@@ -56,39 +54,6 @@ def models(models_dir: Path) -> Path:
     make_slow_upscaler(folder / "slower.onnx", layers=1200)  # about 1 s a 256-px tile here
     make_u2net(folder / "u2netp.onnx")
     return folder
-
-
-@pytest.fixture
-def make_window(qtbot: QtBot, models: Path, tmp_path: Path) -> Iterator[WindowFactory]:
-    windows: list[MainWindow] = []
-
-    def make(**kwargs: object) -> MainWindow:
-        store = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-        settings = AppSettings(store)
-        settings.pasted_dir = tmp_path / "Pictures"
-        kwargs.setdefault("calibrate", False)
-        win = MainWindow(
-            settings,
-            engine_settings=EngineSettings(models_dir=models),
-            data_dir=tmp_path / "data",
-            **kwargs,  # type: ignore[arg-type]
-        )
-        win.confirm_close = False
-        windows.append(win)
-        win.resize(1280, 800)
-        win.show()
-        qtbot.waitUntil(lambda: win.inventory is not None, timeout=10_000)
-        return win
-
-    yield make
-    for win in windows:
-        win.close()
-        assert not win.engine.qthread.isRunning()
-
-
-@pytest.fixture
-def window(make_window: WindowFactory) -> MainWindow:
-    return make_window()
 
 
 class Events:
