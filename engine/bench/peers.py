@@ -206,7 +206,7 @@ def conv_macs_per_pixel(model: Path, side: int = 64) -> float:
     return macs / (side * side)
 
 
-def matmul_peak_gflops(n: int = 2048, repeats: int = 5) -> float:
+def matmul_peak_gflops(n: int = 2048, repeats: int = 10) -> float:
     """The machine's float32 FMA throughput as BLAS reaches it (all cores): the best of a few
     n×n matrix products."""
     rng = np.random.default_rng(0)
