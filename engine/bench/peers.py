@@ -199,10 +199,8 @@ def conv_macs_per_pixel(model: Path, side: int = 64) -> float:
     for n in m.graph.node:
         if n.op_type != "Conv" or n.output[0] not in shapes or n.input[1] not in weights:
             continue
-        cout, cin_per_group, kh, kw = weights[n.input[1]]
-        out = shapes[n.output[0]]
-        macs += int(np.prod(out)) * cin_per_group * kh * kw
-        del cout
+        _, cin_per_group, kh, kw = weights[n.input[1]]
+        macs += int(np.prod(shapes[n.output[0]])) * cin_per_group * kh * kw
     return macs / (side * side)
 
 
@@ -234,7 +232,8 @@ def measure_gflops(
 ) -> None:
     plan = plan_tiles(height, width, tile, overlap)
     pixels = plan.count * plan.tile_h * plan.tile_w
-    achieved = 2 * conv_macs_per_pixel(model) * pixels / seconds / 1e9
+    macs = conv_macs_per_pixel(model)
+    achieved = 2 * macs * pixels / seconds / 1e9
     peak = matmul_peak_gflops()
     table.add(
         Row(
@@ -242,7 +241,7 @@ def measure_gflops(
             achieved,
             "GFLOP/s",
             note=f"{achieved / peak:.0%} of {peak:.0f} GFLOP/s (numpy/BLAS float32 2048² matmul, "
-            f"all cores); {conv_macs_per_pixel(model) / 1e6:.1f} M conv MACs per input pixel",
+            f"all cores); {macs / 1e6:.1f} M conv MACs per input pixel",
         )
     )
 
@@ -294,7 +293,6 @@ def measure_session_options(table: Table, model: Path, threads: int, rounds: int
                 note=f"{t * 1000:.0f} ms per 128² tile of animevideov3 ×4, median of {rounds}",
             )
         )
-    del copy
 
 
 def _tile_seconds(session: ort.InferenceSession, x: np.ndarray) -> float:

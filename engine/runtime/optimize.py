@@ -21,6 +21,7 @@ Only a graph that one of the rewrites changes gets a kept copy: the heavy models
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -110,6 +111,7 @@ def _digest(identity: tuple[int, int, int]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+@functools.cache  # read once per process, not at every session load
 def _instruction_set() -> str:
     """The CPU features ORT's kernels and blocked layouts depend on (a copy optimised on an
     AVX-512 machine must not be loaded on an AVX2 one)."""
