@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import BadInputError
+from engine.io.frames import read_only, unify_frames
 from engine.io.image import (
     IMAGE_SUFFIXES,
     DecodedImage,
@@ -19,7 +20,8 @@ from engine.io.image import (
     reshape_channels,
     to_16bit,
 )
-from engine.io.reading import fmt_pixels, image_size, load_image, read_only, unify_frames
+from engine.io.opening import fmt_pixels, image_size
+from engine.io.reading import load_image
 
 
 def load_sequence(
