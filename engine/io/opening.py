@@ -43,6 +43,15 @@ def check_limit(path: Path, width: int, height: int, frames: int, max_pixels: in
     )
 
 
+def check_same_size(path: Path, number: int, size: tuple[int, int], first: tuple[int, int]) -> None:
+    """Refuse frame `number` (1-based) whose header size differs from frame 1's."""
+    if size != first:
+        raise BadInputError(
+            f"{path.name}: frame {number} is {size[0]}×{size[1]} pixels but frame 1 is "
+            f"{first[0]}×{first[1]}; all frames must have the same size."
+        )
+
+
 def read_error(path: Path, exc: OSError) -> BadInputError:
     if isinstance(exc, FileNotFoundError | NotADirectoryError):
         return BadInputError(f"{path.name}: the file does not exist (looked in {path.parent}).")

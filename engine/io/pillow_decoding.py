@@ -13,7 +13,7 @@ from engine.errors import BadInputError
 from engine.io.frames import apply_orientation, frame_pixels, read_only, unify_frames
 from engine.io.image import ANIMATED_FORMATS, DecodedImage, ImageMeta, LazyFrames
 from engine.io.metadata import clean_exif, exif_orientation, is_reduced_page, parse_dpi, replace_icc
-from engine.io.opening import format_name
+from engine.io.opening import check_same_size, format_name
 from engine.io.streamed import StreamedFrames
 
 
@@ -40,16 +40,21 @@ def decode_pillow(
     durations: list[int] = []
     exif: Image.Exif | None = None
     stream = stream and count > 1
+    page_size = im.size
     for index in range(count):
         if check is not None:
             check()
         if count > 1:
             im.seek(index)
+        if index > 0:
+            if fmt == "TIFF" and is_reduced_page(im):
+                continue
+            # Only page 1 was checked against the pixel limit: a later page of another size
+            # (a 17000² page 2 in a small TIFF) is refused from its header, before decoding.
+            check_same_size(path, len(kept) + 1, im.size, page_size)
         im.load()
         if index == 0:
             exif = im.getexif()
-        elif fmt == "TIFF" and is_reduced_page(im):
-            continue
         pixels = frame_pixels(path, im)
         kept.append(index)
         if stream:

@@ -10,8 +10,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 from engine.errors import EngineError, ResourceError
+from engine.io.gif import gif_frame_sizes
 from engine.io.image import DecodedImage
-from engine.io.opening import check_limit, damaged, frame_count, image_size, opened, read_error
+from engine.io.opening import (
+    check_limit,
+    check_same_size,
+    damaged,
+    frame_count,
+    image_size,
+    opened,
+    read_error,
+)
 from engine.io.pillow_decoding import decode_pillow
 from engine.io.png import png_header
 from engine.io.png16 import decode_png16
@@ -40,6 +49,15 @@ def load_image(
         check_limit(path, width, height, 1, max_pixels)
         count = frame_count(path, im)
         check_limit(path, width, height, count, max_pixels)
+        if im.format == "GIF":
+            # Pillow allocates a grown canvas while seeking: refuse it from the blocks first.
+            position = fp.tell()
+            sizes = gif_frame_sizes(fp)
+            fp.seek(position)
+            for number, size in enumerate(sizes, 1):
+                check_same_size(path, number, size, sizes[0])
+            if sizes:
+                check_limit(path, *sizes[0], count, max_pixels)
         try:
             if im.format == "PNG":
                 fp.seek(0)

@@ -48,9 +48,15 @@ class StreamedFrames(LazyFrames):
             if self._im is None:
                 self._im = Image.open(self.path)
             self._im.seek(self._indices[index])
+            height, width = self.shape[:2] if self._orientation < 5 else self.shape[1::-1]
+            if self._im.size != (width, height):  # from the header: never decode a grown page
+                raise BadInputError(
+                    f"{self.path.name}: frame {index + 1} changed while it was being read."
+                )
             self._im.load()
             pixels = frame_pixels(self.path, self._im)
         except BadInputError:
+            self.close()
             raise
         except Exception as e:  # the file changed or broke since it was first read
             self.close()
