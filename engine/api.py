@@ -24,7 +24,7 @@ from engine.errors import (
     UsageError,
 )
 from engine.io.image import DecodedImage
-from engine.io.reading import load_image
+from engine.io.reading import image_size, load_image
 from engine.io.sequences import list_sequence, load_sequence
 from engine.models.catalog import family_of
 from engine.models.contracts import ModelSpec
@@ -140,6 +140,7 @@ class Engine:
         if cancel is not None:
             cancel.check()
         groups = self._groups(request)
+        self._check_before_loading(op, spec, request, groups)
         with memory.RssPeak() as peak:
             emit(Progress(request.id, ProgressKind.STARTED, input_count=len(groups)))
             session = SessionHandle(self.sessions, key)
@@ -458,6 +459,30 @@ class Engine:
             else:
                 groups.append([p])
         return groups
+
+    def _check_before_loading(
+        self,
+        op: OperationBase,
+        spec: ModelSpec,
+        request: OperationRequest,
+        groups: list[list[Path]],
+    ) -> None:
+        """What fails the whole request is said before the model loads: an output "folder"
+        that is a file, and a product over the pixel limit (from the inputs' headers)."""
+        out = request.output_dir
+        if out is not None and out.exists() and not out.is_dir():
+            raise UsageError(f"The output folder {out} is a file; give a folder with --out.")
+        for group in groups:
+            try:
+                width, height, _ = image_size(group[0])
+            except EngineError:
+                continue  # the input's own failure is said when it is reached
+            if width * height > self.settings.max_pixels:
+                continue  # so is an input over the limit itself
+            name = group[0].name if len(group) == 1 else group[0].parent.name
+            op.check_product_size(
+                name, (width, height), spec, request.output, self.settings.max_pixels
+            )
 
     def _load(self, group: list[Path], cancel: CancelToken | None) -> DecodedImage:
         check = cancel.check if cancel is not None else None

@@ -7,13 +7,26 @@ tests that need them skip, saying why, where this user cannot mount.
 
 from __future__ import annotations
 
+import os
+import resource
 import struct
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from engine.errors import BadInputError
+from engine.api import Engine
+from engine.bench.contract_models import make_u2net, make_upscaler
+from engine.errors import BadInputError, UsageError
 from engine.io.reading import load_image
+from engine.options import OutputOptions
+from engine.requests import Operation, OperationRequest
+from engine.settings import EngineSettings
+from tests.engine_helpers import photo
+
+ROOT = Path(__file__).resolve().parent.parent
 
 LIMIT = 100_000_000
 
@@ -68,3 +81,88 @@ def test_a_larger_later_page_is_refused_from_its_header(
     ) as info:
         load_image(path, LIMIT, stream=stream)
     assert "truncated" not in str(info.value)
+
+
+# ------------------------------------------------------------------ 2. an output-size bomb
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("models")
+    make_upscaler(folder / "up2.onnx", scale=2)
+    make_upscaler(folder / "a-rather-long-model-name.onnx", scale=2)
+    make_u2net(folder / "u2netp.onnx")
+    return folder
+
+
+def _limited(megabytes: int) -> Callable[[], None]:
+    def limit() -> None:  # the child's address space: a bomb fails there, not on this machine
+        resource.setrlimit(resource.RLIMIT_AS, (megabytes << 20, megabytes << 20))
+
+    return limit
+
+
+def test_a_size_over_the_pixel_limit_exits_2_before_the_model_loads(
+    models: Path, tmp_path: Path
+) -> None:
+    image = photo(tmp_path / "small.png", 64, 48)
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "engine", "run", "upscale", str(image), "--model",
+         str(models / "up2.onnx"), "--out", str(out), "--size", "65535"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT, preexec_fn=_limited(3000),
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "65535×49151 pixels (3.2 gigapixels); the limit is 268 megapixels" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("operation", "model", "output"),
+    [
+        (Operation.UPSCALE, "up2.onnx", OutputOptions()),  # the model's own ×2
+        (Operation.UPSCALE, "up2.onnx", OutputOptions(factor=16)),
+        (Operation.REMOVE_BACKGROUND, "u2netp.onnx", OutputOptions(width=4000)),
+    ],
+)
+def test_a_product_over_the_limit_is_refused_from_the_header(
+    models: Path, tmp_path: Path, operation: Operation, model: str, output: OutputOptions
+) -> None:
+    image = photo(tmp_path / "photo.png", 80, 60)  # 4800 pixels: under the limit of 9000
+    engine = Engine(EngineSettings(models_dir=models, max_pixels=9000))
+    request = OperationRequest(
+        operation, str(models / model), (image,), output_dir=tmp_path / "out", output=output
+    )
+    with pytest.raises(UsageError, match=r"photo\.png: the product would be \d+×\d+ pixels"):
+        engine.run(request)
+    assert engine.loaded() == ()  # refused before the model loaded
+
+
+def test_save_as_refuses_a_size_over_the_limit(tmp_path: Path) -> None:
+    from gui.controllers.results import export_result
+
+    product = photo(tmp_path / "product.png", 64, 48)
+    target = tmp_path / "saved.png"
+    with pytest.raises(UsageError, match=r"the product would be 65535×49151 pixels"):
+        export_result(product, target, OutputOptions(width=65535), (64, 48))
+    assert not target.exists()
+
+
+# ------------------------------------------------------- 7. the real product names, before work
+
+
+def test_a_real_product_name_too_long_is_refused_before_any_run(
+    models: Path, tmp_path: Path
+) -> None:
+    # "-x2.webp" (the stale template) fits after this stem; "-a-rather-long-model-name.png"
+    # (the real name) does not.
+    image = photo(tmp_path / ("n" * 240 + ".png"), 16, 12)
+    engine = Engine(EngineSettings(models_dir=models))
+    model = str(models / "a-rather-long-model-name.onnx")
+    request = OperationRequest(Operation.UPSCALE, model, (image,), output_dir=tmp_path / "out")
+    result = engine.run(request)
+    (failure,) = result.failures
+    assert result.runs == 0, "the model ran before the name was refused"
+    assert "-a-rather-long-model-name.png: this output name is too long" in failure.message

@@ -15,21 +15,12 @@ from typing import BinaryIO
 from PIL import Image, UnidentifiedImageError
 
 from engine.errors import BadInputError, ResourceError
-from engine.io.image import READ_FORMATS, SUPPORTED_TEXT
+from engine.io.image import READ_FORMATS, SUPPORTED_TEXT, fmt_pixels
 from engine.io.metadata import cheap_exif, exif_orientation
 
 # Our own max_pixels check (before any decoding) replaces Pillow's bomb check, whose warning
 # would otherwise be raised as an error under warnings-as-errors and whose limit is not ours.
 Image.MAX_IMAGE_PIXELS = None
-
-
-def fmt_pixels(count: int) -> str:
-    if count >= 1_000_000_000:
-        return f"{count / 1e9:.1f} gigapixels"
-    if count >= 1_000_000:
-        value = count / 1e6
-        return f"{value:.1f} megapixels" if value < 10 else f"{value:.0f} megapixels"
-    return f"{count} pixels"
 
 
 def check_limit(path: Path, width: int, height: int, frames: int, max_pixels: int) -> None:

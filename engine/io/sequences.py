@@ -17,10 +17,11 @@ from engine.io.image import (
     DecodedImage,
     ImageMeta,
     LazyFrames,
+    fmt_pixels,
     reshape_channels,
     to_16bit,
 )
-from engine.io.opening import fmt_pixels, image_size
+from engine.io.opening import image_size
 from engine.io.reading import load_image
 
 

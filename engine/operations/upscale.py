@@ -22,7 +22,7 @@ from engine.errors import InferenceError, ModelError, ResourceError
 from engine.io.image import DecodedImage, to_float
 from engine.models.catalog import Layout
 from engine.models.contracts import Contract, ModelSpec
-from engine.operations.base import OperationBase, RunContext
+from engine.operations.base import OperationBase, RunContext, model_id
 from engine.operations.products import Products
 from engine.options import OperationOptions, UpscaleConfig, UpscaleOptions, of_type, settle
 from engine.requests import Operation, Product, ProductKind, ProgressKind
@@ -86,12 +86,6 @@ def probe_sizes(spec: ModelSpec, run: Callable[[np.ndarray], np.ndarray]) -> Mod
     return replace(spec, contract=replace(c, scale=int(scale), multiple_of=int(multiple_of)))
 
 
-def model_id(spec: ModelSpec) -> str:
-    """What an upscaled product's name carries: the catalog id, else the file's stem, so three
-    ×4 models give three names (`photo-realesrgan-x4plus.png`), not `-x4`, `-x4-1`, `-x4-2`."""
-    return spec.entry.id if spec.entry is not None else spec.path.stem
-
-
 # Below this many bytes of weights an upscaler is a light, memory-bound network (the compact
 # SRVGG models: ~0.6 M MACs per pixel, against x4plus's 18 M): see `auto_tile`.
 LIGHT_MODEL_BYTES = 8 << 20
@@ -143,7 +137,12 @@ def auto_tile(ctx: RunContext, config: UpscaleConfig) -> int:
 
 class Upscale(OperationBase):
     operation: ClassVar[Operation] = Operation.UPSCALE
-    products: ClassVar[tuple[str, ...]] = ("x{scale}.webp",)  # .png, .webp or .tif
+    products: ClassVar[tuple[str, ...]] = ("{model}.png",)  # .png, .webp or .tif
+    main_image = True
+
+    def product_scale(self, spec: ModelSpec) -> int | None:
+        return spec.contract.scale
+
     config = UpscaleConfig(max_tile=512, auto_start=None)
 
     def configure(self, options: OperationOptions, spec: ModelSpec) -> None:

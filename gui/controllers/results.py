@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from engine.io.reading import load_image
-from engine.io.resize import resize_frame
+from engine.io.resize import check_product_size, resize_frame
 from engine.io.writing import write_image
 from engine.options import OutputFormat, OutputOptions
 from engine.settings import DEFAULT_MAX_PIXELS
@@ -20,8 +20,10 @@ def export_result(
     """Write `source` (a finished product) to `target` in the chosen format and size: the size
     is taken relative to the input (`input_size`), as a job's output step does. Returns the
     path written; never leaves a half-written file, replaces `target` only as a whole."""
-    decoded = load_image(source, DEFAULT_MAX_PIXELS * 4)
     size = options.target_size(*input_size) if all(input_size) else None
+    if size is not None:  # refused before the product is even decoded
+        check_product_size(target.name, *size, DEFAULT_MAX_PIXELS)
+    decoded = load_image(source, DEFAULT_MAX_PIXELS * 4)
     frames = [resize_frame(f, *size) if size else f for f in decoded.frames]
     if options.format is OutputFormat.JPEG:
         frames = frames[:1]  # JPEG holds one frame
