@@ -12,13 +12,15 @@ import resource
 import struct
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image
 
 from engine.api import Engine
-from engine.bench.contract_models import make_u2net, make_upscaler
+from engine.bench.contract_models import make_da3, make_u2net, make_upscaler
 from engine.errors import BadInputError, UsageError
 from engine.io.reading import load_image
 from engine.options import OutputOptions
@@ -92,6 +94,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     make_upscaler(folder / "up2.onnx", scale=2)
     make_upscaler(folder / "a-rather-long-model-name.onnx", scale=2)
     make_u2net(folder / "u2netp.onnx")
+    make_da3(folder / "da3.onnx")
     return folder
 
 
@@ -166,3 +169,96 @@ def test_a_real_product_name_too_long_is_refused_before_any_run(
     (failure,) = result.failures
     assert result.runs == 0, "the model ran before the name was refused"
     assert "-a-rather-long-model-name.png: this output name is too long" in failure.message
+
+
+# ------------------------------------------------------------ 5. a full disk, for every writer
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 2 MB tmpfs: a disk that fills up."""
+    point = tmp_path / "small disk"
+    point.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(point)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"a 2 MB tmpfs cannot be mounted here ({done.stderr.strip()})")
+    try:
+        yield point
+    finally:
+        subprocess.run(["umount", "-l", str(point)], check=False)
+
+
+def noise(path: Path, width: int, height: int, frames: int = 1) -> Path:
+    """Incompressible pixels: a product of them fills a small disk."""
+    rng = np.random.default_rng(1)
+    images = [
+        Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
+        for _ in range(frames)
+    ]
+    if frames == 1:
+        images[0].save(path)
+    else:
+        images[0].save(path, save_all=True, append_images=images[1:], duration=100, loop=0)
+    return path
+
+
+def cli(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "engine", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+    )
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return [p.name for p in folder.rglob("*") if ".partial" in p.name or "tessera-" in p.name]
+
+
+@pytest.mark.parametrize(
+    ("what", "operation", "model", "make"),
+    [
+        ("PNG", "upscale", "up2.onnx", lambda d: noise(d / "noise.png", 700, 700)),
+        ("APNG", "upscale", "up2.onnx", lambda d: noise(d / "noise.gif", 300, 300, frames=4)),
+        ("float TIFF", "depth", "da3.onnx", lambda d: noise(d / "noise.png", 900, 900)),
+    ],
+)
+def test_a_full_disk_while_streaming_exits_3_with_a_sentence(
+    models: Path,
+    tmp_path: Path,
+    small_disk: Path,
+    what: str,
+    operation: str,
+    model: str,
+    make: Callable[[Path], Path],
+) -> None:
+    image = make(tmp_path)
+    done = cli("run", operation, image, "--model", models / model, "--out", small_disk)
+    assert done.returncode == 3, f"{what}: exit {done.returncode}\n{done.stderr[-2000:]}"
+    assert "Traceback" not in done.stderr and "unexpected error" not in done.stderr
+    assert f"the disk holding {small_disk} is full" in done.stderr
+    assert _leftovers(small_disk) == []
+
+
+def test_a_full_temporary_disk_while_spilling_frames_exits_3(
+    models: Path, tmp_path: Path, small_disk: Path
+) -> None:
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    for index in range(4):
+        noise(frames / f"f{index:02d}.png", 500, 500)
+    out = tmp_path / "out"
+    done = cli(
+        "run", "depth", frames, "--model", models / "da3.onnx", "--out", out,
+        env={"TMPDIR": str(small_disk)},
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and "requested and" not in done.stderr
+    assert f"the disk holding the temporary folder {small_disk} is full" in done.stderr
+    assert _leftovers(small_disk) == [] and (not out.exists() or _leftovers(out) == [])

@@ -29,6 +29,7 @@ __all__ = [
     "open_output",
     "unique_path",
     "write_bytes",
+    "write_error",
 ]
 
 _MAX_NUMBER = 100_000
@@ -49,10 +50,19 @@ def unique_path(path: Path) -> Path:
     return _numbered(path, number)
 
 
-def _write_error(path: Path, exc: OSError) -> Exception:
+FULL = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
+
+
+def write_error(path: Path, exc: OSError) -> Exception:
+    """The sentence for a failed write of `path`; every writer maps its OSErrors here."""
     folder = path.parent
-    if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+    if exc.errno in FULL:
         return ResourceError(f"{path.name}: the disk holding {folder} is full; free some space.")
+    if exc.errno == errno.EFBIG:
+        return ResourceError(
+            f"{path.name}: the file is larger than the file system of {folder} allows (FAT "
+            "holds at most 4 GB a file). Choose an output folder on another disk."
+        )
     if isinstance(exc, PermissionError) or exc.errno in (errno.EACCES, errno.EPERM):
         return BadInputError(
             f"{path.name}: permission denied; Tessera may not write into the folder {folder}. "
@@ -122,7 +132,7 @@ class PendingOutput:
                 "another program while Tessera wrote it; nothing was published."
             ) from e
         except OSError as e:
-            raise _write_error(self.path, e) from e
+            raise write_error(self.path, e) from e
         raise BadInputError(
             f"{self.path.name}: too many numbered copies already exist in {self.path.parent}."
         )
@@ -140,12 +150,12 @@ def open_output(path: Path) -> Iterator[PendingOutput]:
     try:
         descriptor = LIVE.create(temp)
     except OSError as e:
-        raise _write_error(path, e) from e
+        raise write_error(path, e) from e
     pending = PendingOutput(path, temp, os.fdopen(descriptor, "w+b"))
     try:
         yield pending
     except OSError as e:
-        raise _write_error(path, e) from e
+        raise write_error(path, e) from e
     finally:
         if not pending.file.closed:
             try:
@@ -199,5 +209,5 @@ def check_output_name(folder: Path, name: str) -> None:
     except FileExistsError:
         return  # someone's file of that name: the name itself is fine
     except OSError as e:
-        raise _write_error(target, e) from e
+        raise write_error(target, e) from e
     LIVE.discard(probe)

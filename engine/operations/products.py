@@ -31,7 +31,7 @@ import numpy as np
 
 from engine.io.image import DecodedImage, ImageMeta
 from engine.io.png import FrameLike
-from engine.io.publish import PendingOutput, open_output
+from engine.io.publish import PendingOutput, open_output, write_error
 from engine.io.resize import resize_frame
 from engine.io.tiff import TiffWriter
 from engine.io.writing import ImageStream
@@ -160,7 +160,11 @@ class _FloatSink(_Sink):
             )
             pending = output.__enter__()
             self.files.append((output, pending, TiffWriter(pending.file)))
-        self.files[-1][2].add_page(page)
+        output, pending, writer = self.files[-1]
+        try:
+            writer.add_page(page)
+        except OSError as e:  # a full disk: said like every writer says it (exit 3)
+            raise write_error(pending.path, e) from e
         if self.p.check is not None:
             self.p.check()
 
@@ -191,7 +195,10 @@ class _BytesSink(_Sink):
         output = open_output(self.p.ctx.out_dir / output_name(self.p.image.source, name, self.ext))
         pending = output.__enter__()
         self.files.append((output, pending))
-        write(pending.file)
+        try:
+            write(pending.file)
+        except OSError as e:
+            raise write_error(pending.path, e) from e
 
     def publish(self) -> list[Product]:
         for output, pending in self.files[len(self.published) :]:
