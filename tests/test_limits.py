@@ -20,11 +20,17 @@ import pytest
 from PIL import Image
 
 from engine.api import Engine
-from engine.bench.contract_models import make_da3, make_u2net, make_upscaler
+from engine.bench.contract_models import (
+    make_compact_upscaler,
+    make_da3,
+    make_u2net,
+    make_upscaler,
+)
 from engine.errors import BadInputError, UsageError
 from engine.io.reading import load_image
 from engine.options import OutputOptions
 from engine.requests import Operation, OperationRequest
+from engine.runtime import optimize
 from engine.settings import EngineSettings
 from tests.engine_helpers import photo
 
@@ -262,3 +268,103 @@ def test_a_full_temporary_disk_while_spilling_frames_exits_3(
     assert "Traceback" not in done.stderr and "requested and" not in done.stderr
     assert f"the disk holding the temporary folder {small_disk} is full" in done.stderr
     assert _leftovers(small_disk) == [] and (not out.exists() or _leftovers(out) == [])
+
+
+# ------------------------------------------- 3, 11. a read-only models folder; kept copies' identity
+
+
+def _upscaled(engine: Engine, model: Path, image: Path, out: Path) -> np.ndarray:
+    result = engine.run(
+        OperationRequest(Operation.UPSCALE, str(model), (image,), output_dir=out, tile=32)
+    )
+    assert result.ok, result.failures
+    (product,) = result.products
+    with Image.open(product.path) as im:
+        return np.asarray(im)
+
+
+@pytest.fixture
+def read_only_view(tmp_path: Path) -> Iterator[Callable[[Path], Path]]:
+    """`view(folder)`: the folder through a real read-only bind mount."""
+    mounted: list[Path] = []
+
+    def view(folder: Path) -> Path:
+        point = tmp_path / f"read-only {len(mounted)}"
+        point.mkdir()
+        done = subprocess.run(
+            ["mount", "--bind", "-o", "ro", str(folder), str(point)], capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            pytest.skip(f"a read-only bind mount is not possible here ({done.stderr.strip()})")
+        mounted.append(point)
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(point)], check=False)
+        if os.access(point, os.W_OK) and _writable(point):
+            pytest.skip("the bind mount stayed writable")
+        return point
+
+    yield view
+    for point in mounted:
+        subprocess.run(["umount", "-l", str(point)], check=False)
+
+
+def _writable(folder: Path) -> bool:
+    try:
+        (folder / ".probe").touch()
+    except OSError:
+        return False
+    (folder / ".probe").unlink()
+    return True
+
+
+def test_a_read_only_models_folder_with_an_empty_copies_folder_still_runs(
+    tmp_path: Path, read_only_view: Callable[[Path], Path]
+) -> None:
+    models = tmp_path / "models"
+    model = make_compact_upscaler(models / "compact.onnx", scale=2)
+    (models / optimize.FOLDER).mkdir()  # made by an earlier run, or shipped empty
+    image = noise(tmp_path / "in.png", 40, 32)
+    plain = _upscaled(
+        Engine(EngineSettings(optimized_copies=False)), model, image, tmp_path / "plain"
+    )
+    shared = read_only_view(models)
+    got = _upscaled(Engine(EngineSettings()), shared / "compact.onnx", image, tmp_path / "out")
+    assert np.abs(got.astype(int) - plain.astype(int)).max() <= 1  # the in-memory rewrite
+    assert os.listdir(models / optimize.FOLDER) == []
+
+
+def test_a_copy_under_another_models_name_is_dropped_and_the_run_retried(tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    x2 = make_compact_upscaler(models / "x2.onnx", scale=2)
+    x4 = make_compact_upscaler(models / "x4.onnx", scale=4, seed=3)
+    image = noise(tmp_path / "in.png", 40, 32)
+    want = _upscaled(Engine(EngineSettings(optimized_copies=False)), x2, image, tmp_path / "a")
+    _upscaled(Engine(EngineSettings()), x2, image, tmp_path / "b")
+    _upscaled(Engine(EngineSettings()), x4, image, tmp_path / "c")
+    folder = models / optimize.FOLDER
+    (copy2,) = folder.glob("x2-*.onnx")
+    (copy4,) = folder.glob("x4-*.onnx")
+    os.replace(copy4, copy2)  # x4's copy under x2's name
+    got = _upscaled(Engine(EngineSettings()), x2, image, tmp_path / "d")
+    assert got.shape == want.shape and np.abs(got.astype(int) - want.astype(int)).max() <= 1
+
+
+def test_a_model_rewritten_in_place_with_its_times_kept_gets_a_new_copy(tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    model = make_compact_upscaler(models / "m.onnx", scale=2)
+    image = noise(tmp_path / "in.png", 40, 32)
+    _upscaled(Engine(EngineSettings()), model, image, tmp_path / "a")  # the copy is kept
+    before = model.stat()
+    other = make_compact_upscaler(tmp_path / "other.onnx", scale=2, seed=9).read_bytes()
+    assert len(other) == before.st_size
+    with open(model, "r+b") as f:  # the same inode and size,
+        f.write(other)
+    os.utime(model, ns=(before.st_atime_ns, before.st_mtime_ns))  # and the mtime (touch -r)
+    after = model.stat()
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (
+        before.st_ino,
+        before.st_size,
+        before.st_mtime_ns,
+    )
+    want = _upscaled(Engine(EngineSettings(optimized_copies=False)), model, image, tmp_path / "b")
+    got = _upscaled(Engine(EngineSettings()), model, image, tmp_path / "c")
+    assert np.abs(got.astype(int) - want.astype(int)).max() <= 1, "the stale copy was loaded"

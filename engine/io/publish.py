@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from engine.errors import BadInputError, ResourceError
-from engine.files import LIVE, ReplacedError, name_limits
+from engine.files import LIVE, ReplacedError, name_limits, partial_name, sweep_leftovers
 
 log = logging.getLogger(__name__)
 
@@ -91,12 +91,13 @@ def write_error(path: Path, exc: OSError) -> Exception:
 
 
 def _temp_name(path: Path) -> Path:
-    """A hidden name beside `path` that does not look finished; cut by bytes, not characters,
-    so a long non-ASCII name still gives a temp name the file system takes."""
+    """A hidden name beside `path` that does not look finished, with this process's id (the
+    next run sweeps a killed one's); cut by bytes, not characters, so a long non-ASCII name
+    still gives a temp name the file system takes."""
     stem = os.fsencode(path.name)[:_TEMP_STEM_BYTES].decode("utf-8", "ignore")
     if not stem:  # a cut through a surrogate-escaped name: keep it simple
         stem = "output"
-    return path.with_name(f".{stem}.partial-{secrets.token_hex(4)}")
+    return path.with_name(partial_name(stem))
 
 
 class PendingOutput:
@@ -146,6 +147,7 @@ def open_output(path: Path) -> Iterator[PendingOutput]:
     without publishing; OSErrors of the block are reported as write errors of `path`.
     """
     path = Path(path)
+    sweep_leftovers(path.parent)  # what a killed run left here (once per folder)
     temp = _temp_name(path)
     try:
         descriptor = LIVE.create(temp)

@@ -52,6 +52,9 @@ class FileIdentity:
     size: int
     mtime_ns: int
     inode: int
+    # A file rewritten in place with size, inode and mtime kept (`touch -r`) still changes its
+    # ctime, which no one can set back.
+    ctime_ns: int = 0
 
     @classmethod
     def of(cls, path: Path) -> FileIdentity:
@@ -61,7 +64,7 @@ class FileIdentity:
             raise ModelError(
                 f"The model file {path.name} cannot be read ({e.strerror or e})."
             ) from e
-        return cls(st.st_size, st.st_mtime_ns, st.st_ino)
+        return cls(st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,7 @@ class SessionEntry:
     last_used: float
     load_seconds: float
     runs: int = 0  # successful runs over the session's life (the memory panel shows them)
+    kept_copy: Path | None = None  # loaded from this kept optimised copy (optimize.py)
     shrinks: int = 0
     # Output shapes and dtypes seen per input signature, so a later run with the same inputs
     # can have its outputs written into the caller's buffers (see SessionHandle.run's `into`).
@@ -196,6 +200,8 @@ class SessionCache:
         self._wrap = wrap
         self._cpu_shrink = cpu_shrink  # hand the shared CPU arena back (M11) where registered
         self._cpu_copies = cpu_copies  # load CPU sessions from optimised copies (optimize.py)
+        self._distrusted: set[Path] = set()  # models whose kept copy failed a run: originals
+        self._loaded_from: Path | None = None  # the kept copy the last `_load` used
         self._owner: int | None = None
         # Totals over the cache's life; a request's own counts are on its SessionHandle.
         self.created = 0
@@ -282,15 +288,27 @@ class SessionCache:
             created_at=now,
             last_used=now,
             load_seconds=time.perf_counter() - start,
+            kept_copy=self._loaded_from,
         )
+
+    def distrust_copy(self, entry: SessionEntry) -> None:
+        """A run on a kept copy failed: the copy goes, and this model loads from its original
+        from now on in this process (a copy under the wrong name, or a stale one, must not
+        fail every run for good)."""
+        if entry.kept_copy is not None:
+            optimize.drop_kept(entry.kept_copy)
+        self._distrusted.add(entry.key.model)
 
     def _load(self, key: SessionKey, plan: ProviderPlan) -> Any:
         """The session for `key`: on the CPU from the model's optimised copy where it has one."""
         path = key.model
+        self._loaded_from = None
         copy = None
-        if self._cpu_copies and key.runtime is Runtime.CPU:
+        if self._cpu_copies and key.runtime is Runtime.CPU and path not in self._distrusted:
             identity = key.identity or FileIdentity.of(path)
-            copy = optimize.cpu_copy(path, (identity.size, identity.mtime_ns, identity.inode))
+            copy = optimize.cpu_copy(
+                path, (identity.size, identity.mtime_ns, identity.inode, identity.ctime_ns)
+            )
         if copy is None:
             return create_session(path, plan, threads=self._threads, name=path.name)
         try:
@@ -303,16 +321,30 @@ class SessionCache:
                 preoptimized=copy.preoptimized,
             )
         except ModelError as e:
+            optimize.discard(copy)  # never raises: clean-up must not turn a fallback into a failure
+            if copy.preoptimized and isinstance(copy.source, Path):
+                optimize.drop_kept(copy.source)
+            if copy.save_to is not None and isinstance(copy.source, bytes):
+                # ORT may have failed to save (a folder gone read-only): the rewrite in memory.
+                log.warning("%s: the optimised copy was not saved (%s)", path.name, e)
+                try:
+                    session = create_session(
+                        copy.source, plan, threads=self._threads, name=path.name
+                    )
+                except ModelError:
+                    pass
+                else:
+                    log.info("%s on the CPU: %s", path.name, ", ".join(copy.rewrites))
+                    return session
             # A rewrite ORT does not take (or a damaged kept copy) must never cost the model:
             # the original loads as it always did.
             log.warning(
                 "%s: the optimised copy did not load (%s); using the original", path.name, e
             )
-            optimize.discard(copy)
-            if copy.preoptimized and isinstance(copy.source, Path):
-                copy.source.unlink(missing_ok=True)
             return create_session(path, plan, threads=self._threads, name=path.name)
         optimize.keep(copy)
+        if copy.preoptimized and isinstance(copy.source, Path):
+            self._loaded_from = copy.source
         log.info("%s on the CPU: %s", path.name, ", ".join(copy.rewrites))
         return session
 
