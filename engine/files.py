@@ -228,7 +228,8 @@ log = logging.getLogger(__name__)
 
 # Every temp name Tessera makes: `.NAME.partial-PID-HEX` (products, kept model copies), so the
 # next run in that folder can tell the leftovers of a killed process from a live writer's.
-_PARTIAL = re.compile(r"^\..+\.partial-(\d+)-[0-9a-f]{8}$")
+# (Before, kept model copies were `.NAME.onnx.partial-PID`: those are swept too.)
+_PARTIAL = re.compile(r"^\..+(?:\.partial-(\d+)-[0-9a-f]{8}|\.onnx\.partial-(\d+))$")
 _swept: set[Path] = set()
 _swept_lock = threading.Lock()
 
@@ -267,7 +268,7 @@ def sweep_leftovers(folder: Path) -> list[Path]:
     uid = os.getuid() if hasattr(os, "getuid") else None
     for name in names:
         match = _PARTIAL.match(name)
-        if match is None or _alive(int(match.group(1))):
+        if match is None or _alive(int(match.group(1) or match.group(2))):
             continue
         path = folder / name
         try:

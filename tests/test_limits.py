@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import resource
+import signal
 import struct
 import subprocess
 import sys
@@ -368,3 +369,60 @@ def test_a_model_rewritten_in_place_with_its_times_kept_gets_a_new_copy(tmp_path
     want = _upscaled(Engine(EngineSettings(optimized_copies=False)), model, image, tmp_path / "b")
     got = _upscaled(Engine(EngineSettings()), model, image, tmp_path / "c")
     assert np.abs(got.astype(int) - want.astype(int)).max() <= 1, "the stale copy was loaded"
+
+
+# ------------------------------------------------------- 12. what a killed process leaves, swept
+
+
+def _killed_while(code: str) -> int:
+    """Run `code` in a real Python process that then SIGKILLs itself; returns its PID."""
+    child = subprocess.run(
+        [sys.executable, "-c", f"import os, signal\n{code}\nos.kill(os.getpid(), signal.SIGKILL)"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    return int(child.stdout.strip() or 0)
+
+
+def test_the_leftovers_of_a_killed_process_are_swept_by_the_next_run(
+    models: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    compact = make_compact_upscaler(tmp_path / "m" / "compact.onnx", scale=2)
+    _killed_while(
+        "from pathlib import Path\n"
+        "from engine.io.publish import open_output\n"
+        "from engine.runtime import optimize\n"
+        f"kept = open_output(Path({str(out)!r}) / 'photo-up2.png'); kept.__enter__()\n"
+        f"p = Path({str(compact)!r}); s = p.stat()\n"
+        "copy = optimize.cpu_copy(p, (s.st_size, s.st_mtime_ns, s.st_ino, s.st_ctime_ns))\n"
+        "import onnxruntime as ort\n"
+        "so = ort.SessionOptions(); so.optimized_model_filepath = str(copy.save_to)\n"
+        "ort.InferenceSession(copy.source, so, providers=['CPUExecutionProvider'])"
+    )  # killed after ORT saved the copy, before it was given its name
+    (product_left,) = [p for p in out.iterdir() if ".partial" in p.name]
+    copies = compact.parent / optimize.FOLDER
+    (copy_left,) = [p for p in copies.iterdir() if ".partial" in p.name]
+    # Another user's leftover and a live process's temp file must stay.
+    foreign = out / f".theirs.png.partial-{_dead_pid()}-0123abcd"
+    foreign.write_bytes(b"x")
+    os.chown(foreign, 54321, 54321)
+    live = out / f".live.png.partial-{os.getpid()}-0123abcd"
+    live.write_bytes(b"x")
+
+    image = photo(tmp_path / "photo.png", 16, 12)
+    done = cli("run", "upscale", image, "--model", compact, "--out", out)
+    assert done.returncode == 0, done.stderr
+    assert not product_left.exists() and not copy_left.exists()
+    assert foreign.exists() and live.exists()
+
+
+def _dead_pid() -> int:
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True)  # fmt: skip
+    return int(child.stdout)
