@@ -25,7 +25,7 @@ from engine.errors import (
 )
 from engine.io.image import DecodedImage
 from engine.io.reading import image_size, load_image
-from engine.io.sequences import list_sequence, load_sequence
+from engine.io.sequences import SEQUENCE_PRODUCTS, list_sequence, load_sequence
 from engine.models.catalog import family_of
 from engine.models.contracts import ModelSpec
 from engine.models.inventory import resolve_model
@@ -491,7 +491,11 @@ class Engine:
         return load_sequence(group, self.settings.max_pixels, check, stream=True)
 
     def _out_dir(self, request: OperationRequest, source: Path) -> Path:
-        out = request.output_dir or (source if source.is_dir() else source.parent)
+        # A sequence's products go into a `Tessera` folder inside its own folder, never among
+        # its frames: the next run of that folder must not take them as frames.
+        out = request.output_dir or (
+            source / SEQUENCE_PRODUCTS if source.is_dir() else source.parent
+        )
         if request.output_dir is not None and out.exists() and not out.is_dir():
             raise UsageError(f"The output folder {out} is a file; give a folder with --out.")
         try:

@@ -7,6 +7,7 @@ tests that need them skip, saying why, where this user cannot mount.
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import signal
@@ -29,6 +30,7 @@ from engine.bench.contract_models import (
 )
 from engine.errors import BadInputError, UsageError
 from engine.io.reading import load_image
+from engine.io.sequences import list_sequence
 from engine.options import OutputOptions
 from engine.requests import Operation, OperationRequest
 from engine.runtime import optimize
@@ -426,3 +428,33 @@ def _dead_pid() -> int:
     child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                            capture_output=True, text=True, check=True)  # fmt: skip
     return int(child.stdout)
+
+
+# ------------------------------------------------------- 6. a folder's products are not its frames
+
+
+def test_running_a_folder_again_takes_only_its_frames(models: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    for index in range(3):
+        photo(folder / f"shot{index + 1:02d}.png", 20, 14, seed=index)
+    for _ in range(2):
+        done = cli("run", "remove-background", folder, "--model", models / "u2netp.onnx", "--json")
+        assert done.returncode == 0, done.stderr
+        cutouts = [p for p in json.loads(done.stdout)["products"] if p["kind"] == "image"]
+        assert len(cutouts) == 3  # one per frame: not 9, then 27
+    products = folder / "Tessera"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "Tessera", "shot01.png", "shot02.png", "shot03.png",
+    ]  # fmt: skip
+    assert any(p.name.startswith("shot01-cutout-0001") for p in products.iterdir())
+
+
+def test_products_left_among_the_frames_are_not_frames(tmp_path: Path) -> None:
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    for index in range(3):
+        photo(folder / f"shot{index + 1:02d}.png", 20, 14, seed=index)
+    for name in ("shot01-cutout-0001.png", "shot01-mask-0003.png", "shot01-up2-0002.webp"):
+        photo(folder / name, 20, 14)
+    assert [p.name for p in list_sequence(folder)] == ["shot01.png", "shot02.png", "shot03.png"]
