@@ -458,3 +458,58 @@ def test_products_left_among_the_frames_are_not_frames(tmp_path: Path) -> None:
     for name in ("shot01-cutout-0001.png", "shot01-mask-0003.png", "shot01-up2-0002.webp"):
         photo(folder / name, 20, 14)
     assert [p.name for p in list_sequence(folder)] == ["shot01.png", "shot02.png", "shot03.png"]
+
+
+# ------------------------------------------------------ 8. a product name that is not UTF-8
+
+
+def test_a_name_that_is_not_utf8_is_printed_as_its_bytes(models: Path, tmp_path: Path) -> None:
+    folder = os.fsencode(tmp_path)
+    name = b"caf\xe9.png"  # Latin-1: not UTF-8
+    photo(Path(os.fsdecode(folder + b"/" + name)), 12, 10)
+    done = subprocess.run(
+        [sys.executable, "-m", "engine", "run", "upscale", os.fsdecode(folder + b"/" + name),
+         "--model", str(models / "up2.onnx")],
+        capture_output=True, timeout=120, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONIOENCODING": "utf-8:strict"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    assert done.stdout == folder + b"/caf\xe9-up2.png\n"
+    assert b"Traceback" not in done.stderr
+
+
+# ------------------------------------------------------------ 13. Ctrl-C while the imports run
+
+
+@pytest.mark.parametrize(
+    ("command", "inside"),
+    [
+        (("-m", "engine", "models", "list"), "ml_dtypes"),  # onnx, through the models' parser
+        (("-m", "gui", "--self-test"), "PySide6.QtCore"),
+    ],
+)
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_signal_during_the_first_imports_is_quiet(
+    command: tuple[str, ...], inside: str, signum: int, tmp_path: Path
+) -> None:
+    # `-X importtime` reports each import as it ends: once `inside` is reported, the import
+    # holding it is still running, and the signal arrives in the middle of it.
+    with subprocess.Popen(
+        [sys.executable, "-X", "importtime", *command],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as child:
+        assert child.stderr is not None
+        for line in child.stderr:
+            if line.startswith("import time:") and line.rstrip().endswith(inside):
+                break
+        child.send_signal(signum)
+        rest = child.stderr.read()
+        code = child.wait(timeout=60)
+    errors = "".join(line for line in rest.splitlines(True) if not line.startswith("import time:"))
+    assert "Traceback" not in errors, errors[-2000:]
+    assert code == {signal.SIGINT: 130, signal.SIGTERM: 143}[signum], errors[-2000:]
+    assert "Stopped." in errors
