@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 from PIL import Image
 
@@ -513,3 +514,41 @@ def test_a_stop_signal_during_the_first_imports_is_quiet(
     assert "Traceback" not in errors, errors[-2000:]
     assert code == (130 if signum == signal.SIGINT else 143), errors[-2000:]
     assert "Stopped." in errors
+
+
+# ------------------------------------------- 10. verify and add load the model, as a run would
+
+
+def _newer_ir(path: Path) -> Path:
+    model = onnx.load(str(make_upscaler(path, scale=2)))
+    model.ir_version = 99
+    onnx.save(model, str(path))
+    return path
+
+
+def test_verify_and_add_refuse_a_model_onnx_runtime_cannot_load(tmp_path: Path) -> None:
+    model = _newer_ir(tmp_path / "newer.onnx")
+    models = tmp_path / "models"
+    said = "newer.onnx was saved in a newer ONNX format (IR version 99)"
+    verified = cli("models", "verify", model, "--models-dir", models)
+    assert verified.returncode == 4, verified.stdout + verified.stderr
+    assert said in verified.stderr
+    added = cli("models", "add", model, "--models-dir", models)
+    assert added.returncode == 4 and said in added.stderr
+    assert not (models / "newer.onnx").exists()
+    image = photo(tmp_path / "p.png", 12, 10)
+    ran = cli("run", "upscale", image, "--model", model, "--out", tmp_path / "out")
+    assert ran.returncode == 4 and said in ran.stderr, ran.stderr
+
+
+def test_ort_reasons_keep_their_end() -> None:
+    from engine.runtime.sessions import _first_line
+
+    text = (
+        "[ONNXRuntimeError] : 1 : FAIL : /onnxruntime_src/onnxruntime/core/graph/model.cc:256 "
+        "onnxruntime::Model::Model(onnx::ModelProto&&, const onnxruntime::PathString&) "
+        + "x" * 400
+        + " the reason"
+    )
+    assert _first_line(text).endswith("the reason")
+    assert "onnxruntime::Model::Model" not in _first_line(text)

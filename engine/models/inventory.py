@@ -14,6 +14,7 @@ from engine.errors import ModelError, ResourceError, UsageError
 from engine.files import LIVE
 from engine.models.catalog import CatalogEntry, Family, load_catalog, sha256_file
 from engine.models.contracts import Contract, ModelSpec, validate_model, with_entry
+from engine.runtime.sessions import check_loads
 from engine.settings import bundled_models_dir
 
 # ---------------------------------------------------------------------------------------------
@@ -259,6 +260,7 @@ def install_model(path: Path, models_dir: Path, family: Family | None = None) ->
     if src.suffix.lower() != ".onnx":
         raise UsageError(f"{src.name} does not end in .onnx; only ONNX models can be added.")
     contract = validate_model(src, family)
+    check_loads(src)  # a model ONNX Runtime cannot load is never added
     entry = _entry_for_file(src.name)
     if entry is not None:
         if entry.family is not contract.family:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -155,6 +156,9 @@ def create_session(
         )
     except Exception as e:  # ORT's exceptions are not RuntimeError subclasses
         text = str(e)
+        known = _unloadable(name, text)
+        if known is not None:
+            raise ModelError(known) from e
         if is_out_of_memory(text):
             raise ResourceError(
                 f"Not enough memory to load {name}. Close other programs using the device, "
@@ -176,9 +180,56 @@ def create_session(
     return session
 
 
+def _unloadable(name: str, text: str) -> str | None:
+    """A sentence for the models this ONNX Runtime cannot load at all: a newer IR version or
+    opset than it knows, an operator it does not have."""
+    found = re.search(r"Unsupported model IR version: (\d+), max supported IR version: (\d+)", text)
+    if found:
+        return (
+            f"{name} was saved in a newer ONNX format (IR version {found[1]}) than this ONNX "
+            f"Runtime reads (up to {found[2]}). Export it again with an older onnx package."
+        )
+    found = re.search(r"Opset (\d+) is under development.*?till opset (\d+)", text, re.S)
+    if found:
+        return (
+            f"{name} uses ONNX opset {found[1]}, newer than this ONNX Runtime supports (up to "
+            f"{found[2]}). Export it again with opset {found[2]} or lower."
+        )
+    found = re.search(r"No Op registered for (\S+) with domain_version of (\d+)", text)
+    if found:
+        return (
+            f"{name} uses the operator {found[1]} (opset {found[2]}), which this ONNX Runtime "
+            "does not have. Export it again with standard operators."
+        )
+    found = re.search(r"(\S+):(\S+?)\(-?\d+\) is not a registered function/op", text)
+    if found:
+        return (
+            f"{name} uses the custom operator {found[2]} of {found[1]}, which ONNX Runtime does "
+            "not have. Export it again with standard operators."
+        )
+    return None
+
+
 def _first_line(text: str) -> str:
+    """ORT's reason: its message without the error code, the source location and the C++
+    signature in front, and its end kept when long (the reason comes last)."""
     line = text.strip().splitlines()[0] if text.strip() else text
-    return line[:300]
+    line = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", line)
+    line = re.sub(r"^\S*onnxruntime_src\S*:\d+ ", "", line)
+    signature = re.match(r"^[\w:<>,\s*&]+\(.*\)(?: const)? (?=[A-Z])", line)
+    if signature:
+        line = line[signature.end() :]
+    return line if len(line) <= 300 else "…" + line[-300:]
+
+
+def check_loads(path: Path) -> None:
+    """Refuse a model file this ONNX Runtime cannot load, by loading it once on the CPU (a
+    graph can pass every contract check and still be one ORT refuses: a newer IR version)."""
+    session = create_session(
+        path, provider_plan(Device("cpu"), Runtime.CPU), threads=1, name=path.name
+    )
+    del session
+    gc.collect()
 
 
 SessionWrap = Callable[[Any, SessionKey], Any]
