@@ -14,6 +14,7 @@ import signal
 import struct
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -552,3 +553,43 @@ def test_ort_reasons_keep_their_end() -> None:
     )
     assert _first_line(text).endswith("the reason")
     assert "onnxruntime::Model::Model" not in _first_line(text)
+
+
+# -------------------------------------------------------------- 9. the app on SIGTERM and SIGINT
+
+
+def _sockets(folder: Path) -> list[Path]:
+    import stat as st
+
+    return [p for p in folder.rglob("tessera-*") if st.S_ISSOCK(p.lstat().st_mode)]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_the_app_quits_cleanly_on_a_stop_signal(tmp_path: Path, signum: int) -> None:
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
+    env.update(
+        HOME=str(tmp_path / "home"), XDG_DATA_HOME="", XDG_CONFIG_HOME="", TMPDIR=str(temp),
+        QT_QPA_PLATFORM="offscreen", PYTHONPATH=str(ROOT),
+        TESSERA_INSTANCE_NAME=f"stop-{os.getpid()}-{signum}",
+    )  # fmt: skip
+    with subprocess.Popen(
+        [sys.executable, "-m", "gui"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    ) as app:  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while not _sockets(temp) and app.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert _sockets(temp), "the app never listened"
+            time.sleep(0.5)  # while the window is being built, or already up
+            app.send_signal(signum)
+            _, err = app.communicate(timeout=60)
+        finally:
+            if app.poll() is None:
+                app.kill()
+    assert app.returncode == 128 + signum, err[-2000:]
+    assert "Traceback" not in err
+    assert _sockets(temp) == []  # the socket went with the app
+    assert (tmp_path / "home" / ".config" / "Tessera" / "Tessera.conf").is_file()  # saved
