@@ -144,6 +144,7 @@ class Engine:
         with memory.RssPeak() as peak:
             emit(Progress(request.id, ProgressKind.STARTED, input_count=len(groups)))
             session = SessionHandle(self.sessions, key)
+            session.tiled = op.tiled
             session.entry()
             rss_after_load = memory.process_rss()
             gpu_after_load = self._gpu_used(key)

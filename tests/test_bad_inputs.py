@@ -45,7 +45,7 @@ from engine.cli import main as cli_main
 from engine.io.reading import load_image
 from tests.engine_helpers import photo
 from tests.test_cli import png_header_only  # the header-only PNG bomb
-from tests.test_limits import gif_with_a_growing_frame, tiff_with_a_larger_page
+from tests.test_limits import big_icc_png, gif_with_a_growing_frame, tiff_with_a_larger_page
 
 ROOT = Path(__file__).resolve().parent.parent
 EXIT_BAD = 4
@@ -163,6 +163,8 @@ def build_corpus(base: Path) -> Corpus:
     frame = Image.fromarray(np.full((16, 20, 3), 120, np.uint8))
     frame.save(folder / "single.gif", save_all=True, duration=100, loop=0)
     good["animated GIF with one frame"] = folder / "single.gif"
+    # Past Pillow's 1 MB text-chunk limit, which called such a file damaged (#20).
+    good["PNG with a 2 MB ICC profile"] = big_icc_png(folder / "profiled.png", 2)
     photo(folder / "ünïcødé 图像.png", 20, 14, seed=3)
     good["unicode name"] = folder / "ünïcødé 图像.png"
     photo(folder / "spaced   name  .png", 18, 12, seed=4)

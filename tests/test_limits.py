@@ -593,3 +593,45 @@ def test_the_app_quits_cleanly_on_a_stop_signal(tmp_path: Path, signum: int) -> 
     assert "Traceback" not in err
     assert _sockets(temp) == []  # the socket went with the app
     assert (tmp_path / "home" / ".config" / "Tessera" / "Tessera.conf").is_file()  # saved
+
+
+# ------------------------------------------------------------------------------ the small ones
+
+
+def big_icc_png(path: Path, megabytes: int) -> Path:
+    """An 8-bit PNG whose ICC profile is `megabytes` big (Pillow's text limit is 1 MB)."""
+    icc = np.random.default_rng(2).integers(0, 256, megabytes << 20, dtype=np.uint8).tobytes()
+    Image.fromarray(np.full((12, 16, 3), 90, np.uint8)).save(path, icc_profile=icc)
+    return path
+
+
+def test_an_8_mb_icc_profile_is_not_damage(tmp_path: Path) -> None:
+    path = big_icc_png(tmp_path / "profiled.png", 8)
+    image = load_image(path, LIMIT)
+    assert image.meta.icc_profile is not None and len(image.meta.icc_profile) == 8 << 20
+
+
+def test_an_output_folder_that_takes_no_files_is_named_as_such(
+    models: Path, tmp_path: Path
+) -> None:
+    if not Path("/proc/self").is_dir():
+        pytest.skip("no /proc here")
+    image = photo(tmp_path / "p.png", 12, 10)
+    done = cli("run", "upscale", image, "--model", models / "up2.onnx", "--out", "/proc")
+    assert done.returncode == 4, done.stderr
+    assert "the folder /proc does not take new files" in done.stderr
+    assert "does not exist" not in done.stderr
+
+
+def test_a_whole_image_model_out_of_memory_does_not_offer_a_tile(
+    models: Path, tmp_path: Path
+) -> None:
+    image = photo(tmp_path / "p.png", 40, 30)
+    done = cli(
+        "run", "remove-background", image, "--model", models / "u2netp.onnx",
+        "--out", tmp_path / "out", "--cpu-mem-limit", "1",
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    assert "Out of memory on cpu" in done.stderr
+    assert "tile" not in done.stderr.split("error:", 1)[1]
+    assert "[E:onnxruntime" not in done.stderr  # ORT's own coloured line

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, PngImagePlugin, UnidentifiedImageError
 
 from engine.errors import BadInputError, ResourceError
 from engine.io.image import READ_FORMATS, SUPPORTED_TEXT, fmt_pixels
@@ -21,6 +21,10 @@ from engine.io.metadata import cheap_exif, exif_orientation
 # Our own max_pixels check (before any decoding) replaces Pillow's bomb check, whose warning
 # would otherwise be raised as an error under warnings-as-errors and whose limit is not ours.
 Image.MAX_IMAGE_PIXELS = None
+# Pillow refuses a PNG text or iCCP chunk that inflates past 1 MB as if the file were damaged;
+# camera and print profiles reach several MB. 12 MB stays a small bound on a zlib bomb (Pillow
+# inflates that much before it refuses; the PNG fuzz test holds the peak under 32 MB).
+PngImagePlugin.MAX_TEXT_CHUNK = 12 << 20
 
 
 def check_limit(path: Path, width: int, height: int, frames: int, max_pixels: int) -> None:

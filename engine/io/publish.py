@@ -84,6 +84,11 @@ def write_error(path: Path, exc: OSError) -> Exception:
             "input, or choose another output folder."
         )
     if isinstance(exc, FileNotFoundError):
+        if folder.is_dir():  # /proc, /sys: a folder that takes no new files
+            return BadInputError(
+                f"{path.name}: the folder {folder} does not take new files (a system folder). "
+                "Choose another output folder."
+            )
         return BadInputError(f"{path.name}: the output folder {folder} does not exist.")
     if isinstance(exc, NotADirectoryError):
         return BadInputError(f"{path.name}: the output location {folder} is not a folder.")

@@ -177,6 +177,7 @@ class OperationBase(ABC):
     # The first of `products` is the main image, which the request's output step shapes
     # (its format's extension, its size and the size tag in its name).
     main_image: ClassVar[bool] = False
+    tiled: ClassVar[bool] = False  # runs in tiles: a smaller tile helps when memory runs out
 
     @abstractmethod
     def configure(self, options: OperationOptions, spec: ModelSpec) -> None:

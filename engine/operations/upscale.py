@@ -139,6 +139,7 @@ class Upscale(OperationBase):
     operation: ClassVar[Operation] = Operation.UPSCALE
     products: ClassVar[tuple[str, ...]] = ("{model}.png",)  # .png, .webp or .tif
     main_image = True
+    tiled = True
 
     def product_scale(self, spec: ModelSpec) -> int | None:
         return spec.contract.scale

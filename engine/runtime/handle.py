@@ -50,6 +50,7 @@ class SessionHandle:
         self.load_seconds = 0.0
         self.first_run_at: float | None = None  # perf_counter at the start of the first run
         self._retried = False  # a failed run on a kept copy was retried on the original
+        self.tiled = True  # the operation runs in tiles (what an out-of-memory message offers)
 
     @property
     def loaded(self) -> bool:
@@ -98,6 +99,7 @@ class SessionHandle:
         entry = self.entry()
         # A fresh RunOptions per run: `terminate` stays latched once set.
         options = ort.RunOptions()
+        options.log_severity_level = 4  # a failed run is our message, not ORT's coloured line
         shrink = entry.shrink_target if last else None
         if shrink is not None:
             options.add_run_config_entry(SHRINK_KEY, shrink)
@@ -205,7 +207,7 @@ class SessionHandle:
         if cancel is not None and cancel.cancelled:
             mapped = Cancelled()
         else:
-            mapped = map_error(error, self.key.model.name, str(self.key.device))
+            mapped = map_error(error, self.key.model.name, str(self.key.device), self.tiled)
         mapped.__cause__ = error
         return mapped
 

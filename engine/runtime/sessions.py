@@ -138,7 +138,9 @@ def create_session(
     import onnxruntime as ort
 
     so = ort.SessionOptions()
-    so.log_severity_level = 3
+    # Fatal only: ORT's own coloured `[E:onnxruntime…]` lines would reach the user's stderr
+    # beside the sentence we say for the same failure (its text goes to our log).
+    so.log_severity_level = 4
     if threads:
         so.intra_op_num_threads = threads
     if save_optimized is not None:
