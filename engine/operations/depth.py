@@ -126,13 +126,6 @@ def _model_input(frame: np.ndarray, place: Placement, norm: Normalization) -> np
 
 class Depth(OperationBase):
     operation: ClassVar[Operation] = Operation.DEPTH
-    products: ClassVar[tuple[str, ...]] = (
-        "depth.tif",
-        "depth.png",
-        "depth-preview.png",
-        "depth-conf.tif",
-        "sky.png",
-    )
     config = DepthConfig(Normalization.IMAGENET, 504)
 
     def configure(self, options: OperationOptions, spec: ModelSpec) -> None:
