@@ -67,10 +67,6 @@ class Operation:
         # A copy (pickle, deepcopy) is the registered row itself: identity is its equality.
         return (operation_named, (self.value,))
 
-    @classmethod
-    def named(cls, value: str) -> Operation:
-        return operation_named(value)
-
 
 _BY_NAME: dict[str, Operation] = {}
 

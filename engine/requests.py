@@ -154,11 +154,6 @@ class MemoryReport:
     gpu_used_after_load: int | None = None  # where NVML sees the session's device
     gpu_used_after: int | None = None
 
-    @property
-    def held_after(self) -> int:
-        """RSS the operation left held above the loaded model (negative: it gave back more)."""
-        return self.rss_after - self.rss_after_load
-
 
 @dataclass(frozen=True)
 class Result:

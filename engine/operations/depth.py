@@ -59,7 +59,6 @@ from engine.options import (
 from engine.requests import Operation, Product, ProductKind, ProgressKind
 
 PATCH = 14
-DEFAULT_PROCESS_RES = 504
 
 
 def _outputs(c: Contract) -> list[str]:
