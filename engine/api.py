@@ -129,27 +129,29 @@ class Engine:
     def _resolve_kept(self, request: OperationRequest) -> tuple[ModelSpec, SessionKey]:
         """`resolve`, remembered for the next preview of the same model, device and runtime:
         a pan neither looks the model up nor validates it again. A model file that changed
-        since (its size or time) is resolved again; Unload forgets them all."""
-        asked = (
-            request.model,
-            request.operation,
-            request.device,
-            request.runtime,
-            self.settings.resolved_models_dir(),
-        )
+        since (its size or time), or a catalog model's own copy installed in the models folder
+        meanwhile, is resolved again; Unload forgets them all."""
+        models_dir = self.settings.resolved_models_dir()
+        asked = (request.model, request.operation, request.device, request.runtime, models_dir)
         kept = self._resolved.get(asked)
-        if kept is not None:
-            spec, key, version = kept
-            try:
-                if file_version(spec.path) == version:
-                    return spec, key
-            except OSError:
-                pass  # gone: resolving again says why
+        if kept is not None and self._unchanged(kept[0], kept[2], models_dir):
+            return kept[0], kept[1]
         spec, key = self.resolve(request)
         if len(self._resolved) >= _RESOLVED_MAX:
             self._resolved.clear()
         self._resolved[asked] = (spec, key, file_version(spec.path))
         return spec, key
+
+    @staticmethod
+    def _unchanged(spec: ModelSpec, version: Hashable, models_dir: Path) -> bool:
+        try:
+            if file_version(spec.path) != version:
+                return False
+        except OSError:
+            return False  # gone: resolving again says why
+        # A bundled catalog model gives way to the person's own copy once there is one.
+        own = models_dir / spec.entry.file if spec.entry is not None else None
+        return own is None or own == spec.path or not own.is_file()
 
     def _operation(self, request: OperationRequest) -> OperationBase:
         op: OperationBase = request.operation.implementation_class()()
