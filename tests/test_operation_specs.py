@@ -120,3 +120,16 @@ def test_the_table_is_cheap_to_import() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+def test_the_table_cannot_import_its_implementations(tmp_path: Path) -> None:
+    """The layers keep the table under the operations: an implementation named by text only."""
+    from tests.test_layering import _add_import, _copy, _lint, _status
+
+    root = _copy(tmp_path)
+    _add_import(root / "engine" / "operation_specs.py", "import engine.operations.upscale")
+    broken = _lint(root)
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    status = _status(broken.stdout)
+    assert status["engine layers: command line on top, errors at the bottom"] == "BROKEN"
+    assert "engine.operation_specs -> engine.operations.upscale" in broken.stdout
