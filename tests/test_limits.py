@@ -24,18 +24,18 @@ import pytest
 from PIL import Image
 
 from engine.api import Engine
-from engine.bench.contract_models import (
-    make_compact_upscaler,
-    make_da3,
-    make_u2net,
-    make_upscaler,
-)
 from engine.errors import BadInputError, UsageError
 from engine.io.reading import load_image
 from engine.io.sequences import list_sequence
 from engine.options import OutputOptions
 from engine.requests import Operation, OperationRequest
 from engine.runtime import optimize
+from engine.samples.contract_models import (
+    make_compact_upscaler,
+    make_da3,
+    make_u2net,
+    make_upscaler,
+)
 from engine.settings import EngineSettings
 from tests.engine_helpers import photo
 

@@ -335,11 +335,7 @@ def test_a_listener_of_another_user_in_the_shared_temp_folder_gets_nothing(
 def test_a_listener_of_another_user_is_never_sent_the_files(
     squatter: tuple[Path, Path, Path],
 ) -> None:
-    from PySide6.QtCore import QCoreApplication
-
     _, log, direct = squatter
-    app = QCoreApplication.instance() or QCoreApplication([])
-    assert app is not None
     instance = SingleInstance(name=str(direct))
     assert instance.send(["/secret/plans.png"], 2000) is False
     assert instance.untrusted

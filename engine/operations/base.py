@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from engine.io.resize import check_product_size
 from engine.models.catalog import Family
 from engine.models.contracts import Contract, ModelSpec
 from engine.options import OperationOptions, OutputOptions
+from engine.previews import PreviewPatch, PreviewRequest, PreviewResult
 from engine.requests import Operation, OperationRequest, Product, Progress, ProgressKind
 from engine.runtime.handle import SessionHandle
 from engine.settings import EngineSettings
@@ -167,17 +168,44 @@ class RunContext:
         )
 
 
+@dataclass(frozen=True)
+class RegionOutcome:
+    """How a preview of a region ended (see `PreviewHost.region`)."""
+
+    size: tuple[int, int]  # the whole product's (width, height)
+    scale: int
+    tiles_run: int
+    tiles_cached: int
+    tiles_needed: int
+    truncated: bool  # more tiles reach the region than one preview runs
+    first_pixels_at: float | None  # perf_counter when the first pixels were sent
+
+
+# Runs the model on the part `request.region` of the decoded `frame` and sends its final pixels
+# as they are ready; the context is the request's (session, cancel, the engine's tile cache).
+RegionDraw = Callable[
+    [np.ndarray, "RunContext", PreviewRequest, Callable[[PreviewPatch], None]], RegionOutcome
+]
+
+
+class PreviewHost(Protocol):
+    """What the engine offers an operation's preview (engine/api.py): the operation picks."""
+
+    def whole(self) -> PreviewResult:
+        """The job itself is the preview: one run of the whole image, its products written to
+        the preview folder and kept until the input, model or options change."""
+        ...
+
+    def region(self, draw: RegionDraw) -> PreviewResult:
+        """The session, the decoded input (kept for the next pan) and the tile cache, for
+        `draw` to run only what the region needs."""
+        ...
+
+
 class OperationBase(ABC):
     """One request's operation: configured once from its options and model, then run per input."""
 
-    operation: ClassVar[Operation]
-    # The products' names after "<stem>-" ({scale}: the upscale factor); checked against the
-    # output folder's file system before inference.
-    products: ClassVar[tuple[str, ...]] = ()
-    # The first of `products` is the main image, which the request's output step shapes
-    # (its format's extension, its size and the size tag in its name).
-    main_image: ClassVar[bool] = False
-    tiled: ClassVar[bool] = False  # runs in tiles: a smaller tile helps when memory runs out
+    operation: ClassVar[Operation]  # its row of the operation table
 
     @abstractmethod
     def configure(self, options: OperationOptions, spec: ModelSpec) -> None:
@@ -191,6 +219,11 @@ class OperationBase(ABC):
     @abstractmethod
     def process(self, image: DecodedImage, ctx: RunContext) -> list[Product]:
         """Run the model over every frame of `image` and write the products atomically."""
+
+    def preview(self, host: PreviewHost) -> PreviewResult:
+        """How this operation previews. By default it runs once on the whole image whatever
+        the view shows, so its preview is the job itself (a pan costs nothing)."""
+        return host.whole()
 
     def minimal_feeds(self, spec: ModelSpec) -> dict[str, np.ndarray] | None:
         """The smallest valid input, for the hand-back run after a cancel or failure (M10).
@@ -219,7 +252,7 @@ class OperationBase(ABC):
     def product_scale(self, spec: ModelSpec) -> int | None:
         """How many times the input's size the main image product is (None: not known before
         the model's probe run)."""
-        return 1
+        return spec.contract.scale if self.operation.has_scale else 1
 
     def product_names(self, image: DecodedImage, ctx: RunContext) -> list[str]:
         """The names this input's products will have: the model id, the output format's
@@ -227,11 +260,11 @@ class OperationBase(ABC):
         numbered = "-0001" if len(image.frames) > 1 else ""
         output = ctx.request.output
         names = []
-        for index, product in enumerate(self.products):
+        for index, product in enumerate(self.operation.products):
             template = product.format(scale=ctx.spec.contract.scale or 1, model=model_id(ctx.spec))
             suffix, _, ext = template.rpartition(".")
             ext = "." + ext
-            if index == 0 and self.main_image:
+            if index == 0 and self.operation.main_image:
                 ext = output.format.suffix
                 if output.resized:
                     suffix = f"{suffix}-{output.size_tag()}"
@@ -247,7 +280,7 @@ class OperationBase(ABC):
         max_pixels: int,
     ) -> None:
         """Refuse a main image product over the pixel limit, from the input's size alone."""
-        if not self.main_image:
+        if not self.operation.main_image:
             return
         target = output.target_size(*size)
         if target is None:
@@ -264,7 +297,7 @@ class OperationBase(ABC):
         self.check_product_size(
             image.source.name, image.size, ctx.spec, ctx.request.output, ctx.settings.max_pixels
         )
-        if not self.products:
+        if not self.operation.products:
             return
         names = self.product_names(image, ctx)
         check_output_name(ctx.out_dir, max(names, key=lambda n: len(n.encode("utf-8", "replace"))))
