@@ -15,6 +15,7 @@ import gc
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,7 @@ from engine.errors import (
     ResourceError,
     is_out_of_memory,
 )
-from engine.runtime import optimize
+from engine.runtime import optimize, records
 from engine.runtime.arena import USE_ENV_ALLOCATORS, cpu_arena_registered
 from engine.runtime.providers import (
     Device,
@@ -172,6 +173,26 @@ def create_session(
     return session
 
 
+def _held(entry: SessionEntry) -> records.HeldSession:
+    key = entry.key
+    identity = key.identity
+    if identity is None:
+        try:
+            identity = FileIdentity.of(key.model)
+        except ModelError:
+            identity = FileIdentity(entry.file_size, 0, 0)
+    return records.HeldSession(
+        model=key.model.stem,
+        path=str(key.model),
+        size=identity.size,
+        mtime_ns=identity.mtime_ns,
+        inode=identity.inode,
+        device=str(key.device),
+        runtime=key.runtime.value,
+        weight_bytes=entry.file_size,
+    )
+
+
 def _first_line(text: str) -> str:
     line = text.strip().splitlines()[0] if text.strip() else text
     return line[:300]
@@ -204,6 +225,9 @@ class SessionCache:
         self.runs = 0
         self.shrinks = 0
         self.last_run_started: float | None = None  # perf_counter at the start of the latest run
+        # This process's record says what the cache holds (records.py); a cache dropped
+        # without unloading stops counting.
+        weakref.finalize(self, records.THIS.hold, id(self), ()).atexit = False
 
     def _check_thread(self) -> None:
         me = threading.get_ident()
@@ -239,6 +263,7 @@ class SessionCache:
         entry = self._create(key)
         self._entries[key] = entry
         self.created += 1
+        self._publish()
         return entry, True
 
     def _create(self, key: SessionKey) -> SessionEntry:
@@ -326,7 +351,12 @@ class SessionCache:
         del entry
         gc.collect()  # ORT frees device memory only once the last reference is gone
         self.released += 1
+        self._publish()
         return True
+
+    def _publish(self) -> None:
+        """Tell this process's record what the cache holds now (after a load or an unload)."""
+        records.THIS.hold(id(self), tuple(_held(e) for e in self._entries.values()))
 
     def release_all(self) -> int:
         self._check_thread()
