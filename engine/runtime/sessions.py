@@ -30,8 +30,14 @@ from engine.errors import (
     is_out_of_memory,
 )
 from engine.runtime import optimize, records
-from engine.runtime.arena import USE_ENV_ALLOCATORS, cpu_arena_registered
+from engine.runtime.arena import (
+    USE_ENV_ALLOCATORS,
+    cpu_arena_registered,
+    gpu_arena_registered,
+    register_gpu_arena,
+)
 from engine.runtime.providers import (
+    CUDA_EP,
     Device,
     ProviderPlan,
     Runtime,
@@ -141,7 +147,8 @@ def create_session(
         so.optimized_model_filepath = str(save_optimized)
     if preoptimized:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    if cpu_arena_registered():
+    if cpu_arena_registered() or any(map(gpu_arena_registered, _cuda_devices(plan))):
+        # The environment's shared arenas (arena.py) instead of one per session.
         so.add_session_config_entry(USE_ENV_ALLOCATORS, "1")
     source: str | bytes = model if isinstance(model, bytes) else str(model)
     try:
@@ -171,6 +178,11 @@ def create_session(
             raise ModelError(f"{name} is not a valid ONNX model ({_first_line(text)}).") from e
         raise ModelError(f"ONNX Runtime could not load {name}: {_first_line(text)}") from e
     return session
+
+
+def _cuda_devices(plan: ProviderPlan) -> list[int]:
+    """The CUDA device ids a plan's sessions run on (TensorRT's plan falls back to CUDA)."""
+    return [int(opts.get("device_id", "0")) for name, opts in plan.providers if name == CUDA_EP]
 
 
 def _held(entry: SessionEntry) -> records.HeldSession:
@@ -278,6 +290,9 @@ class SessionCache:
                     f"{key.runtime.value} on {key.device} is not available: {reason}. "
                     "Tessera does not run a GPU request on the CPU; choose device cpu to run there."
                 )
+        for name, options in plan.providers:
+            if name == CUDA_EP:  # one arena per device, shared by all its sessions (M6)
+                register_gpu_arena(int(options["device_id"]), options, self._gpu_mem_limit)
         start = time.perf_counter()
         session = self._load(key, plan)
         if self._wrap is not None:
