@@ -22,6 +22,7 @@ from engine.requests import Operation, OperationRequest
 from engine.runtime import arena
 from engine.runtime.arena import USE_ENV_ALLOCATORS
 from engine.runtime.providers import CUDA_EP
+from engine.runtime.sessions import DEVICE_ALLOCATOR_FOR_INITIALIZERS
 from engine.settings import EngineSettings
 from tests.engine_helpers import Recorder, cuda_shrink, photo
 
@@ -120,3 +121,24 @@ def test_a_failed_registration_keeps_one_arena_per_session(
     options = session.get_session_options()
     with pytest.raises(Exception, match="does not have configuration"):
         options.get_session_config_entry(USE_ENV_ALLOCATORS)
+
+
+def test_an_unloaded_gpu_session_hands_the_shared_arena_back(
+    spy: RegisterSpy, tmp_path: Path
+) -> None:
+    """A session's runs leave their memory in the shared arena, not in the session: once it is
+    gone (Unload, or M5's release after an out-of-memory), one tiny run shrinks the arena, and
+    the weights never were in it (the device allocator holds them)."""
+    models = tmp_path / "models"
+    model = make_upscaler(models / "a.onnx", scale=2)
+    recorder = Recorder(CUDA_EP)
+    engine = Engine(EngineSettings(models_dir=models, keep_cpu_arena=True), session_wrap=recorder)
+    assert engine.run(_request(model, photo(tmp_path / "p.png"), tmp_path / "o", "gpu:3")).ok
+    (loaded,) = recorder.sessions
+    options = loaded.get_session_options()
+    assert options.get_session_config_entry(DEVICE_ALLOCATOR_FOR_INITIALIZERS) == "1"
+    recorder.log.clear()
+    assert engine.unload_all() == 1
+    assert len(recorder.sessions) == 2  # the shrinker, seen through the same session boundary
+    assert recorder.log == ["gpu:3"]
+    assert engine.sessions.released == 1 and len(engine.sessions) == 0

@@ -38,6 +38,8 @@ from engine.runtime.arena import (
 )
 from engine.runtime.providers import (
     CUDA_EP,
+    SHRINK_CAPABLE,
+    SHRINK_KEY,
     Device,
     ProviderPlan,
     Runtime,
@@ -49,6 +51,9 @@ from engine.runtime.providers import (
 )
 
 log = logging.getLogger(__name__)
+
+DEVICE_ALLOCATOR_FOR_INITIALIZERS = "session.use_device_allocator_for_initializers"
+ARENA_SHRINKER = Path("<shared GPU arena>")  # the key a shrinker session is wrapped under
 
 
 @dataclass(frozen=True)
@@ -150,6 +155,10 @@ def create_session(
     if cpu_arena_registered() or any(map(gpu_arena_registered, _cuda_devices(plan))):
         # The environment's shared arenas (arena.py) instead of one per session.
         so.add_session_config_entry(USE_ENV_ALLOCATORS, "1")
+    if any(map(gpu_arena_registered, _cuda_devices(plan))):
+        # Weights straight from the device, not from the shared arena: they go back to the
+        # device when their session is destroyed, and the arena holds only what runs need.
+        so.add_session_config_entry(DEVICE_ALLOCATOR_FOR_INITIALIZERS, "1")
     source: str | bytes = model if isinstance(model, bytes) else str(model)
     try:
         # enable_fallback=0 at construction (M7): otherwise, on a provider error, ORT rebuilds
@@ -178,6 +187,18 @@ def create_session(
             raise ModelError(f"{name} is not a valid ONNX model ({_first_line(text)}).") from e
         raise ModelError(f"ONNX Runtime could not load {name}: {_first_line(text)}") from e
     return session
+
+
+def _shrinker_model() -> bytes:
+    """One Identity node: a session that allocates next to nothing, for its run's shrink."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "shrink", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return bytes(model.SerializeToString())
 
 
 def _cuda_devices(plan: ProviderPlan) -> list[int]:
@@ -362,12 +383,44 @@ class SessionCache:
         entry = self._entries.pop(key, None)
         if entry is None:
             return False
+        shared_gpu = (
+            entry.providers[0] in SHRINK_CAPABLE
+            and key.device.is_gpu
+            and gpu_arena_registered(key.device.index)
+        )
         entry.session = None
         del entry
         gc.collect()  # ORT frees device memory only once the last reference is gone
+        if shared_gpu:
+            self._shrink_gpu_arena(key.device)
         self.released += 1
         self._publish()
         return True
+
+    def _shrink_gpu_arena(self, device: Device) -> None:
+        """Hand the device's shared arena back after a session on it is gone (Unload, M5).
+
+        Its runs' memory went back to the shared arena, not to the device; ORT shrinks an arena
+        only at the end of a run that asks for it, so a tiny session on the same arena makes
+        one run with `gpu:<id>`, then goes. Best effort: on failure the memory stays reusable.
+        """
+        import onnxruntime as ort
+
+        plan = provider_plan(device, Runtime.CUDA, self._gpu_mem_limit)
+        try:
+            session = create_session(_shrinker_model(), plan, name="the arena shrink")
+            if self._wrap is not None:
+                session = self._wrap(session, SessionKey(ARENA_SHRINKER, device, Runtime.CUDA))
+            if tuple(session.get_providers())[:1] != (CUDA_EP,):
+                return  # ORT could not start CUDA for it: nothing of ours to shrink there
+            options = ort.RunOptions()
+            options.add_run_config_entry(SHRINK_KEY, f"gpu:{device.index}")
+            session.run(None, {"x": np.zeros((1, 1), np.float32)}, options)
+        except Exception as e:  # ORT's exceptions are not RuntimeError subclasses
+            log.warning("the shared arena of %s was not shrunk: %s", device, e)
+        finally:
+            session = None
+            gc.collect()
 
     def _publish(self) -> None:
         """Tell this process's record what the cache holds now (after a load or an unload)."""
