@@ -1,0 +1,65 @@
+"""The idle window holds nothing (issue #22 item 3, M6): the real app, offscreen, with Photo ×4
+chosen, loads no model at start — it used to load it to time two tiny images and keep it —
+and holds none again after Unload; this process's record (`engine memory`) says the same."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pytestqt.qtbot import QtBot
+
+from engine.bench.contract_models import make_upscaler
+from engine.runtime import records
+from engine.runtime.sessions import SessionInfo
+from gui.main_window import MainWindow
+from tests.engine_helpers import photo
+from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
+from tests.window_fixtures import WindowFactory
+
+JOB_MS = 60_000
+
+
+@pytest.fixture
+def models(models_dir: Path) -> Path:
+    folder = Path(models_dir)
+    make_upscaler(folder / "realesrgan-x4plus.onnx", scale=4)  # offered as Photo ×4
+    return folder
+
+
+def loaded(qtbot: QtBot, win: MainWindow) -> tuple[SessionInfo, ...]:
+    """The sessions the window's engine holds, asked of the engine thread itself."""
+    with qtbot.waitSignal(win.engine.sessionsChanged, timeout=10_000) as blocker:
+        win.engine.refresh_sessions()
+    return tuple(blocker.args[0])
+
+
+def test_the_idle_window_holds_no_model_at_start_nor_after_unload(
+    qtbot: QtBot, make_window: WindowFactory, tmp_path: Path
+) -> None:
+    win = make_window(calibrate=True)  # as the app starts: speed measuring on
+    settings = win.panel.job_settings()
+    assert settings is not None and settings.model == "realesrgan-x4plus"
+    qtbot.wait(1500)  # time for anything started at start-up to get going
+    qtbot.waitUntil(lambda: not win.jobs.calibrator.busy, timeout=JOB_MS)
+    assert not win.engine.is_busy()
+    assert loaded(qtbot, win) == ()
+    assert records.THIS.record().sessions == ()
+    assert win.models_button.text() == "0 models loaded"
+
+    # A job the person asks for loads the model; Unload hands it back.
+    image = photo(tmp_path / "p.png", 40, 30)
+    win.accept_paths([image])
+    qtbot.waitUntil(lambda: bool(win.jobs.sources), timeout=10_000)
+    win.jobs.queue(list(win.jobs.sources.values()), settings)
+    qtbot.waitUntil(
+        lambda: bool(win.jobs.jobs) and all(j.state.ended for j in win.jobs.jobs.values()),
+        timeout=JOB_MS,
+    )
+    assert [s.model_name for s in loaded(qtbot, win)] == ["realesrgan-x4plus.onnx"]
+    assert [s.model for s in records.THIS.record().sessions] == ["realesrgan-x4plus"]
+    with qtbot.waitSignal(win.engine.sessionsChanged, timeout=10_000):
+        win.engine.unload_all()
+    assert loaded(qtbot, win) == ()
+    assert records.THIS.record().sessions == ()
+    assert win.models_button.text() == "0 models loaded"
