@@ -4,6 +4,12 @@ and holds none again after Unload; this process's record (`engine memory`) says 
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +24,7 @@ from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
 from tests.window_fixtures import WindowFactory
 
 JOB_MS = 60_000
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -63,3 +70,61 @@ def test_the_idle_window_holds_no_model_at_start_nor_after_unload(
     assert loaded(qtbot, win) == ()
     assert records.THIS.record().sessions == ()
     assert win.models_button.text() == "0 models loaded"
+
+
+def test_the_started_app_process_holds_no_model_as_engine_memory_says(
+    models: Path, tmp_path: Path
+) -> None:
+    """The real app in its own process (offscreen, a private instance and settings): right
+    after start `engine memory` lists it with no model, and its record goes when it ends."""
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "QT_QPA_PLATFORM": "offscreen",
+        "XDG_RUNTIME_DIR": str(run),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "XDG_DATA_HOME": str(tmp_path / "data"),
+        "TESSERA_MODELS_DIR": str(models),
+        "TESSERA_INSTANCE_NAME": f"idle-test-{os.getpid()}",
+    }
+    app = subprocess.Popen(
+        [sys.executable, "-m", "gui"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    records_dir = run / "tessera" / "processes"
+    try:
+        deadline = time.monotonic() + 60
+        while not (records_dir / f"{app.pid}.json").exists():
+            assert app.poll() is None, app.communicate()
+            assert time.monotonic() < deadline, "the app wrote no record"
+            time.sleep(0.1)
+        time.sleep(6)  # the old start-up loaded Photo ×4 within a second or two of this
+        assert app.poll() is None, app.communicate()
+        done = subprocess.run(
+            [sys.executable, "-m", "engine", "memory", "--json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        (listed,) = json.loads(done.stdout)["processes"]
+        assert listed["pid"] == app.pid and listed["kind"] == "app"
+        assert listed["label"] == f"the app (pid {app.pid})"
+        assert listed["sessions"] == []
+    finally:
+        if app.poll() is None:
+            app.send_signal(signal.SIGTERM)
+            try:
+                app.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                app.kill()
+                app.communicate()
+    assert not (records_dir / f"{app.pid}.json").exists()
