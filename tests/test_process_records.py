@@ -292,3 +292,11 @@ def test_the_runtime_folder_is_private_or_not_used(
     elsewhere.mkdir(mode=0o700)
     folder.symlink_to(elsewhere)
     assert private_runtime_dir() is None
+
+
+def test_a_record_round_trips_with_what_a_command_line_needs_to_find_the_app() -> None:
+    held = HeldSession("m", "/m/m.onnx", 10, 20, 30, "gpu:1", "cuda", 10)
+    record = ProcessRecord(7, 12.5, ProcessKind.APP, (held,), "0.1.0", "/run/tessera-abc")
+    assert ProcessRecord.from_json(json.loads(json.dumps(record.to_json()))) == record
+    with pytest.raises(ValueError, match="schema"):
+        ProcessRecord.from_json({**record.to_json(), "schema": 99})

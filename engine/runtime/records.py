@@ -70,6 +70,7 @@ class ProcessRecord:
     kind: ProcessKind
     sessions: tuple[HeldSession, ...]
     version: str = ""
+    endpoint: str = ""  # the app's instance socket, so a command line can find it (no Qt)
 
     @property
     def label(self) -> str:
@@ -111,6 +112,7 @@ class ProcessRecord:
             kind=ProcessKind(data["kind"]),
             sessions=sessions,
             version=str(data.get("version", "")),
+            endpoint=str(data.get("endpoint", "")),
         )
 
 
@@ -146,6 +148,7 @@ class _ThisProcess:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._kind: ProcessKind | None = None
+        self._endpoint = ""
         self._held: dict[int, tuple[HeldSession, ...]] = {}  # per session cache
         self._path: Path | None = None  # the record file, once written
         self._pid = os.getpid()
@@ -154,10 +157,12 @@ class _ThisProcess:
         self._broken = False  # the folder cannot be used: said once in the log, then quiet
         self._ended = False
 
-    def declare(self, kind: ProcessKind) -> None:
-        """Say what this process is; its record is written now, even with nothing loaded."""
+    def declare(self, kind: ProcessKind, endpoint: str = "") -> None:
+        """Say what this process is (and where the app listens); its record is written now,
+        even with nothing loaded."""
         with self._lock:
             self._kind = kind
+            self._endpoint = endpoint
             self._write()
 
     def hold(self, owner: int, sessions: tuple[HeldSession, ...]) -> None:
@@ -190,9 +195,8 @@ class _ThisProcess:
         if self._started is None:
             self._started = process_start(self._pid) or 0.0
         sessions = tuple(s for held in self._held.values() for s in held)
-        return ProcessRecord(
-            self._pid, self._started, self._kind or ProcessKind.SCRIPT, sessions, __version__
-        )
+        kind = self._kind or ProcessKind.SCRIPT
+        return ProcessRecord(self._pid, self._started, kind, sessions, __version__, self._endpoint)
 
     def _write(self) -> None:
         if self._broken or self._ended or os.getpid() != self._pid:
@@ -240,8 +244,8 @@ class _ThisProcess:
 THIS = _ThisProcess()
 
 
-def declare(kind: ProcessKind) -> None:
-    THIS.declare(kind)
+def declare(kind: ProcessKind, endpoint: str = "") -> None:
+    THIS.declare(kind, endpoint)
 
 
 def withdraw() -> None:
