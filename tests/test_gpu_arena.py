@@ -142,3 +142,30 @@ def test_an_unloaded_gpu_session_hands_the_shared_arena_back(
     assert len(recorder.sessions) == 2  # the shrinker, seen through the same session boundary
     assert recorder.log == ["gpu:3"]
     assert engine.sessions.released == 1 and len(engine.sessions) == 0
+
+
+def test_a_session_with_another_gpu_limit_keeps_its_own_arenas(
+    spy: RegisterSpy, tmp_path: Path
+) -> None:
+    """The shared arena's limit is fixed at registration (no ORT call changes it); a later
+    session asking for a smaller limit must still get that limit (M9), so it does not share."""
+    models = tmp_path / "models"
+    model = make_upscaler(models / "a.onnx", scale=2)
+    image = photo(tmp_path / "p.png")
+    first = Recorder(CUDA_EP)
+    settings = EngineSettings(models_dir=models, keep_cpu_arena=True, gpu_mem_limit=512 * MB)
+    assert (
+        Engine(settings, session_wrap=first).run(_request(model, image, tmp_path / "o", "gpu:0")).ok
+    )
+    second = Recorder(CUDA_EP)
+    capped = EngineSettings(models_dir=models, keep_cpu_arena=True, gpu_mem_limit=256 * MB)
+    engine = Engine(capped, session_wrap=second)
+    assert engine.run(_request(model, image, tmp_path / "o", "gpu:0")).ok
+    assert len(spy.calls) == 1  # registered once, at 512 MB
+    (own,) = second.sessions
+    options = own.get_session_options()
+    with pytest.raises(Exception, match="does not have configuration"):
+        options.get_session_config_entry(USE_ENV_ALLOCATORS)
+    (entry,) = engine.sessions.entries()
+    assert not entry.shared_gpu_arena and entry.shrink_target == "gpu:0"
+    assert engine.unload_all() == 1 and len(second.sessions) == 1  # its arena goes with it

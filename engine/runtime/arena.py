@@ -16,8 +16,9 @@ Each CUDA device gets one arena too, at the first session Tessera loads there
 every session has an arena of its own, and two sessions used in turn each keep their peak
 (onnxruntime#29351 shows ~2 GB more per round). The sessions on that device share it through
 the same `session.use_env_allocators=1`, and it is shrunk with `gpu:<id>` under the M2/M10
-rules like the CPU's. Its `max_mem` (the GPU limit, M9) is fixed at registration as well.
-Where the registration fails the sessions keep their own arenas, as before.
+rules like the CPU's. Its `max_mem` (the GPU limit, M9) is fixed at registration; a session
+asking for another limit later keeps arenas of its own, so that limit still holds. Where the
+registration fails the sessions keep their own arenas, as before.
 """
 
 from __future__ import annotations
@@ -87,13 +88,15 @@ def register_gpu_arena(
             known = _gpu[device_id]
             if known is False:
                 return False
-            if known != limit:
-                log.warning(
-                    "the memory limit of gpu:%d stays at %s until restart (asked for %s)",
+            if known != (int(limit) if limit else None):
+                log.info(
+                    "gpu:%d's shared arena has the limit %s: a session asking for %s keeps "
+                    "its own arenas",
                     device_id,
-                    known or "unlimited",
-                    limit or "unlimited",
+                    known or "none",
+                    limit or "none",
                 )
+                return False
             return True
         info = ort.OrtMemoryInfo(
             "Cuda", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, device_id, ort.OrtMemType.DEFAULT
@@ -115,3 +118,13 @@ def register_gpu_arena(
 
 def gpu_arena_registered(device_id: int) -> bool:
     return _gpu.get(device_id, False) is not False
+
+
+def gpu_arena_shares(device_id: int, limit: int | None) -> bool | None:
+    """Whether a session on `device_id` with the GPU limit `limit` can use the device's shared
+    arena: True; False when the arena was registered under another limit (the session then
+    keeps arenas of its own, so its limit holds, M9); None when there is no shared arena."""
+    known = _gpu.get(device_id, False)
+    if known is False:
+        return None
+    return known == (int(limit) if limit else None)

@@ -33,7 +33,7 @@ from engine.runtime import optimize, records
 from engine.runtime.arena import (
     USE_ENV_ALLOCATORS,
     cpu_arena_registered,
-    gpu_arena_registered,
+    gpu_arena_shares,
     register_gpu_arena,
 )
 from engine.runtime.providers import (
@@ -103,6 +103,7 @@ class SessionEntry:
     created_at: float
     last_used: float
     load_seconds: float
+    shared_gpu_arena: bool = False  # its runs use the device's shared arena (arena.py)
     runs: int = 0  # successful runs over the session's life (the memory panel shows them)
     shrinks: int = 0
     # Output shapes and dtypes seen per input signature, so a later run with the same inputs
@@ -152,10 +153,11 @@ def create_session(
         so.optimized_model_filepath = str(save_optimized)
     if preoptimized:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    if cpu_arena_registered() or any(map(gpu_arena_registered, _cuda_devices(plan))):
+    use_env, shared_gpu = env_allocators(plan)
+    if use_env:
         # The environment's shared arenas (arena.py) instead of one per session.
         so.add_session_config_entry(USE_ENV_ALLOCATORS, "1")
-    if any(map(gpu_arena_registered, _cuda_devices(plan))):
+    if shared_gpu:
         # Weights straight from the device, not from the shared arena: they go back to the
         # device when their session is destroyed, and the arena holds only what runs need.
         so.add_session_config_entry(DEVICE_ALLOCATOR_FOR_INITIALIZERS, "1")
@@ -201,9 +203,22 @@ def _shrinker_model() -> bytes:
     return bytes(model.SerializeToString())
 
 
-def _cuda_devices(plan: ProviderPlan) -> list[int]:
-    """The CUDA device ids a plan's sessions run on (TensorRT's plan falls back to CUDA)."""
-    return [int(opts.get("device_id", "0")) for name, opts in plan.providers if name == CUDA_EP]
+def env_allocators(plan: ProviderPlan) -> tuple[bool, bool]:
+    """(use the environment's arenas, among them a shared GPU arena) for a session of `plan`.
+
+    A CUDA session whose limit differs from its device's shared arena's uses none of them:
+    `session.use_env_allocators` takes every environment arena or none, and its own limit
+    must hold (M9). It keeps ORT's own arenas, which its shrink target still names.
+    """
+    shares = [
+        gpu_arena_shares(int(opts.get("device_id", "0")), int(opts.get("gpu_mem_limit", 0)))
+        for name, opts in plan.providers
+        if name == CUDA_EP
+    ]
+    if False in shares:
+        return False, False
+    gpu = True in shares
+    return cpu_arena_registered() or gpu, gpu
 
 
 def _held(entry: SessionEntry) -> records.HeldSession:
@@ -343,6 +358,7 @@ class SessionCache:
             created_at=now,
             last_used=now,
             load_seconds=time.perf_counter() - start,
+            shared_gpu_arena=env_allocators(plan)[1],
         )
 
     def _load(self, key: SessionKey, plan: ProviderPlan) -> Any:
@@ -383,11 +399,7 @@ class SessionCache:
         entry = self._entries.pop(key, None)
         if entry is None:
             return False
-        shared_gpu = (
-            entry.providers[0] in SHRINK_CAPABLE
-            and key.device.is_gpu
-            and gpu_arena_registered(key.device.index)
-        )
+        shared_gpu = entry.shared_gpu_arena and entry.providers[0] in SHRINK_CAPABLE
         entry.session = None
         del entry
         gc.collect()  # ORT frees device memory only once the last reference is gone

@@ -38,7 +38,10 @@ def test_two_sessions_used_in_turn_keep_device_memory_flat(tmp_path: Path) -> No
     a = make_upscaler(models / "a.onnx", scale=2)
     b = make_upscaler(models / "b.onnx", scale=4)
     image = photo(tmp_path / "p.png", 1024, 768)
-    engine = Engine(EngineSettings(models_dir=models))
+    # The device's arena is registered once per process, with the limit of the first session
+    # there (an earlier test's, perhaps): use that limit, so these sessions share it.
+    limit = arena._gpu.get(0)
+    engine = Engine(EngineSettings(models_dir=models, gpu_mem_limit=limit or None))
     meter = GpuMeter(0)
     after: list[int] = []
     for _ in range(ROUNDS):
@@ -63,6 +66,7 @@ def test_two_sessions_used_in_turn_keep_device_memory_flat(tmp_path: Path) -> No
     entries = engine.sessions.entries()
     assert len(entries) == 2
     for entry in entries:
+        assert entry.shared_gpu_arena
         options = entry.session.get_session_options()
         assert options.get_session_config_entry(USE_ENV_ALLOCATORS) == "1"
         assert entry.shrink_target == "cpu:0;gpu:0"
