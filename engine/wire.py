@@ -37,7 +37,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Union
 
-from engine.errors import EngineError, ErrorKind
+from engine.errors import EngineError, ErrorKind, UsageError
+from engine.operation_specs import Operation, operation_named
 from engine.options import BackgroundOptions, DepthOptions, GeometryOptions, UpscaleOptions
 from engine.requests import (
     OperationCancellation,
@@ -224,6 +225,8 @@ def for_sending(request: OperationRequest, cwd: Path | None = None) -> Operation
 
 # -- dataclasses ↔ JSON, by their annotations -----------------------------------------------
 def _dump(value: Any) -> Any:
+    if isinstance(value, Operation):
+        return value.value  # a row of the operation table travels as its name
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         data = {f.name: _dump(getattr(value, f.name)) for f in dataclasses.fields(value)}
         if type(value).__name__ in TAGGED:
@@ -248,6 +251,13 @@ def _load(tp: Any, data: Any) -> Any:
     origin = typing.get_origin(tp)
     if origin is Union or origin is types.UnionType:
         return _load_union(typing.get_args(tp), data)
+    if tp is Operation:
+        if not isinstance(data, str):
+            raise TypeError("an operation is named by text")
+        try:
+            return operation_named(data)
+        except UsageError as e:
+            raise ValueError(str(e)) from e
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(data, dict):
             raise TypeError(f"{tp.__name__} must be an object")

@@ -17,12 +17,12 @@ import onnxruntime as ort
 import pytest
 
 from engine.api import Engine
-from engine.bench.contract_models import make_upscaler
 from engine.requests import Operation, OperationRequest
 from engine.runtime import arena
 from engine.runtime.arena import USE_ENV_ALLOCATORS
 from engine.runtime.providers import CUDA_EP
 from engine.runtime.sessions import DEVICE_ALLOCATOR_FOR_INITIALIZERS
+from engine.samples.contract_models import make_upscaler
 from engine.settings import EngineSettings
 from tests.engine_helpers import Recorder, cuda_shrink, photo
 

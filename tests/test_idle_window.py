@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
-from engine.bench.contract_models import make_upscaler
 from engine.runtime import records
 from engine.runtime.sessions import SessionInfo
+from engine.samples.contract_models import make_upscaler
 from gui.main_window import MainWindow
 from tests.engine_helpers import photo
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.bench.contract_models import make_upscaler
-from engine.bench.synthetic import slow_model
 from engine.runtime import census, records
 from engine.runtime.records import HeldSession, ProcessKind, ProcessRecord
+from engine.samples.contract_models import make_upscaler
+from engine.samples.synthetic import slow_model
 from engine.settings import private_runtime_dir
 from tests.engine_helpers import photo
 

@@ -121,6 +121,10 @@ def test_whatever_is_not_a_message_is_refused_with_a_reason() -> None:
         decode(json.dumps({"type": "queued", "body": {"request_id": "r1"}}).encode())
     with pytest.raises(WireError, match="malformed"):
         decode(json.dumps({"type": "queued", "body": {"request_id": "r", "ahead": "2"}}).encode())
+    unknown = json.loads(encode(MESSAGES[2])[4:])
+    unknown["body"]["operation"] = "colorize"
+    with pytest.raises(WireError, match="Unknown operation 'colorize'"):
+        decode(json.dumps(unknown).encode())
     # A newer peer's extra fields are ignored.
     newer = {"type": "queued", "body": {"request_id": "r", "ahead": 0, "eta": 3}}
     assert decode(json.dumps(newer).encode()) == Queued("r", 0)

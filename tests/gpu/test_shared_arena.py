@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from engine.api import Engine
-from engine.bench.contract_models import make_upscaler
 from engine.bench.samplers import GpuMeter
 from engine.requests import Operation, OperationRequest
 from engine.runtime import arena
 from engine.runtime.arena import USE_ENV_ALLOCATORS
+from engine.samples.contract_models import make_upscaler
 from engine.settings import EngineSettings
 from tests.engine_helpers import photo
 from tests.gpu.test_cuda_contract import REASON
