@@ -214,8 +214,9 @@ def take(*, scan_cpu: bool = True) -> Census:
                 "Other programs using ONNX Runtime on the CPU are found on Linux only."
             )
         elif unreadable:
+            who = "process" if unreadable == 1 else "processes"
             unmeasured.append(
-                f"{unreadable} processes of other users (or protected ones) could not be read "
+                f"{unreadable} {who} of other users (or protected ones) could not be checked "
                 "for ONNX Runtime."
             )
     return Census(
