@@ -300,3 +300,60 @@ def test_a_record_round_trips_with_what_a_command_line_needs_to_find_the_app() -
     assert ProcessRecord.from_json(json.loads(json.dumps(record.to_json()))) == record
     with pytest.raises(ValueError, match="schema"):
         ProcessRecord.from_json({**record.to_json(), "schema": 99})
+
+
+def test_two_standalone_engine_runs_on_one_model_are_named_by_engine_memory(
+    runtime_dir: Path, tmp_path: Path
+) -> None:
+    model = slow_model(tmp_path / "slow.onnx", layers=300)
+    runs = []
+    for name in ("a", "b"):
+        image = photo(tmp_path / f"{name}.png", 512, 384)
+        runs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "engine",
+                    "run",
+                    "upscale",
+                    str(image),
+                    "--model",
+                    str(model),
+                    "--out",
+                    str(tmp_path / f"out-{name}"),
+                    "--tile",
+                    "64",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=_env(),
+                cwd=ROOT,
+            )
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            holding = {r.pid for r in records.read_all() if r.sessions}
+            if holding >= {p.pid for p in runs}:
+                break
+            for p in runs:
+                assert p.poll() is None, p.communicate()
+            assert time.monotonic() < deadline, "the two runs never held the model together"
+            time.sleep(0.05)
+        done = _memory("--json")
+        assert done.returncode == 0, done.stderr
+        (dup,) = json.loads(done.stdout)["duplicates"]
+        a, b = (p.pid for p in runs)
+        assert dup["message"].startswith("slow is loaded twice: engine run (pid ")
+        assert sorted(dup["holders"]) == sorted([f"engine run (pid {a})", f"engine run (pid {b})"])
+        for p in runs:
+            p.communicate(timeout=300)
+            assert p.returncode == 0
+        assert list(runtime_dir.iterdir()) == []  # both records went with their processes
+    finally:
+        for p in runs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
