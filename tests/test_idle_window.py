@@ -73,7 +73,7 @@ def test_the_idle_window_holds_no_model_at_start_nor_after_unload(
 
 
 def test_the_started_app_process_holds_no_model_as_engine_memory_says(
-    models: Path, tmp_path: Path
+    models: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The real app in its own process (offscreen, a private instance and settings): right
     after start `engine memory` lists it with no model, and its record goes when it ends."""
@@ -127,4 +127,6 @@ def test_the_started_app_process_holds_no_model_as_engine_memory_says(
             except subprocess.TimeoutExpired:
                 app.kill()
                 app.communicate()
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
+    records.read_all()  # the app's own exit removes it; if a signal ended it, this sweeps it
     assert not (records_dir / f"{app.pid}.json").exists()

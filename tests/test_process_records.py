@@ -141,13 +141,16 @@ def test_a_normal_exit_removes_the_record(runtime_dir: Path, model: Path, tmp_pa
     assert list(runtime_dir.iterdir()) == []
 
 
-def test_sigterm_with_no_handler_removes_the_record(
+def test_a_sigterm_nobody_handles_still_ends_the_process_at_once(
     runtime_dir: Path, model: Path, tmp_path: Path
 ) -> None:
+    """Recording adds no signal handler (one would wait for the main thread): the process dies
+    of the signal as before, and its record is ignored and swept like a killed one's."""
     holder = Holder(model, tmp_path, "a")
     holder.process.send_signal(signal.SIGTERM)
     holder.process.communicate(timeout=60)
-    assert holder.process.returncode == -signal.SIGTERM  # it still dies of the signal
+    assert holder.process.returncode == -signal.SIGTERM
+    assert records.read_all() == ()
     assert list(runtime_dir.iterdir()) == []
 
 

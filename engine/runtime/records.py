@@ -5,9 +5,10 @@ Engine — keeps one small JSON record in the private runtime folder
 (`engine.settings.private_runtime_dir()`, `processes/<pid>.json`): its pid, its real start
 time (so a recycled pid is never taken for it), its kind, and per loaded session the model's
 identity, device, runtime and weight bytes. The session cache (sessions.py) reports each
-load and unload here; the record is rewritten atomically (a temp file renamed over it),
-removed at exit (atexit, and a SIGTERM that would otherwise end the process without it), and
-a record whose process is gone is ignored and swept by whoever reads the folder.
+load and unload here; the record is rewritten atomically (a temp file renamed over it) and
+removed at exit (atexit; the command line's stop path calls `withdraw` before its os._exit).
+A record whose process is gone — killed, or ended by a signal nobody handled — is ignored and
+swept by whoever reads the folder.
 
 `python -m engine memory` and the memory panel read the records through census.py.
 """
@@ -19,12 +20,10 @@ import contextlib
 import json
 import logging
 import os
-import signal
 import threading
 from dataclasses import asdict, dataclass
 from enum import Enum
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import psutil
@@ -182,7 +181,7 @@ class _ThisProcess:
 
     def withdraw(self) -> None:
         """Remove the record (at exit; a process that ends by os._exit calls this first)."""
-        # No lock: this also runs in a signal handler, which may interrupt a write holding it.
+        # No lock: a signal handler may call this while a write holds it.
         self._ended = True  # nothing is written after this (finalisers at exit, say)
         path, self._path = self._path, None
         if path is not None and os.getpid() == self._pid:
@@ -223,22 +222,13 @@ class _ThisProcess:
         self._hook_exit()
 
     def _hook_exit(self) -> None:
-        if self._hooked:
-            return
-        self._hooked = True
-        atexit.register(self.withdraw)
-        # A SIGTERM with no handler ends the process without atexit; where nobody handles it,
-        # remove the record first and then die of the signal as before. Code that installs
-        # its own handler (the command line, the app) exits through atexit itself.
-        if threading.current_thread() is threading.main_thread():
-            with contextlib.suppress(ValueError, OSError):
-                if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-                    signal.signal(signal.SIGTERM, self._on_sigterm)
-
-    def _on_sigterm(self, signum: int, _frame: FrameType | None) -> None:
-        self.withdraw()
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
+        # The command line's and the app's signal handlers end through a normal exit, so
+        # atexit covers them; an os._exit calls withdraw() first. No SIGTERM handler is added
+        # here: a Python handler waits for the main thread (an ORT run, Qt's event loop), and
+        # a process killed outright leaves a record that readers ignore and sweep.
+        if not self._hooked:
+            self._hooked = True
+            atexit.register(self.withdraw)
 
 
 THIS = _ThisProcess()
