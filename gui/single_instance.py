@@ -13,10 +13,11 @@ Keys (two levels, so the command line of issue #22 can find the app without a di
 - `server_name()`: the window hand-off, `app_key()` plus the display (WAYLAND_DISPLAY or
   DISPLAY): a launch on another display opens its own window there.
 
-Where the socket lives, so no other local user can squat its name: in $XDG_RUNTIME_DIR when it
-is a private folder of ours; elsewhere (su, `sudo -i`, ssh without pam_systemd, cron,
-containers) in a folder of our own in the temp folder, `tessera-<uid>`, made 0700 and checked
-(a real folder, ours, nobody else's bits) before use. A folder that fails the check, or a
+Where the socket lives, so no other local user can squat its name: in Tessera's private
+runtime folder (`engine.settings.private_runtime_dir`, shared with the process records):
+`$XDG_RUNTIME_DIR/tessera` when that is ours alone; elsewhere (su, `sudo -i`, ssh without
+pam_systemd, cron, containers) `tessera-<uid>` in the temp folder, made 0700 and checked (a
+real folder, ours, nobody else's bits) before use. A folder that fails the check, or a
 listener whose peer credentials (SO_PEERCRED) are another user's, is not trusted: the launch
 starts its own window, without listening.
 
@@ -38,7 +39,6 @@ import json
 import logging
 import os
 import socket as pysocket
-import stat
 import struct
 import sys
 import tempfile
@@ -48,7 +48,7 @@ from pathlib import Path
 from PySide6.QtCore import QCoreApplication, QLockFile, QObject, QTimer, Signal
 from PySide6.QtNetwork import QLocalServer, QLocalSocket
 
-from engine.settings import default_data_dir
+from engine.settings import default_data_dir, private_runtime_dir
 
 log = logging.getLogger(__name__)
 
@@ -98,41 +98,15 @@ def server_name(suffix: str | None = None) -> str | None:
     return str(folder / name) if folder is not None else None
 
 
-def _private(info: os.stat_result) -> bool:
-    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077
-
-
 def private_folder() -> Path | None:
-    """$XDG_RUNTIME_DIR when it is ours alone, else `<temp>/tessera-<uid>`, made 0700 and
-    checked; None when that folder is not ours (someone made it first) or cannot be made."""
-    value = os.environ.get("XDG_RUNTIME_DIR")
-    if value:
-        try:
-            if _private(os.stat(value)):
-                return Path(value)
-        except OSError:
-            pass
-    folder = Path(tempfile.gettempdir()) / f"tessera-{os.getuid()}"
-    try:
-        os.mkdir(folder, 0o700)
-    except FileExistsError:
-        pass
-    except OSError as e:
-        log.warning("single instance: cannot make %s (%s)", folder, e)
-        return None
-    try:
-        info = os.lstat(folder)  # lstat: a link to someone's folder is not our folder
-    except OSError:
-        return None
-    if not _private(info):
+    """Tessera's private runtime folder (engine.settings.private_runtime_dir: under
+    $XDG_RUNTIME_DIR when that is ours alone, else `<temp>/tessera-<uid>`, made 0700, owner and
+    mode checked); None when no folder can be trusted (someone else made it first)."""
+    folder = private_runtime_dir()
+    if folder is None:
         log.warning(
-            "single instance: %s is not a private folder of this user (owner %d, mode %o); "
-            "this launch opens its own window",
-            folder,
-            info.st_uid,
-            stat.S_IMODE(info.st_mode),
+            "single instance: no private folder for the socket; this launch opens its own window"
         )
-        return None
     return folder
 
 

@@ -229,7 +229,7 @@ def cli(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.Comp
 
 
 def _leftovers(folder: Path) -> list[str]:
-    return [p.name for p in folder.rglob("*") if ".partial" in p.name or "tessera-" in p.name]
+    return [p.name for p in folder.rglob("*") if ".partial" in p.name or "tessera-frames" in p.name]
 
 
 @pytest.mark.parametrize(
