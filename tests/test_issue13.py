@@ -60,7 +60,9 @@ def use_model(win: MainWindow, models: Path, name: str) -> None:
 
 def wait_ended(qtbot: QtBot, win: MainWindow) -> None:
     qtbot.waitUntil(
-        lambda: bool(win.jobs.jobs) and all(j.state.ended for j in win.jobs.jobs.values()),
+        lambda: (
+            bool(win.workspace.jobs) and all(j.state.ended for j in win.workspace.jobs.values())
+        ),
         timeout=JOB_MS,
     )
 
@@ -129,12 +131,12 @@ def test_0_numbered_photos_are_separate_images_not_a_failing_sequence(
         jpeg(tmp_path / "IMG_0003.jpg", 48, 32, 3),
     ]
     drop_files(window, shots)
-    requests = [job.request for job in window.jobs.jobs.values()]
+    requests = [job.request for job in window.workspace.jobs.values()]
     assert [r.inputs for r in requests] == [(s,) for s in shots]
     assert not any(r.sequence for r in requests)
     assert window.notice.action_button.isHidden()  # not one size: nothing to offer
     wait_ended(qtbot, window)
-    assert all(j.state is JobState.FINISHED for j in window.jobs.jobs.values())
+    assert all(j.state is JobState.FINISHED for j in window.workspace.jobs.values())
     names = sorted(p.name for p in tmp_path.glob("IMG_*-*.png"))
     assert names == ["IMG_0001-up2.png", "IMG_0002-up2.png", "IMG_0003-up2.png"]
 
@@ -147,7 +149,7 @@ def test_0_equally_sized_numbered_frames_are_offered_as_a_sequence_never_guessed
     assert len(outcome.sources) == 4 and not any(s.sequence for s in outcome.sources)
     assert window.notice.action_button.text() == "Process as one sequence"
     window.notice.action_button.click()
-    (sequence,) = window.jobs.sources.values()
+    (sequence,) = window.workspace.sources.values()
     assert sequence.sequence and sequence.paths == tuple(frames)
 
 
@@ -172,7 +174,7 @@ def test_1_new_work_is_selected_shown_and_scrolled_into_view(
         assert window.inputs.current() is not None
         assert window.inputs.current().paths == (path,)  # type: ignore[union-attr]
         qtbot.waitUntil(lambda p=path: shown_paths(window)[0] == p, timeout=5000)  # type: ignore[misc]
-        newest = list(window.jobs.jobs)[-1]
+        newest = list(window.workspace.jobs)[-1]
         row = window.job_list.row(newest)
         assert row is not None
         viewport = window.job_list.scroll_area.viewport()
@@ -182,7 +184,7 @@ def test_1_new_work_is_selected_shown_and_scrolled_into_view(
             ),
             timeout=3000,
         )
-    assert len(window.jobs.jobs) == 7
+    assert len(window.workspace.jobs) == 7
     window.jobs.cancel_all()
     wait_ended(qtbot, window)
 
@@ -196,7 +198,7 @@ def test_1_a_result_does_not_replace_what_the_person_chose_to_look_at(
     b = photo(tmp_path / "b.png", 400, 300)
     window.accept_paths([a, b])
     (job_id,) = window.run_one(str(b))
-    assert window.jobs.jobs[job_id].state.active
+    assert window.workspace.jobs[job_id].state.active
     # the person clicks a's thumbnail meanwhile
     a_rect = window.inputs.list.visualItemRect(window.inputs.list.item(0))
     qtbot.mouseClick(window.inputs.list.viewport(), Qt.MouseButton.LeftButton, pos=a_rect.center())
@@ -216,11 +218,11 @@ def test_2_run_processes_every_image_and_says_so(
     use_model(window, models, "up2.onnx")
     images = [photo(tmp_path / f"{n}.png", 30, 20, seed=i) for i, n in enumerate(("a", "b", "c"))]
     window.accept_paths(images)
-    assert window.jobs.jobs == {}  # run-on-drop is off: adding writes nothing
+    assert window.workspace.jobs == {}  # run-on-drop is off: adding writes nothing
     assert window.panel.run_button.text() == "Run 3 images"
     assert "Run 3 images" in window.statusBar().currentMessage()
     qtbot.mouseClick(window.panel.run_button, Qt.MouseButton.LeftButton)
-    assert [j.request.inputs for j in window.jobs.jobs.values()] == [(p,) for p in images]
+    assert [j.request.inputs for j in window.workspace.jobs.values()] == [(p,) for p in images]
     wait_ended(qtbot, window)
     # several selected: the button says so, and runs those
     window.inputs.list.item(0).setSelected(True)
@@ -228,7 +230,7 @@ def test_2_run_processes_every_image_and_says_so(
     window.inputs.list.item(1).setSelected(False)
     assert window.panel.run_button.text() == "Run selected (2)"
     ids = window.run_selected()
-    assert [window.jobs.jobs[i].request.inputs for i in ids] == [(images[0],), (images[2],)]
+    assert [window.workspace.jobs[i].request.inputs for i in ids] == [(images[0],), (images[2],)]
 
 
 # ---------------------------------------------------------------------------------- problem 3
@@ -243,7 +245,7 @@ def test_3_a_failed_job_says_failed_in_red_on_the_job_and_the_thumbnail(
     assert outcome.sources, outcome.refused  # its header reads: the job finds the damage
     (job_id,) = window.run_selected()
     wait_ended(qtbot, window)
-    job = window.jobs.jobs[job_id]
+    job = window.workspace.jobs[job_id]
     assert job.state is JobState.FAILED
     row = window.job_list.row(job_id)
     assert row is not None
@@ -255,7 +257,7 @@ def test_3_a_failed_job_says_failed_in_red_on_the_job_and_the_thumbnail(
     assert window.inputs.mark(str(broken)) is InputMark.FAILED
     item = window.inputs.list.item(0)
     assert "Failed:" in item.toolTip() and "truncated" in item.toolTip()
-    failed = [v for v in window.jobs.versions(str(broken)) if v.failed]
+    failed = [v for v in window.workspace.versions(str(broken)) if v.failed]
     assert failed and "truncated" in failed[0].failed
 
 
@@ -351,7 +353,7 @@ def test_6_a_successful_paste_takes_back_the_clipboard_warning(
     QGuiApplication.clipboard().setImage(image)
     window.paste()
     assert "clipboard holds no image" not in window.notice.text()
-    assert len(window.jobs.sources) == 1
+    assert len(window.workspace.sources) == 1
 
 
 def _text_rows(view: CompareView) -> int:
@@ -512,13 +514,13 @@ def test_8_run_on_drop_is_off_by_default_remembered_and_a_handover_never_runs(
     first = make_window()
     assert not first.panel.run_on_drop.isChecked()
     drop_files(first, [photo(tmp_path / "a.png", 30, 20)])
-    assert first.jobs.jobs == {} and len(first.jobs.sources) == 1
+    assert first.workspace.jobs == {} and len(first.workspace.sources) == 1
     first.panel.run_on_drop.setChecked(True)
     first.close()
     second = make_window()
     assert second.panel.run_on_drop.isChecked()  # remembered once changed
     second.open_files_and_raise([str(photo(tmp_path / "handed.png", 30, 20))])
-    assert second.jobs.jobs == {}  # a second launch's files are shown, not run
+    assert second.workspace.jobs == {}  # a second launch's files are shown, not run
     assert second.inputs.current() is not None
 
 
@@ -626,10 +628,10 @@ def test_10_any_two_versions_compare_with_the_split_or_side_by_side(
         use_model(window, models, name)
         window.run_selected()
         wait_ended(qtbot, window)
-    labels = [v.label for v in window.jobs.versions(str(image))]
+    labels = [v.label for v in window.workspace.versions(str(image))]
     assert labels == ["Original", "up2 ×2", "up4 ×4"]
     qtbot.waitUntil(lambda: shown_paths(window) == (image, tmp_path / "two-up4.png"))
-    up2 = window.jobs.versions(str(image))[1]
+    up2 = window.workspace.versions(str(image))[1]
     window.viewer.versionChosen.emit(up2.id, True)  # Shift+click: up2 on the left
     qtbot.waitUntil(lambda: shown_paths(window) == (up2.path, tmp_path / "two-up4.png"))
     assert window.viewer.view.labels == ("up2 ×2", "up4 ×4")
@@ -722,7 +724,7 @@ def test_11_a_long_job_that_ends_in_the_background_is_notified(
         other.activateWindow()
         qtbot.waitUntil(lambda: not window.isActiveWindow())
         (job_id,) = window.run_selected()
-        job = window.jobs.jobs[job_id]
+        job = window.workspace.jobs[job_id]
         qtbot.waitUntil(lambda: job.started_at is not None, timeout=JOB_MS)
         assert job.started_at is not None and job.state.active
         job.started_at -= 30  # as if it had run half a minute
@@ -754,7 +756,7 @@ def test_11_recent_files_are_offered(
     win._fill_recent_menu()
     (action,) = [a for a in win.recent_menu.actions() if a.text() == "recent.png"]
     action.trigger()
-    assert list(win.jobs.sources) == [str(first)]
+    assert list(win.workspace.sources) == [str(first)]
 
 
 def test_11_preferences_apply_at_once_and_show_the_environment_override(
@@ -786,7 +788,7 @@ def test_11_a_job_shows_the_time_left_before_its_first_tile(
     window.speeds.learn(Operation.UPSCALE, str(models / "slow.onnx"), "cpu", 3000.0, 1.0, 1)
     window.accept_paths([photo(tmp_path / "big.png", 400, 300)])
     (job_id,) = window.run_selected()
-    job = window.jobs.jobs[job_id]
+    job = window.workspace.jobs[job_id]
     row = window.job_list.row(job_id)
     assert row is not None
     assert "min" in row.time_label.text()  # queued: how long it will take

@@ -33,7 +33,6 @@ from engine.models.inventory import ModelInventory
 from engine.options import OutputOptions
 from engine.requests import Operation
 from engine.runtime.devices import RuntimeReport
-from gui.controllers.jobs import JobSettings
 from gui.controllers.models import (
     ModelChoice,
     ModelGroup,
@@ -43,6 +42,7 @@ from gui.controllers.models import (
     missing_hint,
     model_groups,
 )
+from gui.jobs import JobSettings, is_tiled
 from gui.settings import AppSettings
 from gui.widgets.elided_label import WrappedLabel
 from gui.widgets.output_options import OutputEditor
@@ -105,6 +105,7 @@ class OperationPanel(QWidget):
     fetchRequested = Signal(object)  # CatalogEntry to download, or None for the starter models
     addModelRequested = Signal()
     choicesChanged = Signal()
+    settingsChanged = Signal(object)  # JobSettings | None: what Run would start with now
 
     def __init__(self, settings: AppSettings, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -230,6 +231,13 @@ class OperationPanel(QWidget):
         )
         self.output_editor.changed.connect(self._output_options_changed)
         self.run_on_drop.toggled.connect(self._run_on_drop_changed)
+        # Every edit, and every refill of the lists, may change what Run starts with.
+        self.choicesChanged.connect(self._settings_edited)
+        self.tile.valueChanged.connect(self._settings_edited)
+        self.output.textChanged.connect(self._settings_edited)
+
+    def _settings_edited(self) -> None:
+        self.settingsChanged.emit(self.job_settings())
 
     # -- restore and persist ------------------------------------------------------------------
     def _restore(self) -> None:
@@ -296,7 +304,7 @@ class OperationPanel(QWidget):
         self.settings.run_on_drop = checked
 
     def _update_tile_enabled(self) -> None:
-        upscale = self.current_operation() is Operation.UPSCALE
+        upscale = is_tiled(self.current_operation())
         self.tile.setEnabled(upscale)
         self.tile.setToolTip(
             "Tile edge for upscaling, in input pixels. Auto picks the largest tile that fits the "
@@ -316,6 +324,7 @@ class OperationPanel(QWidget):
     def set_inventory(self, inventory: ModelInventory) -> None:
         self.inventory = inventory
         self._fill_models()
+        self._settings_edited()
 
     def current_operation(self) -> Operation:
         data = self.operation.currentData()
@@ -466,7 +475,7 @@ class OperationPanel(QWidget):
             model_label=choice.label,
             device=self.current_device(),
             runtime=self.current_runtime(),
-            tile=self.current_tile() if operation is Operation.UPSCALE else None,
+            tile=self.current_tile() if is_tiled(operation) else None,
             output_dir=self.output_dir(),
             output=self.output_options(),
         )
@@ -475,6 +484,7 @@ class OperationPanel(QWidget):
     def set_runtimes(self, reports: tuple[RuntimeReport, ...]) -> None:
         self.reports = tuple(reports)
         self._fill_devices()
+        self._settings_edited()
 
     def _devices(self) -> list[str]:
         devices = ["cpu"]
