@@ -17,35 +17,22 @@ from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt, QTimer, QUrl
 from PySide6.QtGui import (
-    QAction,
     QCloseEvent,
     QDesktopServices,
-    QDragEnterEvent,
-    QDragLeaveEvent,
-    QDragMoveEvent,
-    QDropEvent,
     QGuiApplication,
     QImage,
-    QKeySequence,
 )
 from PySide6.QtWidgets import (
     QFileDialog,
-    QFrame,
     QMainWindow,
-    QMenu,
     QMessageBox,
-    QScrollArea,
-    QSplitter,
-    QStackedWidget,
-    QToolButton,
-    QVBoxLayout,
     QWidget,
 )
 
 from engine.models.catalog import CatalogEntry
 from engine.models.inventory import ModelInventory
 from engine.settings import EngineSettings, default_data_dir
-from gui.controllers.inputs import DropOutcome, InputsController, drop_words
+from gui.controllers.inputs import DropOutcome, InputsController
 from gui.controllers.jobs import JobsController
 from gui.controllers.memory import MemoryController
 from gui.controllers.models import ModelsController
@@ -55,23 +42,19 @@ from gui.controllers.speed import SpeedBook
 from gui.controllers.view import ViewController
 from gui.engine_thread import EngineThread
 from gui.jobs import JobState, Version, ended_text
+from gui.menus import WindowMenus
 from gui.messages import Notice, NoticeLevel, Topic
 from gui.notifications import Notifier, should_notify
 from gui.settings import AppSettings
 from gui.tasks import TaskThread
-from gui.widgets.drop_overlay import DropOverlay
+from gui.widgets.drop_overlay import DropTarget
 from gui.widgets.export_dialog import ExportDialog
-from gui.widgets.images import DisplayImage, load_display_paths, make_thumbnail
-from gui.widgets.inputs_panel import THUMB, InputMark, InputsPanel
-from gui.widgets.job_list import JobList
-from gui.widgets.memory_panel import MemoryDock
-from gui.widgets.notice_bar import NoticeBar
-from gui.widgets.operation_panel import OperationPanel
+from gui.widgets.images import load_display_paths, make_thumbnail
+from gui.widgets.inputs_panel import THUMB
 from gui.widgets.preferences import PreferencesDialog
+from gui.widgets.preview_binding import PreviewBinding
 from gui.widgets.version_strip import file_mime
-from gui.widgets.viewer import ViewerPanel
-from gui.widgets.vram_gauge import VramGauge
-from gui.widgets.welcome import WelcomePage
+from gui.widgets.window_layout import WindowLayout
 from gui.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -98,7 +81,6 @@ class MainWindow(QMainWindow):
         super().__init__()
         self.setWindowTitle("Tessera")
         self.setObjectName("TesseraMainWindow")
-        self.setAcceptDrops(True)
         self.settings = settings or AppSettings()
         self.data_dir = data_dir or default_data_dir()
         self.confirm_close = True  # tests set False to skip the question when closing mid-job
@@ -156,158 +138,36 @@ class MainWindow(QMainWindow):
 
     # -- construction -------------------------------------------------------------------------
     def _build_widgets(self) -> None:
-        self.inputs = InputsPanel()
-        self.viewer = ViewerPanel()
-        self.welcome = WelcomePage()
-        self.center = QStackedWidget()
-        self.center.addWidget(self.welcome)
-        self.center.addWidget(self.viewer)
-        self.panel = OperationPanel(self.settings)
-        self.job_list = JobList()
-        # images | result, with the jobs under them; the operation panel takes the full height
-        self.in_split = QSplitter(Qt.Orientation.Horizontal)
-        self.in_split.setChildrenCollapsible(False)
-        self.in_split.addWidget(self.inputs)
-        self.in_split.addWidget(self.center)
-        self.in_split.setStretchFactor(0, 0)
-        self.in_split.setStretchFactor(1, 1)
-        self.inputs.hide()
-        self.work = work = QWidget()
-        work_layout = QVBoxLayout(work)
-        work_layout.setContentsMargins(0, 0, 0, 0)
-        work_layout.setSpacing(2)
-        work_layout.addWidget(self.in_split, 1)
-        work_layout.addWidget(self.job_list)
-        # scrolls rather than clips on a short screen
-        self.panel_scroll = QScrollArea()
-        self.panel_scroll.setWidgetResizable(True)
-        self.panel_scroll.setFrameShape(QFrame.Shape.NoFrame)
-        self.panel_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.panel_scroll.setWidget(self.panel)
-        self.panel_scroll.setMinimumWidth(self.panel.minimumWidth() + 14)
-        self.h_split = QSplitter(Qt.Orientation.Horizontal)
-        self.h_split.setChildrenCollapsible(False)
-        self.h_split.addWidget(work)
-        self.h_split.addWidget(self.panel_scroll)
-        self.h_split.setStretchFactor(0, 1)
-        self.h_split.setStretchFactor(1, 0)
-        self.h_split.setSizes([950, 330])
-        self.host = QWidget()
-        layout = QVBoxLayout(self.host)
-        layout.setContentsMargins(4, 4, 4, 0)
-        layout.addWidget(self.h_split, 1)
-        self.setCentralWidget(self.host)
-        self.notice = NoticeBar(self.work)  # over the images and the result, not the panel
-        self.drop_overlay = DropOverlay(self.host)
-        self.memory_dock = MemoryDock()
-        self.memory_panel = self.memory_dock.panel
-        work_layout.addWidget(self.memory_dock)
-
-        self.models_button = QToolButton()
-        self.models_button.setAutoRaise(True)
-        self.models_button.setText("0 models loaded")
-        self.models_button.setToolTip(
-            "Show the loaded models and their memory (Unload, Unload all)"
+        self.layout_ = ui = WindowLayout(self, self.settings)
+        self.inputs, self.viewer, self.welcome, self.center = (
+            ui.inputs,
+            ui.viewer,
+            ui.welcome,
+            ui.center,
         )
-        self.gauge = VramGauge()
-        self.statusBar().addPermanentWidget(self.models_button)
-        self.statusBar().addPermanentWidget(self.gauge)
-        self.statusBar().setSizeGripEnabled(True)
-        self.redraw_timer = QTimer(self)
-        self.redraw_timer.setSingleShot(True)
-        self.redraw_timer.setInterval(PROGRESS_REDRAW_MS)
-        self.redraw_timer.timeout.connect(self._redraw_rows)
-
-    def _action(
-        self,
-        text: str,
-        slot: Callable[[], object],
-        keys: Sequence[QKeySequence | QKeySequence.StandardKey | str] = (),
-        tip: str = "",
-        menu: QMenu | None = None,
-    ) -> QAction:
-        action = QAction(text, self)
-        shortcuts = [k if isinstance(k, QKeySequence) else QKeySequence(k) for k in keys]
-        shortcuts = [k for k in shortcuts if not k.isEmpty()]
-        if shortcuts:
-            action.setShortcuts(shortcuts)
-        if tip:
-            action.setStatusTip(tip)
-        action.triggered.connect(lambda _checked=False: slot())
-        self.addAction(action)  # shortcuts work even with the menu bar hidden
-        if menu is not None:
-            menu.addAction(action)
-        return action
-
-    def _toggle(self, text: str, keys: str, menu: QMenu, slot: Callable[[bool], None]) -> QAction:
-        action = QAction(text, self)
-        action.setCheckable(True)
-        action.setShortcut(QKeySequence(keys))
-        action.toggled.connect(slot)
-        self.addAction(action)
-        menu.addAction(action)
-        return action
+        self.panel, self.job_list, self.notice, self.drop_overlay = (
+            ui.panel,
+            ui.job_list,
+            ui.notice,
+            ui.drop_overlay,
+        )
+        self.memory_dock, self.memory_panel = ui.memory_dock, ui.memory_panel
+        self.models_button, self.gauge = ui.models_button, ui.gauge
 
     def _build_menus(self) -> None:
-        key, bar, a = QKeySequence.StandardKey, self.menuBar(), self._action
-        file = bar.addMenu("&File")
-        self.open_action = a("&Open images…", self.open_dialog, [key.Open], menu=file)
-        a("Open a &folder of frames…", self.open_folder_dialog, menu=file)
-        self.recent_menu = file.addMenu("Open &recent")
-        self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
-        tip = "Add the image (or files) on the clipboard"
-        self.paste_action = a("&Paste image", self.paste, [key.Paste], tip, file)
-        file.addSeparator()
-        self.save_action = a("&Save result as…", self.save_as, ["Ctrl+Shift+S"], menu=file)
-        self.copy_action = a("&Copy result", self.copy_result, [key.Copy], menu=file)
-        file.addSeparator()
-        a("&Add a model file…", self.add_model_dialog, menu=file)
-        a("Refresh the &model list", self.models.refresh, menu=file)
-        file.addSeparator()
-        a("Pr&eferences…", self.preferences, [key.Preferences], menu=file)
-        file.addSeparator()
-        a("&Quit", self.close, [key.Quit], menu=file)
-
-        view, v = bar.addMenu("&View"), self.viewer.view
-        a("Zoom &in", v.zoom_in, [key.ZoomIn, "Ctrl+="], menu=view)
-        a("Zoom &out", v.zoom_out, [key.ZoomOut], menu=view)
-        a("&Fit", v.fit, ["Ctrl+0"], menu=view)
-        a("&Actual size", v.actual_size, ["Ctrl+1"], menu=view)
-        view.addAction(self.viewer.flip_action)
-        self.preview_action = self._toggle("&Preview", "Ctrl+P", view, self.set_preview)
-        self.preview_action.setStatusTip(
-            "Show what the chosen operation and model make of the part of the image in view"
-        )
-        view.addSeparator()
-        self.memory_action = self._toggle("&Memory panel", "Ctrl+M", view, self._memory_toggled)
-
-        jobs = bar.addMenu("&Jobs")
-        tip = "Queue a job for every image, or for the selected ones"
-        self.run_action = a("&Run", self.run_selected, ["Ctrl+Return", "Ctrl+Enter"], tip, jobs)
-        j = self.jobs
-        self.cancel_action = a("&Cancel the running job", j.cancel_running, [key.Cancel], menu=jobs)
-        a("Cancel &all jobs", j.cancel_all, menu=jobs)
-        a("C&lear finished jobs", self.clear_finished, menu=jobs)
-        jobs.addSeparator()
-        tip = "The next job of this image starts from the result on the right"
-        a("Use the shown result as &input", self.continue_from_result, tip=tip, menu=jobs)
-        tip = "Every step that made the result on the right, on the other images"
-        a("Run the shown &chain on other images", self.run_chain_from, tip=tip, menu=jobs)
-
-        helpmenu = bar.addMenu("&Help")
-        a("Open the &log folder", self.open_log_folder, menu=helpmenu)
-        a("&About Tessera", self.about, menu=helpmenu)
+        self.menus = menus = WindowMenus(self, self)
+        self.recent_menu, self.run_action = menus.recent_menu, menus.run_action
+        self.cancel_action, self.preview_action = menus.cancel_action, menus.preview_action
+        self.memory_action = menus.memory_action
+        DropTarget(self, self.drop_overlay, self.intake.accept_mime)
+        warn = lambda text: self.warn(text, Topic.JOBS)  # noqa: E731
+        self.preview_glue = PreviewBinding(self.viewer, self.preview, self.preview_action, warn)
 
     def _wire(self) -> None:
-        ws, e, j, v, p = self.workspace, self.engine, self.jobs, self.view, self.preview
-        ws.inputsChanged.connect(self._on_inputs_changed)
-        ws.inputChanged.connect(self._on_input_changed)
-        ws.selectionChanged.connect(self._update_run)
-        ws.settingsChanged.connect(self._on_settings_changed)
-        ws.jobAdded.connect(lambda job_id: self.job_list.add(ws.jobs[job_id]))
-        ws.jobChanged.connect(self._on_job_changed)
+        ws, e, j, v = self.workspace, self.engine, self.jobs, self.view
+        self.layout_.render(ws, j, lambda label: self.run_action.setText(f"&{label}"))
+        ws.settingsChanged.connect(self.preview_glue.settings_changed)
         ws.jobEnded.connect(self._on_job_ended)
-        ws.jobsForgotten.connect(self.job_list.remove)
         e.runtimesProbed.connect(self.panel.set_runtimes)
         e.settingsApplied.connect(self._on_settings_applied)
         e.operationFinished.connect(lambda r: self.memory_panel.set_last_operation(r.memory))
@@ -318,11 +178,9 @@ class MainWindow(QMainWindow):
             controller.noticeCleared.connect(self.notice.clear_topic)
         j.showRequested.connect(v.show)
         j.showRequested.connect(self._on_show_requested)
-        j.calibrator.busyChanged.connect(lambda _b: self._update_estimate())
-        j.calibrator.calibrated.connect(lambda _m, _d: self._update_estimate())
         v.selectRequested.connect(self.inputs.select)
         v.versionsChanged.connect(self.viewer.set_versions)
-        v.versionsChanged.connect(lambda _versions, _l, _r: self._preview_follow_left())
+        v.versionsChanged.connect(lambda _versions, _l, _r: self.preview_glue.follow_left())
         v.loaded.connect(self.viewer.show_images)
         v.failed.connect(self.viewer.show_error)
         v.cleared.connect(self.viewer.clear)
@@ -333,12 +191,10 @@ class MainWindow(QMainWindow):
         self.intake.thumbnailReady.connect(
             lambda key, image: self.inputs.set_thumbnail(key, image or QImage())
         )
-        self.panel.settingsChanged.connect(ws.set_settings)
         self.panel.runRequested.connect(self.run_selected)
         self.panel.fetchRequested.connect(self.fetch_models)
         self.panel.addModelRequested.connect(self.add_model_dialog)
         self.inputs.currentChanged.connect(v.choose_input)
-        self.inputs.selectionChanged.connect(lambda: ws.select(self.inputs.selected_keys()))
         self.inputs.addRequested.connect(self.open_dialog)
         self.inputs.removeRequested.connect(j.remove)
         self.inputs.clearRequested.connect(self.clear_inputs)
@@ -354,21 +210,13 @@ class MainWindow(QMainWindow):
         self.job_list.openRequested.connect(lambda i: self.results.open_job(i, reveal=False))
         self.job_list.revealRequested.connect(lambda i: self.results.open_job(i, reveal=True))
         self.viewer.versionChosen.connect(self._on_version_chosen)
-        self.viewer.previewToggled.connect(self.set_preview)
-        self.viewer.previewStopRequested.connect(p.cancel)
         self.viewer.continueRequested.connect(self.continue_from_result)
         self.viewer.strip.inputRequested.connect(self.use_as_input)
         self.viewer.strip.chainRequested.connect(self.run_chain_from)
-        self.viewer.view.viewMoved.connect(self._preview_view_moved)
         self.viewer.saveRequested.connect(self.save_as)
         self.viewer.copyRequested.connect(self.copy_result)
         self.viewer.openRequested.connect(lambda i: self.results.open_version(i, reveal=False))
         self.viewer.revealRequested.connect(lambda i: self.results.open_version(i, reveal=True))
-        p.patched.connect(self.viewer.add_preview_patch)
-        p.resetRequested.connect(self.viewer.clear_preview)
-        p.statusChanged.connect(self.viewer.set_preview_status)
-        p.pictureLoaded.connect(self._on_preview_picture)
-        p.failed.connect(lambda text: self.warn(text, Topic.JOBS))
         self.memory.snapshotTaken.connect(self.gauge.set_snapshot)
         self.memory.snapshotTaken.connect(self.memory_panel.set_snapshot)
         self.memory.sessionsChanged.connect(self._on_sessions)
@@ -419,28 +267,7 @@ class MainWindow(QMainWindow):
     def inform(self, text: str, topic: Topic = Topic.INPUTS) -> None:
         self.show_notice(Notice(text, NoticeLevel.INFO, topic))
 
-    # -- drag and drop, open, paste (the inputs controller's) ---------------------------------
-    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
-        mime = event.mimeData()
-        if mime.hasUrls() or mime.hasImage():
-            event.acceptProposedAction()
-            self.drop_overlay.show_text(drop_words(mime))
-        else:
-            event.ignore()
-
-    def dragMoveEvent(self, event: QDragMoveEvent) -> None:
-        if event.mimeData().hasUrls() or event.mimeData().hasImage():
-            event.acceptProposedAction()
-
-    def dragLeaveEvent(self, event: QDragLeaveEvent) -> None:
-        self.drop_overlay.hide()
-        super().dragLeaveEvent(event)
-
-    def dropEvent(self, event: QDropEvent) -> None:
-        self.drop_overlay.hide()
-        self.intake.accept_mime(event.mimeData())
-        event.acceptProposedAction()
-
+    # -- open, paste (the inputs controller's; drops: DropTarget) -----------------------------
     def accept_paths(self, paths: Sequence[Path | str], *, run: bool | None = None) -> DropOutcome:
         return self.intake.accept_paths(paths, run=run)
 
@@ -466,79 +293,12 @@ class MainWindow(QMainWindow):
         if folder:
             self.accept_paths([Path(folder)])
 
-    def _fill_recent_menu(self) -> None:
-        self.recent_menu.clear()
-        recent = [p for p in self.settings.recent_files() if Path(p).exists()]
-        for path in recent:
-            action = self.recent_menu.addAction(Path(path).name)
-            action.setToolTip(path)
-            action.triggered.connect(lambda _c=False, p=path: self.accept_paths([Path(p)]))
-        if not recent:
-            self.recent_menu.addAction("No recent files").setEnabled(False)
-        else:
-            self.recent_menu.addSeparator()
-            self.recent_menu.addAction("Clear the list", self._clear_recent)
-
-    def _clear_recent(self) -> None:
-        self.settings.clear_recent()
-        self.welcome.set_recent([])
-
     # -- rendering the workspace --------------------------------------------------------------
-    def _on_inputs_changed(self) -> None:
-        sources = list(self.workspace.sources.values())
-        self.inputs.set_sources(sources)
-        for source in sources:
-            self._on_input_changed(source.key)
-        if sources and not self.inputs.isVisible():
-            self.inputs.show()
-            total = sum(self.in_split.sizes())
-            narrow = self.inputs.minimumSizeHint().width()
-            self.in_split.setSizes([narrow, max(total - narrow, 1)])
-        elif not sources:
-            self.inputs.hide()
-        self.center.setCurrentWidget(self.viewer if sources else self.welcome)
-        if not sources:
-            self.viewer.clear()
-            self.welcome.set_recent(self.settings.recent_files())
-        self._update_run()
-
-    def _on_input_changed(self, key: str) -> None:
-        ws = self.workspace
-        failure = ws.failure(key)
-        if ws.running_for(key):
-            mark, tip = InputMark.RUNNING, "A job is running or waiting for this image."
-        elif failure:
-            mark, tip = InputMark.FAILED, f"Failed: {failure}"
-        elif any(v.viewable for v in ws.results(key)):
-            mark, tip = InputMark.DONE, "Done: its results are in the strip under the viewer."
-        else:
-            mark, tip = InputMark.NONE, ""
-        self.inputs.set_mark(key, mark, tip)
-
     def _update_run(self) -> None:
-        label = self.jobs.run_label()
-        self.panel.set_run_text(label)
-        self.run_action.setText(f"&{label}")
-        self._update_estimate()
+        self.layout_.update_run()
 
     def _update_estimate(self) -> None:
-        self.panel.set_estimate(self.jobs.estimate_line(self.panel.device_words()))
-
-    def _on_settings_changed(self) -> None:
-        self._update_run()
-        if self.preview.enabled:
-            self.viewer.set_preview_mode(True, self.preview.label())
-            self.preview.refresh()
-
-    def _on_job_changed(self, job_id: str) -> None:
-        if job_id not in self.workspace.dirty:
-            self.job_list.update_job(job_id)
-        elif not self.redraw_timer.isActive():
-            self.redraw_timer.start()
-
-    def _redraw_rows(self) -> None:
-        for job_id in self.workspace.take_dirty():
-            self.job_list.update_job(job_id)
+        self.layout_.update_estimate()
 
     def _on_job_ended(self, job_id: str) -> None:
         job = self.workspace.jobs.get(job_id)
@@ -550,7 +310,6 @@ class MainWindow(QMainWindow):
             job.elapsed(), self.isActiveWindow()
         ):
             self.notifier.notify("Tessera", text)
-        self._update_estimate()
 
     # -- running, chains ----------------------------------------------------------------------
     def run_selected(self) -> list[str]:
@@ -609,39 +368,11 @@ class MainWindow(QMainWindow):
             self.warn(problem, Topic.JOBS)
 
     def set_preview(self, on: bool) -> None:
-        """Preview on: the right side shows the panel's operation on the left version, for
-        the part in view; a job that finishes for the image turns it off to show its result."""
-        self.preview_action.blockSignals(True)
-        self.preview_action.setChecked(on)
-        self.preview_action.blockSignals(False)
-        if on == self.preview.enabled and on == self.viewer.preview_on:
-            return
-        self.viewer.set_preview_mode(on, self.preview.label())
-        if on:
-            self._preview_follow_left()
-            self.preview.set_region(self.viewer.preview_region())
-        self.preview.set_enabled(on)
+        self.preview_glue.set_preview(on)
 
     def _on_show_requested(self, _key: str, version_id: str) -> None:
         if version_id:
             self.set_preview(False)  # a result came in: show it, not the preview
-
-    def _on_preview_picture(self, image: DisplayImage) -> None:
-        if image.frames:
-            self.viewer.view.set_preview_image(image.frames[0])
-
-    def _preview_follow_left(self) -> None:
-        problem = self.preview.follow_left()
-        if problem:
-            self.viewer.set_preview_status(problem, False)
-
-    def _preview_view_moved(self) -> None:
-        if not self.preview.enabled:
-            return
-        layer = self.viewer.view.preview
-        if layer is not None:
-            layer.keep_within(self.viewer.view.visible_after())
-        self.preview.set_region(self.viewer.preview_region())
 
     # -- results: save as, copy ---------------------------------------------------------------
     def _viewed(self, version_id: str = "") -> Version | None:
@@ -707,7 +438,7 @@ class MainWindow(QMainWindow):
         self.memory_action.setChecked(True)
         self.engine.refresh_sessions()
 
-    def _memory_toggled(self, shown: bool) -> None:
+    def memory_toggled(self, shown: bool) -> None:
         self.memory_dock.setVisible(shown)
         self.job_list.set_compact(shown)
         if shown:
@@ -736,15 +467,6 @@ class MainWindow(QMainWindow):
         folder = self.data_dir / "logs"
         folder.mkdir(parents=True, exist_ok=True)
         self.results.open(folder, folder)
-
-    def about(self) -> None:
-        QMessageBox.about(
-            self,
-            "About Tessera",
-            "<b>Tessera</b><br>Edit images with local ONNX models. One loaded copy of each "
-            "model, reused for every job; GPU memory handed back after each operation.<br><br>"
-            f"Models: {self.models_dir()}<br>Log: {self.data_dir / 'logs'}",
-        )
 
     def sizeHint(self) -> QSize:
         return QSize(1280, 800)
@@ -780,7 +502,7 @@ class MainWindow(QMainWindow):
         self.settings.sync()
         self.memory.stop()
         self.preview.close()
-        self.redraw_timer.stop()
+        self.layout_.redraw_timer.stop()
         self.job_list.clock.stop()
         self.notifier.close()
         self.models.stop()

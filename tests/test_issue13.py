@@ -753,7 +753,7 @@ def test_11_recent_files_are_offered(
     win.accept_paths([first])
     win.clear_inputs()
     assert [b.text() for b in win.welcome.recent_buttons] == ["recent.png"]
-    win._fill_recent_menu()
+    win.menus.fill_recent()
     (action,) = [a for a in win.recent_menu.actions() if a.text() == "recent.png"]
     action.trigger()
     assert list(win.workspace.sources) == [str(first)]
