@@ -16,18 +16,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt, QTimer, QUrl
-from PySide6.QtGui import (
-    QCloseEvent,
-    QDesktopServices,
-    QGuiApplication,
-    QImage,
-)
-from PySide6.QtWidgets import (
-    QFileDialog,
-    QMainWindow,
-    QMessageBox,
-    QWidget,
-)
+from PySide6.QtGui import QCloseEvent, QDesktopServices, QGuiApplication, QImage
+from PySide6.QtWidgets import QMainWindow, QMessageBox, QWidget
 
 from engine.models.catalog import CatalogEntry
 from engine.models.inventory import ModelInventory
@@ -51,7 +41,6 @@ from gui.widgets.drop_overlay import DropTarget
 from gui.widgets.export_dialog import ExportDialog
 from gui.widgets.images import load_display_paths, make_thumbnail
 from gui.widgets.inputs_panel import THUMB
-from gui.widgets.preferences import PreferencesDialog
 from gui.widgets.preview_binding import PreviewBinding
 from gui.widgets.version_strip import file_mime
 from gui.widgets.window_layout import WindowLayout
@@ -60,11 +49,6 @@ from gui.workspace import Workspace
 log = logging.getLogger(__name__)
 
 STATUS_MS = 10_000
-PROGRESS_REDRAW_MS = 50  # rows redraw at most this often, however fast tiles finish
-IMAGE_FILTER = (
-    "Images (*.png *.jpg *.jpeg *.webp *.gif *.tif *.tiff *.bmp *.avif *.tga *.qoi);;"
-    "ONNX models (*.onnx);;All files (*)"
-)
 
 
 class MainWindow(QMainWindow):
@@ -193,13 +177,13 @@ class MainWindow(QMainWindow):
         )
         self.panel.runRequested.connect(self.run_selected)
         self.panel.fetchRequested.connect(self.fetch_models)
-        self.panel.addModelRequested.connect(self.add_model_dialog)
+        self.panel.addModelRequested.connect(self.menus.add_model_dialog)
         self.inputs.currentChanged.connect(v.choose_input)
-        self.inputs.addRequested.connect(self.open_dialog)
+        self.inputs.addRequested.connect(self.menus.open_dialog)
         self.inputs.removeRequested.connect(j.remove)
         self.inputs.clearRequested.connect(self.clear_inputs)
         self.inputs.runOneRequested.connect(self.run_one)
-        self.welcome.openRequested.connect(self.open_dialog)
+        self.welcome.openRequested.connect(self.menus.open_dialog)
         self.welcome.pasteRequested.connect(self.paste)
         self.welcome.recentRequested.connect(lambda path: self.accept_paths([Path(path)]))
         self.welcome.starterRequested.connect(lambda: self.fetch_models(None))
@@ -282,16 +266,6 @@ class MainWindow(QMainWindow):
         self.show()
         self.raise_()
         self.activateWindow()
-
-    def open_dialog(self) -> None:
-        files, _ = QFileDialog.getOpenFileNames(self, "Open images", "", IMAGE_FILTER)
-        if files:
-            self.accept_paths([Path(f) for f in files])
-
-    def open_folder_dialog(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Open a folder of frames")
-        if folder:
-            self.accept_paths([Path(folder)])
 
     # -- rendering the workspace --------------------------------------------------------------
     def _update_run(self) -> None:
@@ -412,11 +386,6 @@ class MainWindow(QMainWindow):
             self.jobs.queue_jobs(waiting, self.panel.current_operation())
         self._update_run()
 
-    def add_model_dialog(self) -> None:
-        files, _ = QFileDialog.getOpenFileNames(self, "Add a model", "", "ONNX models (*.onnx)")
-        for f in files:
-            self.models.install(Path(f))
-
     def fetch_models(self, entry: CatalogEntry | None) -> None:
         if self.models.fetch(entry):
             what = "the starter models" if entry is None else entry.name
@@ -445,12 +414,6 @@ class MainWindow(QMainWindow):
             self.engine.refresh_sessions()
 
     # -- preferences, help --------------------------------------------------------------------
-    def preferences(self) -> None:
-        dialog = PreferencesDialog(self.settings, str(self.models_dir()), self)
-        self.preferences_dialog = dialog
-        if dialog.exec():
-            self.apply_preferences()
-
     def apply_preferences(self) -> None:
         """Preferences in force now: the models folder, the limits, the pasted-images folder."""
         self.engine.apply_settings(self.settings.engine_settings())

@@ -8,15 +8,20 @@ from pathlib import Path
 from typing import Protocol
 
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QMainWindow, QMenu, QMessageBox
+from PySide6.QtWidgets import QFileDialog, QMainWindow, QMenu, QMessageBox
 
 from gui.controllers.jobs import JobsController
 from gui.controllers.models import ModelsController
 from gui.settings import AppSettings
+from gui.widgets.preferences import PreferencesDialog
 from gui.widgets.viewer import ViewerPanel
 from gui.widgets.welcome import WelcomePage
 
 Keys = Sequence[QKeySequence | QKeySequence.StandardKey | str]
+IMAGE_FILTER = (
+    "Images (*.png *.jpg *.jpeg *.webp *.gif *.tif *.tiff *.bmp *.avif *.tga *.qoi);;"
+    "ONNX models (*.onnx);;All files (*)"
+)
 
 
 class MenuHost(Protocol):
@@ -29,13 +34,10 @@ class MenuHost(Protocol):
     viewer: ViewerPanel
     welcome: WelcomePage
 
-    def open_dialog(self) -> None: ...
-    def open_folder_dialog(self) -> None: ...
     def paste(self) -> None: ...
     def save_as(self, version_id: str = "") -> None: ...
     def copy_result(self) -> None: ...
-    def add_model_dialog(self) -> None: ...
-    def preferences(self) -> None: ...
+    def apply_preferences(self) -> None: ...
     def set_preview(self, on: bool) -> None: ...
     def memory_toggled(self, shown: bool) -> None: ...
     def run_selected(self) -> list[str]: ...
@@ -96,8 +98,8 @@ class WindowMenus:
             return action(self.window, text, slot, keys, tip, current)
 
         current = bar.addMenu("&File")
-        self.open_action = a("&Open images…", h.open_dialog, [key.Open])
-        a("Open a &folder of frames…", h.open_folder_dialog)
+        self.open_action = a("&Open images…", self.open_dialog, [key.Open])
+        a("Open a &folder of frames…", self.open_folder_dialog)
         self.recent_menu = current.addMenu("Open &recent")
         self.recent_menu.aboutToShow.connect(self.fill_recent)
         self.paste_action = a(
@@ -107,10 +109,10 @@ class WindowMenus:
         self.save_action = a("&Save result as…", h.save_as, ["Ctrl+Shift+S"])
         self.copy_action = a("&Copy result", h.copy_result, [key.Copy])
         current.addSeparator()
-        a("&Add a model file…", h.add_model_dialog)
+        a("&Add a model file…", self.add_model_dialog)
         a("Refresh the &model list", h.models.refresh)
         current.addSeparator()
-        a("Pr&eferences…", h.preferences, [key.Preferences])
+        a("Pr&eferences…", self.preferences, [key.Preferences])
         current.addSeparator()
         a("&Quit", self.window.close, [key.Quit])
 
@@ -172,3 +174,27 @@ class WindowMenus:
             "model, reused for every job; GPU memory handed back after each operation.<br><br>"
             f"Models: {host.models_dir()}<br>Log: {host.data_dir / 'logs'}",
         )
+
+    # -- the dialogs the File menu opens ------------------------------------------------------
+    def open_dialog(self) -> None:
+        files, _ = QFileDialog.getOpenFileNames(self.window, "Open images", "", IMAGE_FILTER)
+        if files:
+            self.host.accept_paths([Path(f) for f in files])
+
+    def open_folder_dialog(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self.window, "Open a folder of frames")
+        if folder:
+            self.host.accept_paths([Path(folder)])
+
+    def add_model_dialog(self) -> None:
+        files, _ = QFileDialog.getOpenFileNames(
+            self.window, "Add a model", "", "ONNX models (*.onnx)"
+        )
+        for f in files:
+            self.host.models.install(Path(f))
+
+    def preferences(self) -> None:
+        dialog = PreferencesDialog(self.host.settings, str(self.host.models_dir()), self.window)
+        self.preferences_dialog = dialog
+        if dialog.exec():
+            self.host.apply_preferences()
