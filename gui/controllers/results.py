@@ -1,47 +1,22 @@
 """What happens to a finished result besides viewing it: Save as (written again in another
-format and size, on the task thread), opening it with the desktop, and the words when the
+format and size through the engine's own output step, `engine.operations.products`, on the
+task thread), opening it with the desktop, and the words when the
 desktop cannot open it. QtCore only."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
-from engine.io.reading import load_image
-from engine.io.resize import resize_frame
-from engine.io.writing import write_image
-from engine.options import OutputFormat, OutputOptions
-from engine.settings import DEFAULT_MAX_PIXELS
+from engine.operations.products import export_product
+from engine.options import OutputOptions
 from gui.inputs import InputSource
 from gui.jobs import Version
 from gui.messages import Notice, NoticeLevel, Topic
 from gui.tasks import TaskOutcome, TaskThread
 from gui.workspace import Workspace
-
-
-def export_result(
-    source: Path, target: Path, options: OutputOptions, input_size: tuple[int, int]
-) -> Path:
-    """Write `source` (a finished product) to `target` in the chosen format and size: the size
-    is taken relative to the input (`input_size`), as a job's output step does. Returns the
-    path written; never leaves a half-written file, replaces `target` only as a whole."""
-    decoded = load_image(source, DEFAULT_MAX_PIXELS * 4)
-    size = options.target_size(*input_size) if all(input_size) else None
-    frames = [resize_frame(f, *size) if size else f for f in decoded.frames]
-    if options.format is OutputFormat.JPEG:
-        frames = frames[:1]  # JPEG holds one frame
-    quality = options.quality if options.format.lossy else None
-    target = target if target.suffix else target.with_suffix(options.format.suffix)
-    written = write_image(
-        target, frames, decoded.meta, format=options.format.value, quality=quality
-    )
-    if written != target and target.exists():
-        os.replace(written, target)  # the person confirmed replacing it
-        return target
-    return written
 
 
 def cannot_open(target: Path, file: Path) -> str:
@@ -119,7 +94,7 @@ class ResultsController(QObject):
             if done is not None:
                 done(written)
 
-        self.tasks.submit(lambda: export_result(product, target, options, size), finished)
+        self.tasks.submit(lambda: export_product(product, target, options, size), finished)
 
     def open_version(self, version_id: str, *, reveal: bool) -> None:
         version = self.workspace.viewed(version_id)
