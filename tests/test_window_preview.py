@@ -1,4 +1,4 @@
-"""Issue 14, "Live preview of what the viewer shows, and chained operations": the window with a
+"""The window's live preview of what the viewer shows, and chained operations: the window with a
 real engine thread on the offscreen platform, real ORT sessions on models built here.
 
 - a pan cancels the running preview, and only the newest preview is drawn (the race made
