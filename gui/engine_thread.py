@@ -42,10 +42,10 @@ import threading
 from collections import deque
 from dataclasses import dataclass, replace
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QThread, Signal, SignalInstance, Slot
 
-from engine.api import Engine
 from engine.cancel import CancelToken
 from engine.errors import Cancelled, EngineError, ErrorKind
 from engine.previews import PreviewRequest
@@ -57,9 +57,11 @@ from engine.requests import (
     ProgressKind,
     new_request_id,
 )
-from engine.runtime.devices import RuntimeReport, probe
 from engine.runtime.sessions import SessionKey, SessionWrap
 from engine.settings import EngineSettings
+
+if TYPE_CHECKING:
+    from engine.api import Engine
 
 log = logging.getLogger(__name__)
 
@@ -193,9 +195,11 @@ class EngineWorker(EngineSignals):
         self._cpu_limit_in_force: int | None = None  # ORT registers it once per process
 
     def _get_engine(self) -> Engine:
-        # Created here, on the engine thread, so the cache's owner is this thread and
-        # importing onnxruntime never delays the window.
+        # Created here, on the engine thread, so the cache's owner is this thread, and imported
+        # here, so loading onnxruntime and onnx never delays the window.
         if self._engine is None:
+            from engine.api import Engine
+
             self._engine = Engine(self._settings, session_wrap=self._wrap)
             if self._cpu_limit_in_force is None:
                 self._cpu_limit_in_force = self._settings.cpu_mem_limit
@@ -311,6 +315,8 @@ class EngineWorker(EngineSignals):
 
     @Slot()
     def probe_runtimes(self) -> None:
+        from engine.runtime.devices import RuntimeReport, probe  # onnx: on this thread, later
+
         try:
             reports = tuple(probe())
         except Exception as e:  # onnxruntime itself may fail to import

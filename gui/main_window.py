@@ -14,13 +14,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QSize, Qt, QTimer, QUrl
+from PySide6.QtCore import QEvent, QSize, Qt, QTimer, QUrl
 from PySide6.QtGui import QCloseEvent, QDesktopServices, QGuiApplication, QImage
 from PySide6.QtWidgets import QMainWindow, QMessageBox, QWidget
 
 from engine.models.catalog import CatalogEntry
-from engine.models.inventory import ModelInventory
 from engine.settings import EngineSettings, default_data_dir
 from gui.controllers.inputs import DropOutcome, InputsController
 from gui.controllers.jobs import JobsController
@@ -46,9 +46,14 @@ from gui.widgets.version_strip import file_mime
 from gui.widgets.window_layout import WindowLayout
 from gui.workspace import Workspace
 
+if TYPE_CHECKING:  # the model list is read on the task thread: onnx is not loaded by the window
+    from engine.models.inventory import ModelInventory
+
+
 log = logging.getLogger(__name__)
 
 STATUS_MS = 10_000
+SHOWN_FALLBACK_MS = 300  # a window not shown (yet) still reads its model list
 
 
 class MainWindow(QMainWindow):
@@ -71,6 +76,7 @@ class MainWindow(QMainWindow):
         self.open_url: Callable[[QUrl], bool] = QDesktopServices.openUrl
         self._probe = probe_runtimes
         self._closed = False
+        self._read_pending = False  # the model list is read once the window is drawn
 
         self.workspace = ws = Workspace(self)
         self.engine = EngineThread(engine_settings or self.settings.engine_settings(), self)
@@ -214,12 +220,21 @@ class MainWindow(QMainWindow):
         self.engine.start(probe_runtimes=self._probe)
         self.tasks.start()
         self.welcome.set_recent(self.settings.recent_files())
-        # The model list and the first memory reading (it starts NVML) come after the window is
-        # drawn: they are read on the task thread, but would hold the GIL while it is built.
-        QTimer.singleShot(0, self._after_shown)
+        # The model list and the first memory reading (it starts NVML) come once the window is
+        # drawn: they are read on the task thread, but importing onnx there would hold the GIL
+        # while the window is built and painted. A window never shown reads them soon anyway.
+        self._read_pending = True
+        QTimer.singleShot(SHOWN_FALLBACK_MS, self._after_shown)
+
+    def event(self, event: QEvent) -> bool:
+        handled = super().event(event)
+        if event.type() == QEvent.Type.Paint and self._read_pending:
+            QTimer.singleShot(0, self._after_shown)  # the first paint is on screen now
+        return handled
 
     def _after_shown(self) -> None:
-        if not self._closed:
+        if self._read_pending and not self._closed:
+            self._read_pending = False
             self.models.refresh()
             self.memory.start()
 

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
-from engine.operations.products import export_product
 from engine.options import OutputOptions
 from gui.inputs import InputSource
 from gui.jobs import Version
@@ -94,7 +93,7 @@ class ResultsController(QObject):
             if done is not None:
                 done(written)
 
-        self.tasks.submit(lambda: export_product(product, target, options, size), finished)
+        self.tasks.submit(lambda: _export(product, target, options, size), finished)
 
     def open_version(self, version_id: str, *, reveal: bool) -> None:
         version = self.workspace.viewed(version_id)
@@ -123,6 +122,14 @@ class ResultsController(QObject):
             )
         )
         return False
+
+
+def _export(product: Path, target: Path, options: OutputOptions, size: tuple[int, int]) -> Path:
+    # The engine's output step, imported on the task thread when first used (it brings the
+    # operations and onnx with it, which the window need not load to show itself).
+    from engine.operations.products import export_product
+
+    return export_product(product, target, options, size)
 
 
 def _copy_text(text: str) -> None:

@@ -6,6 +6,7 @@ estimate; and Run, which names what it will do."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QAction, QStandardItem, QStandardItemModel
@@ -29,10 +30,8 @@ from PySide6.QtWidgets import (
 )
 
 from engine.models.catalog import CatalogEntry, Family, family_of
-from engine.models.inventory import ModelInventory
 from engine.options import OutputOptions
 from engine.requests import Operation
-from engine.runtime.devices import RuntimeReport
 from gui.controllers.models import (
     ModelChoice,
     ModelGroup,
@@ -46,6 +45,11 @@ from gui.jobs import JobSettings, is_tiled
 from gui.settings import AppSettings
 from gui.widgets.elided_label import WrappedLabel
 from gui.widgets.output_options import OutputEditor
+
+if TYPE_CHECKING:  # the model list is read on the task thread: onnx is not loaded by the window
+    from engine.models.inventory import ModelInventory
+    from engine.runtime.devices import RuntimeReport
+
 
 RUNTIME_LABELS = {
     "auto": "Automatic",
