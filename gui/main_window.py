@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QEvent, QSize, Qt, QTimer, QUrl
+from PySide6.QtCore import QEvent, QSize, QTimer, QUrl
 from PySide6.QtGui import QCloseEvent, QDesktopServices, QGuiApplication, QImage
-from PySide6.QtWidgets import QMainWindow, QMessageBox, QWidget
+from PySide6.QtWidgets import QMainWindow, QWidget
 
 from engine.models.catalog import CatalogEntry
 from engine.settings import EngineSettings, default_data_dir
@@ -31,16 +31,17 @@ from gui.controllers.results import ResultsController
 from gui.controllers.speed import SpeedBook
 from gui.controllers.view import ViewController
 from gui.engine_thread import EngineThread
-from gui.jobs import JobState, Version, ended_text
+from gui.jobs import Version, ended_text
 from gui.menus import WindowMenus
 from gui.messages import Notice, NoticeLevel, Topic
-from gui.notifications import Notifier, should_notify
+from gui.notifications import Notifier
 from gui.settings import AppSettings
 from gui.tasks import TaskThread
 from gui.widgets.drop_overlay import DropTarget
 from gui.widgets.export_dialog import ExportDialog
 from gui.widgets.images import load_display_paths, make_thumbnail
 from gui.widgets.inputs_panel import THUMB
+from gui.widgets.job_list import confirm_quit
 from gui.widgets.preview_binding import PreviewBinding
 from gui.widgets.version_strip import file_mime
 from gui.widgets.window_layout import WindowLayout
@@ -52,7 +53,6 @@ if TYPE_CHECKING:  # the model list is read on the task thread: onnx is not load
 
 log = logging.getLogger(__name__)
 
-STATUS_MS = 10_000
 SHOWN_FALLBACK_MS = 300  # a window not shown (yet) still reads its model list
 
 
@@ -129,18 +129,9 @@ class MainWindow(QMainWindow):
     # -- construction -------------------------------------------------------------------------
     def _build_widgets(self) -> None:
         self.layout_ = ui = WindowLayout(self, self.settings)
-        self.inputs, self.viewer, self.welcome, self.center = (
-            ui.inputs,
-            ui.viewer,
-            ui.welcome,
-            ui.center,
-        )
-        self.panel, self.job_list, self.notice, self.drop_overlay = (
-            ui.panel,
-            ui.job_list,
-            ui.notice,
-            ui.drop_overlay,
-        )
+        self.inputs, self.viewer, self.welcome = ui.inputs, ui.viewer, ui.welcome
+        self.center, self.panel, self.job_list = ui.center, ui.panel, ui.job_list
+        self.notice, self.drop_overlay = ui.notice, ui.drop_overlay
         self.memory_dock, self.memory_panel = ui.memory_dock, ui.memory_panel
         self.models_button, self.gauge = ui.models_button, ui.gauge
 
@@ -160,7 +151,6 @@ class MainWindow(QMainWindow):
         ws.jobEnded.connect(self._on_job_ended)
         e.runtimesProbed.connect(self.panel.set_runtimes)
         e.settingsApplied.connect(self._on_settings_applied)
-        e.operationFinished.connect(lambda r: self.memory_panel.set_last_operation(r.memory))
         for controller in (j, self.intake, self.results):
             controller.statusRequested.connect(self.say)
             controller.noticeRequested.connect(self.show_notice)
@@ -207,14 +197,7 @@ class MainWindow(QMainWindow):
         self.viewer.copyRequested.connect(self.copy_result)
         self.viewer.openRequested.connect(lambda i: self.results.open_version(i, reveal=False))
         self.viewer.revealRequested.connect(lambda i: self.results.open_version(i, reveal=True))
-        self.memory.snapshotTaken.connect(self.gauge.set_snapshot)
-        self.memory.snapshotTaken.connect(self.memory_panel.set_snapshot)
-        self.memory.sessionsChanged.connect(self._on_sessions)
-        self.memory_dock.closeRequested.connect(lambda: self.memory_action.setChecked(False))
-        self.memory_panel.unloadRequested.connect(e.unload)
-        self.memory_panel.unloadAllRequested.connect(e.unload_all)
-        self.models_button.clicked.connect(self.show_memory_panel)
-        self.gauge.clicked.connect(self.show_memory_panel)
+        self.layout_.render_memory(self.memory, e, self.memory_action)
 
     def start(self) -> None:
         self.engine.start(probe_runtimes=self._probe)
@@ -246,14 +229,7 @@ class MainWindow(QMainWindow):
 
     # -- messages -----------------------------------------------------------------------------
     def say(self, text: str) -> None:
-        """A line in the status bar, ending in '…' where it does not fit (the whole text is in
-        the log and, for problems, in the notice)."""
-        bar = self.statusBar()
-        room = bar.width() - self.models_button.width() - self.gauge.width() - 48
-        line = text.splitlines()[0] if text else ""
-        if room > 40:
-            line = bar.fontMetrics().elidedText(line, Qt.TextElideMode.ElideRight, room)
-        bar.showMessage(line, STATUS_MS)
+        self.layout_.say(text)
 
     def show_notice(self, notice: Notice) -> None:
         log.info("notice: %s", notice.text)
@@ -291,14 +267,9 @@ class MainWindow(QMainWindow):
 
     def _on_job_ended(self, job_id: str) -> None:
         job = self.workspace.jobs.get(job_id)
-        if job is None:
-            return
-        line, text = ended_text(job)
-        self.say(line)
-        if job.state is not JobState.CANCELLED and should_notify(
-            job.elapsed(), self.isActiveWindow()
-        ):
-            self.notifier.notify("Tessera", text)
+        if job is not None:
+            self.say(ended_text(job)[0])
+            self.notifier.job_ended(job)
 
     # -- running, chains ----------------------------------------------------------------------
     def run_selected(self) -> list[str]:
@@ -330,13 +301,6 @@ class MainWindow(QMainWindow):
         self.set_preview(False)
         self.view.choose_version(version.id, True)  # on the left: what the next step works on
         self._update_run()
-        if version.is_original:
-            self.say("The next job starts from the original again.")
-        else:
-            self.say(
-                f"The next job of this image starts from {version.label}: choose the operation "
-                "and press Run (Preview shows it first)."
-            )
 
     def run_chain_from(self, version_id: str = "") -> list[str]:
         ws = self.workspace
@@ -414,19 +378,11 @@ class MainWindow(QMainWindow):
     def poll_memory(self) -> None:
         self.memory.poll()
 
-    def _on_sessions(self, sessions: tuple[object, ...], text: str) -> None:
-        self.memory_panel.set_sessions(sessions)  # type: ignore[arg-type]
-        self.models_button.setText(text)
-
     def show_memory_panel(self) -> None:
-        self.memory_action.setChecked(True)
-        self.engine.refresh_sessions()
+        self.layout_.show_memory_panel()
 
     def memory_toggled(self, shown: bool) -> None:
-        self.memory_dock.setVisible(shown)
-        self.job_list.set_compact(shown)
-        if shown:
-            self.engine.refresh_sessions()
+        self.layout_.memory_toggled(shown)
 
     # -- preferences, help --------------------------------------------------------------------
     def apply_preferences(self) -> None:
@@ -454,20 +410,10 @@ class MainWindow(QMainWindow):
         if self._closed:
             event.accept()
             return
-        active = self.jobs.active()
-        if active and self.confirm_close:
-            count = len(active)
-            answer = QMessageBox.question(
-                self,
-                "Jobs are running",
-                f"{count} job{'s are' if count != 1 else ' is'} still running or queued. "
-                "Cancel and quit?",
-                QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
-                QMessageBox.StandardButton.No,
-            )
-            if answer != QMessageBox.StandardButton.Yes:
-                event.ignore()
-                return
+        active = len(self.jobs.active())
+        if active and self.confirm_close and not confirm_quit(self, active):
+            event.ignore()
+            return
         self.shutdown()
         event.accept()
 

@@ -354,6 +354,13 @@ class JobsController(QObject):
         if version is None or not version.viewable:
             return None
         self.workspace.set_base(key, version_id)
+        if version.is_original:
+            self.statusRequested.emit("The next job starts from the original again.")
+        else:
+            self.statusRequested.emit(
+                f"The next job of this image starts from {version.label}: choose the operation "
+                "and press Run (Preview shows it first)."
+            )
         return version
 
     def run_chain(self, steps: Sequence[JobSettings], sources: Sequence[InputSource]) -> list[str]:

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
+    QMessageBox,
     QProgressBar,
     QPushButton,
     QScrollArea,
@@ -326,3 +327,16 @@ class JobList(QWidget):
             self.clock.start()
         elif not active:
             self.clock.stop()
+
+
+def confirm_quit(parent: QWidget, active: int) -> bool:
+    """Closing with jobs running or queued: whether the person wants them cancelled."""
+    answer = QMessageBox.question(
+        parent,
+        "Jobs are running",
+        f"{active} job{'s are' if active != 1 else ' is'} still running or queued. "
+        "Cancel and quit?",
+        QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+        QMessageBox.StandardButton.No,
+    )
+    return answer == QMessageBox.StandardButton.Yes

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
     QFrame,
     QMainWindow,
@@ -19,7 +20,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine.runtime.sessions import SessionInfo
 from gui.controllers.jobs import JobsController
+from gui.controllers.memory import MemoryController
+from gui.engine_thread import EngineThread
 from gui.inputs import InputSource
 from gui.settings import AppSettings
 from gui.widgets.drop_overlay import DropOverlay
@@ -33,6 +37,7 @@ from gui.widgets.vram_gauge import VramGauge
 from gui.widgets.welcome import WelcomePage
 from gui.workspace import Workspace
 
+STATUS_MS = 10_000  # how long a status line stays
 PROGRESS_REDRAW_MS = 50  # rows redraw at most this often, however fast tiles finish
 
 
@@ -97,10 +102,20 @@ class WindowLayout:
             "Show the loaded models and their memory (Unload, Unload all)"
         )
         self.gauge = VramGauge()
-        bar = window.statusBar()
+        self.bar = bar = window.statusBar()
         bar.addPermanentWidget(self.models_button)
         bar.addPermanentWidget(self.gauge)
         bar.setSizeGripEnabled(True)
+
+    def say(self, text: str) -> None:
+        """A line in the status bar, ending in '…' where it does not fit (the whole text is in
+        the log and, for problems, in the notice)."""
+        bar = self.bar
+        room = bar.width() - self.models_button.width() - self.gauge.width() - 48
+        line = text.splitlines()[0] if text else ""
+        if room > 40:
+            line = bar.fontMetrics().elidedText(line, Qt.TextElideMode.ElideRight, room)
+        bar.showMessage(line, STATUS_MS)
 
     def render(self, ws: Workspace, jobs: JobsController, run_label: Callable[[str], None]) -> None:
         """Draw the workspace into the widgets as it changes, and hand their edits to it."""
@@ -154,6 +169,34 @@ class WindowLayout:
     def _redraw_rows(self) -> None:
         for job_id in self.ws.take_dirty():
             self.job_list.update_job(job_id)
+
+    def render_memory(self, memory: MemoryController, engine: EngineThread, shown: QAction) -> None:
+        """The gauge, the loaded-models button and the memory panel, from the memory
+        controller's readings; `shown` is the View menu's Memory panel action."""
+        self.engine, self.memory_action = engine, shown
+        memory.snapshotTaken.connect(self.gauge.set_snapshot)
+        memory.snapshotTaken.connect(self.memory_panel.set_snapshot)
+        memory.sessionsChanged.connect(self._sessions_changed)
+        engine.operationFinished.connect(lambda r: self.memory_panel.set_last_operation(r.memory))
+        self.memory_dock.closeRequested.connect(lambda: shown.setChecked(False))
+        self.memory_panel.unloadRequested.connect(engine.unload)
+        self.memory_panel.unloadAllRequested.connect(engine.unload_all)
+        self.models_button.clicked.connect(self.show_memory_panel)
+        self.gauge.clicked.connect(self.show_memory_panel)
+
+    def _sessions_changed(self, sessions: tuple[SessionInfo, ...], text: str) -> None:
+        self.memory_panel.set_sessions(sessions)
+        self.models_button.setText(text)
+
+    def show_memory_panel(self) -> None:
+        self.memory_action.setChecked(True)
+        self.engine.refresh_sessions()
+
+    def memory_toggled(self, shown: bool) -> None:
+        self.memory_dock.setVisible(shown)
+        self.job_list.set_compact(shown)
+        if shown:
+            self.engine.refresh_sessions()
 
     def show_inputs(self, sources: list[InputSource]) -> None:
         """The images list, shown with its first image; the welcome page when there is none."""
