@@ -26,6 +26,12 @@ def is_tiled(operation: Operation) -> bool:
     return operation is Operation.UPSCALE
 
 
+def has_scale(operation: Operation) -> bool:
+    """Whether the operation's product is the input times the model's scale (the output
+    step's "Model's size (×4)"); the others keep the input's size."""
+    return operation is Operation.UPSCALE
+
+
 @dataclass(frozen=True)
 class JobSettings:
     """What the operation panel says when Run is pressed; every job of the batch keeps it."""
