@@ -22,14 +22,14 @@ from engine.requests import (
 
 def is_tiled(operation: Operation) -> bool:
     """Whether the operation runs tile by tile (a preview follows the view; a job reports
-    tiles). The one place the GUI decides it: the engine's operation table answers later."""
-    return operation is Operation.UPSCALE
+    tiles and takes a tile size). The GUI asks here, and here asks the operation table."""
+    return operation.tiled
 
 
 def has_scale(operation: Operation) -> bool:
     """Whether the operation's product is the input times the model's scale (the output
     step's "Model's size (×4)"); the others keep the input's size."""
-    return operation is Operation.UPSCALE
+    return operation.has_scale
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
-from engine.bench.contract_models import make_upscaler
 from engine.requests import Operation
+from engine.samples.contract_models import make_upscaler
 from gui.main_window import MainWindow
 from tests.engine_helpers import photo
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard

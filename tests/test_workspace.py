@@ -11,6 +11,7 @@ import pytest
 from PySide6.QtCore import QSettings
 from pytestqt.qtbot import QtBot
 
+from engine.operation_specs import operations
 from engine.previews import Region
 from engine.requests import Operation
 from gui.controllers.jobs import JobsController
@@ -78,9 +79,9 @@ def test_one_writer_announces_each_change(qtbot: QtBot, ws: Workspace, tmp_path:
     assert ws.sources == {} and ws.pairs == {} and ws.selected == ()
 
 
-def test_upscale_is_the_tiled_one_decided_in_one_place() -> None:
+def test_the_tiled_one_is_the_operation_tables_answer() -> None:
     assert is_tiled(Operation.UPSCALE)
-    assert not any(is_tiled(op) for op in Operation if op is not Operation.UPSCALE)
+    assert not any(is_tiled(op) for op in operations() if op is not Operation.UPSCALE)
     assert UP2.job_tile == 64 and CUT.job_tile is None  # only a tiled job carries a tile
 
 

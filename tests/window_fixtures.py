@@ -18,8 +18,8 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from engine.bench.contract_models import make_upscaler
 from engine.requests import Operation
+from engine.samples.contract_models import make_upscaler
 from engine.settings import EngineSettings
 from gui.main_window import MainWindow
 from gui.settings import AppSettings

@@ -29,7 +29,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.models.catalog import CatalogEntry, Family, family_of
+from engine.models.catalog import CatalogEntry, Family
+from engine.operation_specs import operations
 from engine.options import OutputOptions
 from engine.requests import Operation
 from gui.controllers.models import (
@@ -59,7 +60,6 @@ RUNTIME_LABELS = {
     "directml": "DirectML",
     "coreml": "CoreML",
 }
-OPERATIONS = (Operation.UPSCALE, Operation.REMOVE_BACKGROUND, Operation.DEPTH, Operation.GEOMETRY)
 DATA = Qt.ItemDataRole.UserRole
 
 
@@ -121,7 +121,7 @@ class OperationPanel(QWidget):
         self.setMinimumWidth(300)
 
         self.operation = QComboBox()
-        for op in OPERATIONS:
+        for op in operations():  # the operation table, in the order it offers them
             self.operation.addItem(op.label, op)
         self.model = QComboBox()
         self.model.setSizeAdjustPolicy(
@@ -335,10 +335,10 @@ class OperationPanel(QWidget):
         return data if isinstance(data, Operation) else Operation.UPSCALE
 
     def current_family(self) -> Family:
-        return family_of(self.current_operation())
+        return self.current_operation().family
 
     def select_operation(self, operation: Operation) -> None:
-        self.operation.setCurrentIndex(OPERATIONS.index(operation))
+        self.operation.setCurrentIndex(operations().index(operation))
 
     def current_group(self) -> ModelGroup | None:
         index = self.model.currentIndex()
