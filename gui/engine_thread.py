@@ -525,10 +525,6 @@ class EngineThread(EngineSignals):
         """Jobs whose terminal signal has not reached the GUI yet."""
         return self._open_of(RequestKind.JOB)
 
-    def previews_open(self) -> list[str]:
-        """Previews whose terminal signal has not reached the GUI yet."""
-        return self._open_of(RequestKind.PREVIEW)
-
     def is_busy(self) -> bool:
         return bool(self.open_requests())
 

@@ -156,7 +156,6 @@ class Job:
     model_label: str
     state: JobState = JobState.QUEUED
     progress: Progress | None = None
-    queued_at: float = field(default_factory=time.monotonic)
     started_at: float | None = None
     running_at: float | None = None  # the model is loaded and the first run began
     ended_at: float | None = None

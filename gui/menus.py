@@ -98,16 +98,14 @@ class WindowMenus:
             return action(self.window, text, slot, keys, tip, current)
 
         current = bar.addMenu("&File")
-        self.open_action = a("&Open images…", self.open_dialog, [key.Open])
+        a("&Open images…", self.open_dialog, [key.Open])
         a("Open a &folder of frames…", self.open_folder_dialog)
         self.recent_menu = current.addMenu("Open &recent")
         self.recent_menu.aboutToShow.connect(self.fill_recent)
-        self.paste_action = a(
-            "&Paste image", h.paste, [key.Paste], "Add the image (or files) on the clipboard"
-        )
+        a("&Paste image", h.paste, [key.Paste], "Add the image (or files) on the clipboard")
         current.addSeparator()
-        self.save_action = a("&Save result as…", h.save_as, ["Ctrl+Shift+S"])
-        self.copy_action = a("&Copy result", h.copy_result, [key.Copy])
+        a("&Save result as…", h.save_as, ["Ctrl+Shift+S"])
+        a("&Copy result", h.copy_result, [key.Copy])
         current.addSeparator()
         a("&Add a model file…", self.add_model_dialog)
         a("Refresh the &model list", h.models.refresh)
@@ -195,6 +193,5 @@ class WindowMenus:
 
     def preferences(self) -> None:
         dialog = PreferencesDialog(self.host.settings, str(self.host.models_dir()), self.window)
-        self.preferences_dialog = dialog
         if dialog.exec():
             self.host.apply_preferences()
