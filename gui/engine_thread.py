@@ -218,8 +218,9 @@ class EngineWorker(EngineSignals):
 
     def _run(self, request: Request, token: CancelToken) -> None:
         kind = _kind(request)
+        rid = request.id
         if token.cancelled:
-            self._end(kind, Outcome.CANCELLED, OperationCancellation(request.id, started=False))
+            self._end(kind, Outcome.CANCELLED, rid, OperationCancellation(rid, started=False))
             return
         try:
             if isinstance(request, PreviewRequest):
@@ -232,23 +233,22 @@ class EngineWorker(EngineSignals):
                 self._sessions_told = False
                 result = self._get_engine().run(request, self._progress, token)
         except Cancelled:
-            self._end(kind, Outcome.CANCELLED, OperationCancellation(request.id, started=True))
+            self._end(kind, Outcome.CANCELLED, rid, OperationCancellation(rid, started=True))
         except EngineError as e:
-            self._end(kind, Outcome.FAILED, OperationFailure(request.id, e.kind, str(e)))
+            self._end(kind, Outcome.FAILED, rid, OperationFailure(rid, e.kind, str(e)))
         except Exception as e:  # a bug must not take the engine thread down
             log.exception("%s %s failed unexpectedly", kind.value, request.id)
             message = f"Unexpected error: {e}. The details are in the log file."
-            failure = OperationFailure(request.id, ErrorKind.INTERNAL, message)
-            self._end(kind, Outcome.FAILED, failure)
+            failure = OperationFailure(rid, ErrorKind.INTERNAL, message)
+            self._end(kind, Outcome.FAILED, rid, failure)
         else:
-            self._end(kind, Outcome.FINISHED, result)
+            self._end(kind, Outcome.FINISHED, rid, result)
 
-    def _end(self, kind: RequestKind, outcome: Outcome, payload: object) -> None:
+    def _end(self, kind: RequestKind, outcome: Outcome, request_id: str, payload: object) -> None:
         # Sessions first, so a slot reacting to the terminal signal sees the cache after it
         # (a request cancelled before it started touched no session).
         if not isinstance(payload, OperationCancellation) or payload.started:
             self._emit_sessions()
-        request_id: str = payload.request_id  # type: ignore[attr-defined]
         self.requestEnded.emit(Ended(kind, outcome, request_id, payload))
 
     def _progress(self, event: Progress) -> None:
