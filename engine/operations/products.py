@@ -20,6 +20,7 @@ done: a cancelled or failed input leaves none.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -32,12 +33,14 @@ import numpy as np
 from engine.io.image import DecodedImage, ImageMeta
 from engine.io.png import FrameLike
 from engine.io.publish import PendingOutput, open_output
+from engine.io.reading import load_image
 from engine.io.resize import resize_frame
 from engine.io.tiff import TiffWriter
 from engine.io.writing import ImageStream
 from engine.operations.base import RunContext, output_name
 from engine.options import OutputFormat, OutputOptions
 from engine.requests import Product, ProductKind
+from engine.settings import DEFAULT_MAX_PIXELS
 
 
 def data_meta(image: DecodedImage) -> ImageMeta:
@@ -279,3 +282,44 @@ class Products:
         # operation lets go of them, not at the next garbage collection.
         self._sinks.clear()
         self._by_name.clear()
+
+
+def export_product(
+    source: Path,
+    target: Path,
+    options: OutputOptions,
+    input_size: tuple[int, int],
+    *,
+    max_pixels: int = DEFAULT_MAX_PIXELS * 4,
+) -> Path:
+    """Save as: the finished product `source` written again through a job's output step —
+    `options`' format and quality, and its size taken relative to the job's input
+    (`input_size`, (0, 0) when unknown: the product's own size) — with the encoder the job's
+    products use. Never half-written; an existing `target` is replaced as a whole (the person
+    confirmed it). Returns the path written."""
+    decoded = load_image(source, max_pixels)
+    size = options.target_size(*input_size) if all(input_size) else None
+    frames = decoded.frames[:1] if options.format is OutputFormat.JPEG else decoded.frames
+    target = target if target.suffix else target.with_suffix(options.format.suffix)
+    sized = [resize_frame(f, *size) if size else f for f in frames]
+    first = sized[0]
+    stream = ImageStream(
+        target,
+        shape=(int(first.shape[0]), int(first.shape[1]), int(first.shape[2])),
+        dtype=first.dtype,
+        frames=len(sized),
+        meta=decoded.meta,
+        format=options.format.value,
+        quality=options.quality if options.format.lossy else None,
+    )
+    try:
+        for frame in sized:
+            stream.add(frame)
+        written = stream.publish()
+    except BaseException:
+        stream.discard()
+        raise
+    if written != target and target.exists():
+        os.replace(written, target)
+        return target
+    return written
