@@ -26,6 +26,7 @@ from engine.errors import (
 from engine.io.image import DecodedImage
 from engine.io.reading import load_image
 from engine.io.sequences import list_sequence, load_sequence
+from engine.io.video import is_video, load_video
 from engine.models.catalog import family_of
 from engine.models.contracts import ModelSpec
 from engine.models.inventory import resolve_model
@@ -362,7 +363,7 @@ class Engine:
             # input's failure, not the batch's.
             ctx.spec = spec = self._complete(op, spec, session)
             decode_start = time.perf_counter()
-            image = self._load(group, cancel)
+            image = self._load(group, cancel, request)
             if not self.settings.keep_cpu_arena:
                 memory.trim_heap()  # the decoder's freed buffers go back before the model runs
             ctx.io_seconds += time.perf_counter() - decode_start
@@ -459,8 +460,15 @@ class Engine:
                 groups.append([p])
         return groups
 
-    def _load(self, group: list[Path], cancel: CancelToken | None) -> DecodedImage:
+    def _load(
+        self, group: list[Path], cancel: CancelToken | None, request: OperationRequest
+    ) -> DecodedImage:
         check = cancel.check if cancel is not None else None
+        if len(group) == 1 and is_video(group[0]) and not group[0].is_dir():
+            video = request.output.video  # a clip: its frames decoded ahead as they are used
+            return load_video(
+                group[0], self.settings.max_pixels, skip_broken=video.skip_broken_frames
+            )
         if len(group) == 1 and not group[0].is_dir():
             return load_image(group[0], self.settings.max_pixels, check, stream=True)
         return load_sequence(group, self.settings.max_pixels, check, stream=True)
