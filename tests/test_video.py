@@ -384,8 +384,9 @@ def test_frames_over_the_pixel_limit_are_refused_from_the_header(
 
 def test_poster_and_frame_n_without_decoding_the_clip(tmp_path: Path) -> None:
     clip = make_clip(tmp_path / "clip.mp4", 30, audio=None)
-    poster, meta = poster_frame(clip, 10**8)
+    poster, meta = poster_frame(clip, 10**8)  # from the header and the first frame
     assert poster.shape == (48, 64, 3) and meta.frame_count == 30 and meta.rate == 25
+    assert meta.pts == probe_video(clip, 10**8).pts  # the packets say the same here
     twentieth = read_frame(clip, 19, 10**8, meta)
     assert np.abs(twentieth.astype(int) - picture(19).astype(int)).mean() < 8
     assert np.abs(twentieth.astype(int) - picture(5).astype(int)).mean() > 8
@@ -408,3 +409,47 @@ def test_command_line_runs_a_clip_with_video_choices(models: Path, tmp_path: Pat
         [*command[:-4], "--crf", "99"], capture_output=True, text=True, env=env, timeout=120
     )
     assert usage.returncode == 2 and "--crf" in usage.stderr
+
+
+def test_the_size_rule_applies_to_a_clip(engine: Engine, models: Path, tmp_path: Path) -> None:
+    clip = make_clip(tmp_path / "clip.mp4", 3, audio=None)
+    request = OperationRequest(
+        Operation.UPSCALE,
+        str(models / "up2.onnx"),
+        (clip,),
+        output_dir=tmp_path / "o",
+        output=OutputOptions(width=101),
+    )
+    (product,) = engine.run(request).products
+    assert product.path.name == "clip-up2-101w.mp4"
+    arrays, _, info = decoded(product.path)
+    # An odd side: 4:4:4, which H.264 takes at any size (4:2:0 needs even sides).
+    assert arrays[0].shape == (76, 101, 3) and info["pix_fmt"] == "yuv444p"
+
+
+def test_sigterm_while_a_clip_is_encoded_leaves_no_partial_file(
+    models: Path, tmp_path: Path
+) -> None:
+    import signal
+    import time
+
+    clip = make_clip(tmp_path / "long.mp4", 400, size=(128, 96))
+    out = tmp_path / "o"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "engine", "run", "upscale", str(clip), "--quiet"]
+    command += ["--model", str(models / "up2.onnx"), "--out", str(out), "--tile", "64"]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(".partial-" in name for name in _files(out)):
+            time.sleep(0.05)
+        assert any(".partial-" in name for name in _files(out)), "the clip never started"
+        time.sleep(0.3)  # some frames into the encoder
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 143, stderr
+    assert _files(out) == []

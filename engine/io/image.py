@@ -96,6 +96,7 @@ class VideoMeta:
     copied_streams: tuple[int, ...] = ()  # audio and subtitle streams copied into the products
     copied_codecs: tuple[str, ...] = ()  # their codecs (which containers can hold them)
     duration_s: float = 0.0
+    exact: bool = True  # pts counted from the packets; False: from the header (probe_video)
 
     @property
     def frame_count(self) -> int:

@@ -146,9 +146,13 @@ def _rotation(frame: Any) -> int:
     return angle % 360 if angle % 90 == 0 else 0
 
 
-def probe_video(path: Path, max_pixels: int) -> VideoMeta:
+def probe_video(path: Path, max_pixels: int, *, count_frames: bool = True) -> VideoMeta:
     """A clip's metadata and frame timestamps, checked before any frame but the first is
-    decoded: BadInputError with a message a person can act on for every refusal."""
+    decoded: BadInputError with a message a person can act on for every refusal.
+
+    `count_frames=False` (a thumbnail, a scrubber) reads the header and the first frame only:
+    the frame count comes from the header (or its duration × rate) and the timestamps are
+    spread evenly at the average rate (`VideoMeta.exact` False); a job counts the packets."""
     path = Path(path)
     container = _open(path)
     with container:
@@ -174,7 +178,7 @@ def probe_video(path: Path, max_pixels: int) -> VideoMeta:
                 f"({_fmt_pixels(width * height)}); the limit is {_fmt_pixels(max_pixels)} per "
                 "frame. Raise the pixel limit in the settings."
             )
-        pts = _packet_times(path, container, stream)
+        pts = _packet_times(path, container, stream) if count_frames else _even_times(stream)
         if not pts:
             raise BadInputError(f"{path.name}: the video stream has no frames.")
         first = _first_frame(path, stream.index)
@@ -203,7 +207,21 @@ def probe_video(path: Path, max_pixels: int) -> VideoMeta:
             copied_streams=copied,
             copied_codecs=codecs,
             duration_s=duration,
+            exact=count_frames,
         )
+
+
+def _even_times(stream: Any) -> list[int]:
+    """Timestamps at the average rate for the frame count the header states (or its duration
+    × rate): what a thumbnail and a scrubber need without reading the whole file."""
+    time_base = stream.time_base or Fraction(1, 1000)
+    rate = stream.average_rate or stream.guessed_rate or Fraction(25)
+    count = int(stream.frames or 0)
+    start = int(stream.start_time or 0)
+    if count <= 0 and stream.duration:
+        count = max(1, round(float(stream.duration * time_base * rate)))
+    step = 1 / (Fraction(rate) * Fraction(time_base))
+    return [start + round(i * step) for i in range(count)]
 
 
 def _codec_tag(stream: Any) -> str:
@@ -525,6 +543,7 @@ def read_frame(
 
 
 def poster_frame(path: Path, max_pixels: int) -> tuple[np.ndarray, VideoMeta]:
-    """The clip's first frame, upright, and its metadata: what a thumbnail needs."""
-    meta = probe_video(path, max_pixels)
+    """The clip's first frame, upright, and its metadata from the header (no pass over the
+    packets): what a thumbnail needs."""
+    meta = probe_video(path, max_pixels, count_frames=False)
     return read_frame(path, 0, max_pixels, meta), meta

@@ -268,6 +268,7 @@ class VideoWriter:
         self._queue: queue.Queue[Any] = queue.Queue(QUEUE_FRAMES)
         self._stop = threading.Event()
         self._error: BaseException | None = None
+        self._closed = False
         self._output = open_output(self.path)
         self._pending: PendingOutput = self._output.__enter__()
         self._thread = threading.Thread(
@@ -320,10 +321,14 @@ class VideoWriter:
         except BaseException as e:
             self.discard(e)
             raise
+        self._closed = True
         self._output.__exit__(None, None, None)
         return path
 
     def discard(self, error: BaseException | None = None) -> None:
+        if self._closed:
+            return  # a failure already discarded it (the products discard again on the way out)
+        self._closed = True
         self._stop.set()
         while self._thread.is_alive():
             try:
