@@ -469,6 +469,12 @@ class Engine:
             return load_video(
                 group[0], self.settings.max_pixels, skip_broken=video.skip_broken_frames
             )
+        clips = [p for p in group if is_video(p)] if len(group) > 1 else []
+        if clips:
+            raise BadInputError(
+                f"{clips[0].name}: a clip cannot be a frame of a sequence; run clips on their "
+                "own (without --sequence), each is a sequence of its frames already."
+            )
         if len(group) == 1 and not group[0].is_dir():
             return load_image(group[0], self.settings.max_pixels, check, stream=True)
         return load_sequence(group, self.settings.max_pixels, check, stream=True)

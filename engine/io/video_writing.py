@@ -381,7 +381,13 @@ class VideoWriter:
             in_video = source.streams[meta.stream_index]
             video.metadata.update(_tags(in_video.metadata))
             copies = {}
+            holds = out.supported_codecs
             for index in meta.copied_streams:
+                context = source.streams[index].codec_context
+                name = context.name if context is not None else "unknown"
+                if name not in holds:  # e.g. MP4's mov_text in Matroska
+                    log.warning("%s: its %s stream is left out", self.path.name, name)
+                    continue
                 try:
                     copies[index] = out.add_stream_from_template(source.streams[index])
                 except (av.error.FFmpegError, ValueError) as e:
@@ -408,6 +414,7 @@ class VideoWriter:
                     return
             for packet in video.encode():
                 out.mux(packet)
+                pending = self._mux_copies(out, copies, others, pending, packet)
             while pending is not None:
                 pending = self._mux_copies(out, copies, others, pending, None)
             out.close()
