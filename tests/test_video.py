@@ -141,6 +141,21 @@ def test_rotation_and_colour_metadata_kept(engine: Engine, models: Path, tmp_pat
     )
 
 
+def test_colours_go_through_the_clips_own_matrix(
+    engine: Engine, models: Path, tmp_path: Path
+) -> None:
+    """BT.709 in, BT.709 out: decoded and encoded with the clip's matrix (BT.601 for either
+    would shift the colours by twice as much as 4:2:0 and the model's blur do)."""
+    clip = make_clip(tmp_path / "hd.mp4", 3, colour=BT709, audio=None)
+    result = _run(engine, models / "up2.onnx", [clip], tmp_path / "o", crf=0)
+    source, product = load_video(clip, 10**8), load_video(result.products[0].path, 10**8)  # type: ignore[attr-defined]
+    before = source.frames[1].astype(np.float32)
+    after = product.frames[1].astype(np.float32).reshape(48, 2, 64, 2, 3).mean(axis=(1, 3))
+    source.frames.close()  # type: ignore[attr-defined]
+    product.frames.close()  # type: ignore[attr-defined]
+    assert np.abs(after - before).mean() < 4.5
+
+
 def test_variable_frame_rate_timestamps_kept(engine: Engine, models: Path, tmp_path: Path) -> None:
     pts = [0, 40, 80, 200, 220, 400, 410, 600]  # milliseconds
     clip = make_clip(
