@@ -33,10 +33,10 @@ from typing import Any, NoReturn
 from engine.cancel import CancelToken, Terminated
 from engine.errors import EXIT_CODES, Cancelled, EngineError, ErrorKind, UsageError
 from engine.files import LIVE
+from engine.operation_specs import operation_named, operations
 from engine.options import parse_output_options, parse_video_options
 from engine.requests import (
     MemoryReport,
-    Operation,
     OperationRequest,
     Progress,
     ProgressKind,
@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run an operation on images")
-    run.add_argument("operation", choices=[o.value for o in Operation])
+    run.add_argument("operation", choices=[o.value for o in operations()])
     run.add_argument("inputs", nargs="+", type=Path, metavar="INPUT")
     run.add_argument("--model", required=True, help="catalog id or path of an .onnx file")
     run.add_argument("--device", default="cpu", help="cpu or gpu:N (default cpu)")
@@ -315,7 +315,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         keep_cpu_arena=args.keep_cpu_arena,
     )
     request = OperationRequest(
-        operation=Operation(args.operation),
+        operation=operation_named(args.operation),
         model=args.model,
         inputs=tuple(args.inputs),
         device=args.device,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.bench.contract_models import make_u2net
 from engine.cli import main as cli_main
+from engine.samples.contract_models import make_u2net
 
 FIGURES = (
     "overhead vs bare ORT, synthetic-x4",

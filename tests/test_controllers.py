@@ -13,10 +13,10 @@ import pytest
 from PySide6.QtCore import QSettings
 from pytestqt.qtbot import QtBot
 
-from engine.bench.contract_models import make_two_strings, make_upscaler
 from engine.models.catalog import Family, load_catalog
 from engine.models.inventory import ModelInventory, discover
 from engine.requests import Operation
+from engine.samples.contract_models import make_two_strings, make_upscaler
 from engine.settings import EngineSettings
 from gui.controllers.jobs import JobsController, JobSettings
 from gui.controllers.models import (

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from engine.api import Engine
-from engine.bench.contract_models import make_da3, make_moge, make_u2net, make_upscaler
 from engine.cancel import CancelToken
 from engine.errors import Cancelled, ErrorKind
 from engine.io.reading import load_image
@@ -22,6 +21,7 @@ from engine.io.video import load_video, poster_frame, probe_video, read_frame
 from engine.options import OutputOptions, VideoCodec, VideoOptions
 from engine.requests import Operation, OperationRequest, ProductKind, Progress, ProgressKind
 from engine.runtime.providers import CUDA_EP
+from engine.samples.contract_models import make_da3, make_moge, make_u2net, make_upscaler
 from engine.settings import EngineSettings
 from tests.engine_helpers import Recorder, cuda_shrink
 from tests.video_clips import decoded, make_clip, picture, times

@@ -24,11 +24,11 @@ import av
 import numpy as np
 
 from engine.api import Engine
-from engine.bench.synthetic import synthetic_upscaler
 from engine.bench.table import Row, Table, find_model
 from engine.io.video import load_video
 from engine.io.writing import write_image
 from engine.requests import Operation, OperationRequest, Result
+from engine.samples.synthetic import synthetic_upscaler
 from engine.settings import EngineSettings
 
 MIB = 1 << 20

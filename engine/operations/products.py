@@ -390,20 +390,3 @@ class Products:
         close = getattr(self.image.frames, "close", None)
         if close is not None:
             close()  # a clip's decoding thread ends here, also after a cancel or a failure
-
-
-def write_frames(
-    ctx: RunContext,
-    image: DecodedImage,
-    suffix: str,
-    frames: list[np.ndarray],
-    kind: ProductKind,
-    meta: ImageMeta,
-    text: Mapping[str, str] | None = None,
-) -> list[Product]:
-    """All frames of one image product at once (for frames already in memory)."""
-    with Products(ctx, image) as products:
-        sink = products.image_product(suffix, kind, meta, text)
-        for frame in frames:
-            products.add(sink, frame)
-        return products.publish()

@@ -220,11 +220,6 @@ class SessionCache:
     def __contains__(self, key: SessionKey) -> bool:
         return key in self._entries
 
-    def peek(self, key: SessionKey) -> SessionEntry | None:
-        """The cached session for `key` without creating or counting a use."""
-        self._check_thread()
-        return self._entries.get(key)
-
     def get(self, key: SessionKey) -> tuple[SessionEntry, bool]:
         """The cached session for `key`, creating it on first use. Returns (entry, created)."""
         self._check_thread()
