@@ -23,10 +23,9 @@ from engine.errors import (
     ModelError,
     UsageError,
 )
-from engine.io.image import DecodedImage
+from engine.io.image import DecodedImage, is_video
 from engine.io.reading import load_image
 from engine.io.sequences import list_sequence, load_sequence
-from engine.io.video import is_video, load_video
 from engine.models.contracts import ModelSpec
 from engine.models.inventory import resolve_model
 from engine.operations.base import OperationBase, RegionDraw, RunContext
@@ -404,6 +403,8 @@ class Engine:
     ) -> DecodedImage:
         check = cancel.check if cancel is not None else None
         if len(group) == 1 and is_video(group[0]) and not group[0].is_dir():
+            from engine.io.video import load_video  # PyAV: imported when a clip comes
+
             video = request.output.video  # a clip: its frames decoded ahead as they are used
             return load_video(
                 group[0], self.settings.max_pixels, skip_broken=video.skip_broken_frames

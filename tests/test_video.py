@@ -468,3 +468,23 @@ def test_sigterm_while_a_clip_is_encoded_leaves_no_partial_file(
             process.communicate()
     assert process.returncode == 143, stderr
     assert _files(out) == []
+
+
+def test_progress_says_frame_tile_and_time_left(capsys: pytest.CaptureFixture[str]) -> None:
+    from engine.cli import ProgressBar
+
+    bar = ProgressBar(True)
+    bar._started -= 60  # a minute in
+    bar(Progress("job", ProgressKind.RUN_FINISHED, frame=119, frame_count=1800, run=3, run_count=8))
+    line = capsys.readouterr().err
+    # 119 + 3/8 of 1800 frames in a minute: about 14 minutes to go
+    assert "frame 120/1800 · tile 3/8" in line and "14 min left" in line
+
+
+def test_importing_the_engine_does_not_load_pyav() -> None:
+    """PyAV and its FFmpeg (100 MB of libraries) load when a clip comes, not at start-up."""
+    code = "import sys, engine.api, engine.cli; print('av' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert done.stdout.strip() == "False", done.stderr

@@ -55,6 +55,33 @@ IMAGE_SUFFIXES = frozenset(
         ".qoi",
     }
 )
+# Clips (engine/io/video.py, which imports PyAV only when a clip is opened).
+VIDEO_SUFFIXES = frozenset(
+    {
+        ".mp4",
+        ".m4v",
+        ".mov",
+        ".mkv",
+        ".webm",
+        ".avi",
+        ".mpg",
+        ".mpeg",
+        ".ts",
+        ".m2ts",
+        ".mts",
+        ".wmv",
+        ".flv",
+        ".ogv",
+        ".3gp",
+        ".mxf",
+    }
+)
+
+
+def is_video(path: Path) -> bool:
+    return Path(path).suffix.lower() in VIDEO_SUFFIXES
+
+
 WRITE_FORMATS = {
     ".png": "PNG",
     ".apng": "PNG",

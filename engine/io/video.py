@@ -27,37 +27,23 @@ import av.error
 import numpy as np
 
 from engine.errors import BadInputError, ResourceError
-from engine.io.image import DecodedImage, ImageMeta, LazyFrames, VideoMeta
+from engine.io.image import VIDEO_SUFFIXES, DecodedImage, ImageMeta, LazyFrames, VideoMeta, is_video
 
 log = logging.getLogger(__name__)
 
-VIDEO_SUFFIXES = frozenset(
-    {
-        ".mp4",
-        ".m4v",
-        ".mov",
-        ".mkv",
-        ".webm",
-        ".avi",
-        ".mpg",
-        ".mpeg",
-        ".ts",
-        ".m2ts",
-        ".mts",
-        ".wmv",
-        ".flv",
-        ".ogv",
-        ".3gp",
-        ".mxf",
-    }
-)
+__all__ = [
+    "VIDEO_SUFFIXES",
+    "VideoFrames",
+    "is_video",
+    "load_video",
+    "poster_frame",
+    "probe_video",
+    "read_frame",
+]
+
 VIDEO_TEXT = "MP4, MOV, MKV, WebM, AVI, MPEG-TS, WMV, FLV, OGV, 3GP, MXF"
 QUEUE_FRAMES = 3  # frames decoded ahead and waiting to be encoded: memory stays flat
 _POLL_S = 0.1  # how often a side thread blocked on its queue looks for a stop
-
-
-def is_video(path: Path) -> bool:
-    return Path(path).suffix.lower() in VIDEO_SUFFIXES
 
 
 # ---------------------------------------------------------------------------------------------

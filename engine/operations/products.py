@@ -34,7 +34,6 @@ from engine.io.png import FrameLike
 from engine.io.publish import PendingOutput, open_output
 from engine.io.resize import resize_frame
 from engine.io.tiff import TiffWriter
-from engine.io.video_writing import VideoWriter, plan_output
 from engine.io.writing import ImageStream
 from engine.operations.base import RunContext, output_name
 from engine.options import OutputFormat, OutputOptions, VideoCodec
@@ -175,7 +174,7 @@ class _VideoSink(_Sink):
         self.target = output.target_size(*products.image.size)
         if self.target is not None:
             self.suffix = f"{suffix}-{output.size_tag()}"
-        self.writer: VideoWriter | None = None
+        self.writer: Any = None  # engine.io.video_writing.VideoWriter once the first frame came
         self.published: list[Product] = []
 
     def add(self, frame: FrameLike) -> None:
@@ -183,6 +182,8 @@ class _VideoSink(_Sink):
         if self.target is not None:
             whole = resize_frame(whole, *self.target)
         if self.writer is None:
+            from engine.io.video_writing import VideoWriter, plan_output  # PyAV, for clips only
+
             height, width = whole.shape[:2]
             if self.meta.rotation in (90, 270):
                 width, height = height, width
