@@ -156,6 +156,15 @@ def test_colours_go_through_the_clips_own_matrix(
     assert np.abs(after - before).mean() < 4.5
 
 
+def test_non_square_pixels_stay_non_square(engine: Engine, models: Path, tmp_path: Path) -> None:
+    clip = make_clip(tmp_path / "dvd.mkv", 3, audio=None, sample_aspect=Fraction(32, 27))
+    # H.264 and HEVC carry it in their own headers; the other encoders here do not.
+    for codec in (VideoCodec.AUTO, VideoCodec.HEVC):
+        result = _run(engine, models / "up2.onnx", [clip], tmp_path / "o", codec=codec)
+        _, _, info = decoded(result.products[0].path)  # type: ignore[attr-defined]
+        assert info["sample_aspect"] == Fraction(32, 27)
+
+
 def test_variable_frame_rate_timestamps_kept(engine: Engine, models: Path, tmp_path: Path) -> None:
     pts = [0, 40, 80, 200, 220, 400, 410, 600]  # milliseconds
     clip = make_clip(

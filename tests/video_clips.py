@@ -39,6 +39,7 @@ def make_clip(
     tags: Mapping[str, str] | None = None,
     chapters: Sequence[dict[str, Any]] | None = None,
     container: str | None = None,
+    sample_aspect: Fraction | None = None,
 ) -> Path:
     """A clip of `frames` frames; `pts` (in `time_base`) makes a variable frame rate."""
     width, height = size
@@ -56,6 +57,8 @@ def make_clip(
             setattr(video.codec_context, key, value)
     if rotation:
         video.set_display_rotation(rotation)
+    if sample_aspect is not None:
+        video.codec_context.sample_aspect_ratio = sample_aspect
     if tags:
         out.metadata.update(tags)
     if chapters:
@@ -111,6 +114,7 @@ def decoded(path: Path, fmt: str = "rgb24") -> tuple[list[np.ndarray], list[Any]
             "codec": stream.codec_context.name,
             "pix_fmt": stream.codec_context.pix_fmt,
             "rate": stream.average_rate,
+            "sample_aspect": stream.sample_aspect_ratio,
             "tags": dict(container.metadata),
             "chapters": container.chapters(),
             "streams": [s.type for s in container.streams],

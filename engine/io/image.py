@@ -124,6 +124,7 @@ class VideoMeta:
     copied_codecs: tuple[str, ...] = ()  # their codecs (which containers can hold them)
     duration_s: float = 0.0
     exact: bool = True  # pts counted from the packets; False: from the header (probe_video)
+    sample_aspect: Fraction | None = None  # a pixel's width ÷ height (anamorphic DVDs); None: 1
 
     @property
     def frame_count(self) -> int:

@@ -194,7 +194,15 @@ def probe_video(path: Path, max_pixels: int, *, count_frames: bool = True) -> Vi
             copied_codecs=codecs,
             duration_s=duration,
             exact=count_frames,
+            sample_aspect=_sample_aspect(stream),
         )
+
+
+def _sample_aspect(stream: Any) -> Fraction | None:
+    sar = stream.sample_aspect_ratio or getattr(stream.codec_context, "sample_aspect_ratio", None)
+    if not sar or Fraction(sar) <= 0 or Fraction(sar) == 1:
+        return None
+    return Fraction(sar)
 
 
 def _even_times(stream: Any) -> list[int]:

@@ -376,6 +376,8 @@ class VideoWriter:
                 cc.color_primaries = meta.color_primaries or 2
                 cc.color_trc = meta.color_trc or 2
                 cc.color_range = meta.color_range or 1
+            if meta.sample_aspect is not None:  # non-square pixels stay as wide (any scale)
+                video.codec_context.sample_aspect_ratio = meta.sample_aspect
             if meta.rotation:
                 video.set_display_rotation(meta.rotation)
             in_video = source.streams[meta.stream_index]
