@@ -42,6 +42,8 @@ from engine.requests import (
     ProgressKind,
     Result,
 )
+from engine.runtime import records
+from engine.runtime.records import ProcessKind
 from engine.settings import EngineSettings
 
 log = logging.getLogger("engine")
@@ -182,6 +184,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     dev = sub.add_parser("devices", help="what each runtime really gives on this machine")
     dev.add_argument("--json", action="store_true")
+
+    mem = sub.add_parser(
+        "memory", help="every Tessera process and what it holds, and the other model users"
+    )
+    mem.add_argument("--json", action="store_true", help="one JSON object")
 
     bench = sub.add_parser("bench", help="the performance table of DESIGN §7")
     bench.add_argument(
@@ -334,6 +341,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         ),
     )
     request.typed_options()  # unknown keys and bad values: exit 2 before anything loads
+    records.declare(ProcessKind.RUN)  # `engine memory` names this process and what it loads
     cancel = CancelToken()
     bar = ProgressBar(not args.quiet and not args.json and sys.stderr.isatty())
     outcome: dict[str, Any] = {}
@@ -479,6 +487,7 @@ class StopSignals:
             sys.stdout.flush()
             sys.stderr.flush()
             logging.shutdown()
+            records.withdraw()  # os._exit skips atexit, which would remove it
             os._exit(code)
         return code
 
@@ -503,6 +512,17 @@ def _console_close_handler(stop: StopSignals) -> object:  # pragma: no cover - W
 
     ctypes.windll.kernel32.SetConsoleCtrlHandler(handler, True)
     return handler
+
+
+def cmd_memory(args: argparse.Namespace) -> int:
+    from engine.runtime import census
+
+    now = census.take()
+    if args.json:
+        print(json.dumps(census.as_json(now), indent=2))
+    else:
+        print(census.report(now))
+    return 0
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
@@ -539,9 +559,12 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_run(args)
         if args.command == "devices":
             return cmd_devices(args)
+        if args.command == "memory":
+            return cmd_memory(args)
         if args.command == "bench":
             from engine.bench import run_bench
 
+            records.declare(ProcessKind.BENCH)
             return run_bench(args)
         if args.command == "models":
             from engine.models.cli import run_models_command
