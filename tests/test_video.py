@@ -497,3 +497,15 @@ def test_importing_the_engine_does_not_load_pyav() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
     )
     assert done.stdout.strip() == "False", done.stderr
+
+
+def test_video_choices_travel_to_the_running_app() -> None:
+    """A command line that joins the app's engine (engine/wire.py) sends its video choices."""
+    from engine import wire
+
+    choices = VideoOptions(codec=VideoCodec.HEVC, crf=22, preset="fast", skip_broken_frames=True)
+    request = OperationRequest(
+        Operation.UPSCALE, "m", (Path("/clips/a.mp4"),), output=OutputOptions(video=choices)
+    )
+    back = wire.decode(wire.encode(request)[wire.HEADER.size :])
+    assert isinstance(back, OperationRequest) and back.output.video == choices
