@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import sys
@@ -81,6 +82,37 @@ def _private(folder: Path, *, create: bool) -> bool:
     if sys.platform == "win32":
         return True  # the user's own temp folder; Windows has no POSIX modes to check
     return info.st_uid == os.getuid() and not info.st_mode & 0o077
+
+
+INSTANCE_ENV = "TESSERA_INSTANCE_NAME"  # a suffix of the app's key: tests never meet a real app
+
+
+def settings_folders() -> tuple[str, str]:
+    """The real paths of Tessera's data folder and of the folder the app's settings file is in
+    (QSettings: ~/.config/Tessera on Linux; per HOME elsewhere)."""
+    if os.name == "nt" or sys.platform == "darwin":
+        config = Path.home()
+    else:
+        config = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    return os.path.realpath(default_data_dir()), os.path.realpath(config / "Tessera")
+
+
+def instance_key(suffix: str | None = None) -> str:
+    """This user's Tessera with these settings, the same on every display (a terminal over ssh
+    too): the user id, the data and settings folders and `TESSERA_INSTANCE_NAME`, hashed."""
+    if suffix is None:
+        suffix = os.environ.get(INSTANCE_ENV, "")
+    uid = str(os.getuid()) if hasattr(os, "getuid") else os.environ.get("USERNAME", "")
+    data, config = settings_folders()
+    text = "\0".join(["tessera", uid, data, config, suffix])
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def join_socket_path() -> Path | None:
+    """Where the running app takes the command line's requests (engine/join.py): a socket in
+    the private runtime folder, named by `instance_key()`; None when no folder is private."""
+    folder = private_runtime_dir()
+    return folder / f"join-{instance_key()}" if folder is not None else None
 
 
 def default_models_dir() -> Path:
