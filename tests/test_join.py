@@ -7,21 +7,37 @@ the next request; `--standalone` and a different models folder run in-process.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from pytestqt.qtbot import QtBot
 
+from engine import __version__, join, wire
+from engine.requests import (
+    Operation,
+    OperationCancellation,
+    OperationFailure,
+    OperationRequest,
+    Result,
+)
 from engine.samples.contract_models import make_upscaler
 from engine.samples.synthetic import slow_model
+from gui.controllers.joined import JoinedRequests
+from gui.jobs import JobState
+from gui.main_window import MainWindow
 from tests.engine_helpers import photo
+from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
+from tests.window_fixtures import JOB_MS
 
 ROOT = Path(__file__).resolve().parents[1]
 START_S = 90  # the app's start on a loaded two-core machine
@@ -277,3 +293,126 @@ def test_no_app_runs_standalone_silently(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["engine"] == "this process"
     assert "standalone" not in done.stderr
+
+
+# -- the app's side, in this process: the real window and engine thread, a real socket -------
+class _Client(threading.Thread):
+    """A command line's side in a thread: hello, the request, then every message until the
+    outcome (or until `hang_up` is set: it closes the connection, as a killed terminal does)."""
+
+    def __init__(self, socket: Path, request: OperationRequest, hello: wire.Hello) -> None:
+        super().__init__(name="join-client", daemon=True)
+        self.socket, self.request, self.hello = socket, request, hello
+        self.messages: list[object] = []
+        self.refused: str = ""
+        self.hang_up = threading.Event()
+
+    def run(self) -> None:
+        joined = join.connect(self.hello, self.socket)
+        if not isinstance(joined, join.Joined):
+            self.refused = joined.line if joined is not None else "no app"
+            return
+        try:
+            joined.send(wire.for_sending(self.request))
+            while not self.hang_up.is_set():
+                message = joined.receive(timeout=0.05)
+                if message is None:
+                    continue
+                self.messages.append(message)
+                if isinstance(message, (Result, OperationFailure, OperationCancellation)):
+                    return
+        except EOFError:
+            return
+        finally:
+            joined.close()
+
+
+def _hello(models: Path, **changes: object) -> wire.Hello:
+    hello = wire.Hello(os.getpid(), __version__, models_dir=os.path.realpath(models))
+    return dataclasses.replace(hello, **changes)  # type: ignore[arg-type]
+
+
+def test_the_apps_list_shows_the_command_lines_job_after_the_queued_ones(
+    qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
+) -> None:
+    win = window
+    served = JoinedRequests(win.workspace, win.engine, win)
+    socket = tmp_path / "join.sock"
+    assert served.listen(socket)
+    try:
+        # A job of the window's own runs (the slow model), so the command line's waits.
+        slow = OperationRequest(
+            Operation.UPSCALE,
+            str(models / "slow.onnx"),
+            (photo(tmp_path / "big.png", 512, 384),),
+            output_dir=tmp_path / "own",
+            tile=64,
+        )
+        win.engine.submit(slow)
+        image = photo(tmp_path / "cli.png", 24, 16)
+        request = OperationRequest(
+            Operation.UPSCALE, str(models / "up2.onnx"), (image,), output_dir=tmp_path / "cli"
+        )
+        client = _Client(socket, request, _hello(models))
+        client.start()
+        qtbot.waitUntil(lambda: request.id in win.workspace.jobs, timeout=10_000)
+        job = win.workspace.jobs[request.id]
+        assert job.title.endswith(f"— from the command line (pid {os.getpid()})")
+        row = win.job_list.rows[request.id]
+        assert "from the command line" in row.job.title
+        qtbot.waitUntil(lambda: bool(client.messages), timeout=10_000)
+        assert client.messages[0] == wire.Queued(request.id, 1)  # after the window's job
+        win.engine.cancel(slow.id)
+        qtbot.waitUntil(lambda: not client.is_alive(), timeout=JOB_MS)  # the loop serves it
+        outcome = client.messages[-1]
+        assert isinstance(outcome, Result) and outcome.ok, outcome
+        assert [p.path.parent for p in outcome.products] == [tmp_path / "cli"]
+        qtbot.waitUntil(lambda: job.state is JobState.FINISHED, timeout=10_000)
+
+        # A terminal that goes away cancels its job in the app.
+        gone = dataclasses.replace(slow, output_dir=tmp_path / "gone")
+        client = _Client(socket, gone, _hello(models))
+        client.start()
+        qtbot.waitUntil(
+            lambda: (
+                gone.id in win.workspace.jobs
+                and win.workspace.jobs[gone.id].state is JobState.RUNNING
+            ),
+            timeout=JOB_MS,
+        )
+        client.hang_up.set()
+        qtbot.waitUntil(lambda: not client.is_alive(), timeout=10_000)
+        qtbot.waitUntil(
+            lambda: win.workspace.jobs[gone.id].state is JobState.CANCELLED, timeout=10_000
+        )
+        assert not list((tmp_path / "gone").glob("*.png"))
+    finally:
+        served.close()
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"version": "0.0.1"}, "is Tessera {v}, this command line 0.0.1."),
+        ({"cpu_mem_limit": 512 * 1024 * 1024}, "has no limit as its CPU memory limit, this run 512 MB."),
+        ({"keep_cpu_arena": True}, "hands back its CPU arena after each job; --keep-cpu-arena differs."),
+        ({"models_dir": "/elsewhere"}, "uses the models in {m}, this run those in /elsewhere."),
+    ],
+)  # fmt: skip
+def test_what_the_apps_engine_cannot_honour_is_refused_in_one_line(
+    qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path, changes: dict[str, object],
+    reason: str,
+) -> None:  # fmt: skip
+    served = JoinedRequests(window.workspace, window.engine, window)
+    assert served.listen(tmp_path / "join.sock")
+    try:
+        image = photo(tmp_path / "cli.png", 24, 16)
+        request = OperationRequest(Operation.UPSCALE, str(models / "up2.onnx"), (image,))
+        client = _Client(tmp_path / "join.sock", request, _hello(models, **changes))
+        client.start()
+        qtbot.waitUntil(lambda: not client.is_alive(), timeout=10_000)
+        expected = reason.format(v=__version__, m=os.path.realpath(models))
+        assert client.refused == f"Running standalone: the app (pid {os.getpid()}) {expected}"
+        assert request.id not in window.workspace.jobs
+    finally:
+        served.close()
