@@ -213,7 +213,8 @@ def test_a_bad_input_fails_in_the_app_as_it_fails_standalone(app: App, tmp_path:
 def test_ctrl_c_cancels_the_apps_job_and_the_app_serves_the_next(
     app: App, tmp_path: Path, signum: signal.Signals, code: int
 ) -> None:
-    slow = slow_model(tmp_path / "slow.onnx", layers=800)
+    # A model of its own per case: the app still holds the last case's after its cancel.
+    slow = slow_model(tmp_path / f"slow-{signum.name}.onnx", layers=800)
     big = photo(tmp_path / "big.png", 2048, 1536)  # about a minute of runs on two cores
     out = tmp_path / "slow"
     cli = app.start_run(
@@ -222,7 +223,7 @@ def test_ctrl_c_cancels_the_apps_job_and_the_app_serves_the_next(
     try:
         deadline = time.monotonic() + 120
         while not any(  # the app is running it: it holds the slow model
-            s["model"] == "slow"
+            s["model"] == slow.stem
             for p in app.held()
             for s in p["sessions"]  # type: ignore[attr-defined]
         ):
