@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -338,8 +339,8 @@ def test_the_apps_list_shows_the_command_lines_job_after_the_queued_ones(
 ) -> None:
     win = window
     served = JoinedRequests(win.workspace, win.engine, win)
-    socket = tmp_path / "join.sock"
-    assert served.listen(socket)
+    path = tmp_path / "join.sock"
+    assert served.listen(path)
     try:
         # A job of the window's own runs (the slow model), so the command line's waits.
         slow = OperationRequest(
@@ -354,7 +355,7 @@ def test_the_apps_list_shows_the_command_lines_job_after_the_queued_ones(
         request = OperationRequest(
             Operation.UPSCALE, str(models / "up2.onnx"), (image,), output_dir=tmp_path / "cli"
         )
-        client = _Client(socket, request, _hello(models))
+        client = _Client(path, request, _hello(models))
         client.start()
         qtbot.waitUntil(lambda: request.id in win.workspace.jobs, timeout=10_000)
         job = win.workspace.jobs[request.id]
@@ -372,7 +373,7 @@ def test_the_apps_list_shows_the_command_lines_job_after_the_queued_ones(
 
         # A terminal that goes away cancels its job in the app.
         gone = dataclasses.replace(slow, output_dir=tmp_path / "gone")
-        client = _Client(socket, gone, _hello(models))
+        client = _Client(path, gone, _hello(models))
         client.start()
         qtbot.waitUntil(
             lambda: (
@@ -417,3 +418,36 @@ def test_what_the_apps_engine_cannot_honour_is_refused_in_one_line(
         assert request.id not in window.workspace.jobs
     finally:
         served.close()
+
+
+# -- finding the app: what is not an app that answers is standalone ---------------------------
+def test_a_socket_nobody_listens_on_is_no_app(tmp_path: Path) -> None:
+    path = tmp_path / "join.sock"
+    left = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    left.bind(str(path))  # an app that ended without removing it
+    left.close()
+    assert join.connect(_hello(tmp_path), path) is None
+    assert join.connect(_hello(tmp_path), tmp_path / "absent.sock") is None
+
+
+def test_a_listener_that_never_answers_sends_the_run_standalone(tmp_path: Path) -> None:
+    path = tmp_path / "join.sock"
+    hung = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    hung.bind(str(path))
+    hung.listen(1)  # accepted by the kernel, never answered
+    try:
+        started = time.monotonic()
+        found = join.connect(_hello(tmp_path), path)
+        assert found == join.Standalone(
+            "Running standalone: the running app did not answer within 2 s."
+        )
+        assert time.monotonic() - started < 2 * join.ANSWER_TIMEOUT_S
+    finally:
+        hung.close()
+
+
+def test_a_file_that_is_not_a_socket_is_not_trusted(tmp_path: Path) -> None:
+    path = tmp_path / "join.sock"
+    path.write_text("planted")
+    found = join.connect(_hello(tmp_path), path)
+    assert isinstance(found, join.Standalone) and "is not this user's Tessera socket" in found.line
