@@ -2,9 +2,10 @@
 
 When a Tessera app of this user and these settings folders runs — on any display, the
 terminal may be an ssh session — `python -m engine run` sends its request over the app's
-owner-only socket (`engine.settings.join_socket_path()`, in the private runtime folder) and the
-app's engine thread runs it with the sessions it already holds, instead of this process
-loading a second copy of the model.
+owner-only socket (`engine.settings.join_socket_path()`, in the private runtime folder; a
+shell without XDG_RUNTIME_DIR also looks in `/run/user/<uid>`) and the app's engine thread
+runs it with the sessions it already holds, instead of this process loading a second copy of
+the model.
 
 Finding the app costs a stat and, where a socket is there, one connection and a hello; nothing
 here imports ONNX Runtime. The socket is trusted only when it is a socket owned by this user in
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine import wire
-from engine.settings import join_socket_path
+from engine.settings import join_socket_candidates
 
 log = logging.getLogger(__name__)
 
@@ -91,9 +92,14 @@ def connect(hello: wire.Hello, path: Path | None = None) -> Joined | Standalone 
     """Find the running app and ask it to take a request (see the module's docstring)."""
     if not hasattr(socket, "AF_UNIX"):
         return None  # Windows: the app's named pipe is not reachable from plain Python
-    path = join_socket_path() if path is None else path
-    if path is None:
-        return None
+    for candidate in join_socket_candidates() if path is None else [path]:
+        found = _connect(hello, candidate)
+        if found is not None:
+            return found
+    return None
+
+
+def _connect(hello: wire.Hello, path: Path) -> Joined | Standalone | None:
     try:
         info = path.lstat()
     except OSError:

@@ -115,6 +115,20 @@ def join_socket_path() -> Path | None:
     return folder / f"join-{instance_key()}" if folder is not None else None
 
 
+def join_socket_candidates() -> list[Path]:
+    """Where a command line looks for the app: `join_socket_path()`, then the socket in the
+    user's login runtime folder (`/run/user/<uid>`, the desktop's) when that is another folder:
+    a shell without XDG_RUNTIME_DIR (su, cron, ssh without pam_systemd) still finds the app."""
+    found = [p for p in (join_socket_path(),) if p is not None]
+    if hasattr(os, "getuid") and sys.platform.startswith("linux"):
+        login = Path(f"/run/user/{os.getuid()}")
+        if _private(login, create=False) and _private(login / "tessera", create=False):
+            path = login / "tessera" / f"join-{instance_key()}"
+            if path not in found:
+                found.append(path)
+    return found
+
+
 def default_models_dir() -> Path:
     env = os.environ.get("TESSERA_MODELS_DIR")
     return Path(env).expanduser() if env else default_data_dir() / "models"
