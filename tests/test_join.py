@@ -29,6 +29,7 @@ from engine.requests import (
     OperationCancellation,
     OperationFailure,
     OperationRequest,
+    Progress,
     Result,
 )
 from engine.samples.contract_models import make_upscaler
@@ -451,3 +452,42 @@ def test_a_file_that_is_not_a_socket_is_not_trusted(tmp_path: Path) -> None:
     path.write_text("planted")
     found = join.connect(_hello(tmp_path), path)
     assert isinstance(found, join.Standalone) and "is not this user's Tessera socket" in found.line
+
+
+def test_a_job_cancelled_in_the_app_tells_the_command_line_what_it_wrote(
+    qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
+) -> None:
+    """The person's Cancel in the window ends the command line's job too, and the ending
+    names the products already written (the terminal lists them, as a stopped run does)."""
+    win = window
+    served = JoinedRequests(win.workspace, win.engine, win)
+    path = tmp_path / "join.sock"
+    assert served.listen(path)
+    try:
+        first = photo(tmp_path / "a.png", 24, 16)
+        second = photo(tmp_path / "b.png", 512, 384)
+        request = OperationRequest(
+            Operation.UPSCALE,
+            str(models / "slow.onnx"),
+            (first, second),
+            output_dir=tmp_path / "cli",
+            tile=64,
+        )
+        client = _Client(path, request, _hello(models))
+        client.start()
+        qtbot.waitUntil(
+            lambda: any(
+                isinstance(m, Progress) and m.input_index == 1 and m.run >= 1
+                for m in list(client.messages)
+            ),
+            timeout=JOB_MS,
+        )
+        win.jobs.cancel(request.id)  # the window's Cancel on its row
+        qtbot.waitUntil(lambda: not client.is_alive(), timeout=10_000)
+        outcome = client.messages[-1]
+        assert isinstance(outcome, OperationCancellation) and outcome.started
+        assert outcome.products == (tmp_path / "cli" / "a-slow.png",)
+        assert sorted(p.name for p in (tmp_path / "cli").iterdir()) == ["a-slow.png"]
+        assert win.workspace.jobs[request.id].state is JobState.CANCELLED
+    finally:
+        served.close()
