@@ -371,7 +371,7 @@ def test_a_finaliser_that_lets_go_during_a_write_does_not_hang_the_process(
     this = records._ThisProcess()
     held = HeldSession("m", "/m.onnx", 1, 1, 1, "cpu", "cpu", 10)
     real_dump = json.dump
-    calls = []
+    calls: list[object] = []
 
     def dump_with_a_finaliser(obj: object, f: object) -> None:
         if not calls:
