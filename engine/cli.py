@@ -28,15 +28,17 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from engine.cancel import CancelToken, Terminated
 from engine.errors import EXIT_CODES, Cancelled, EngineError, ErrorKind, UsageError
 from engine.files import LIVE
 from engine.operation_specs import operation_named, operations
-from engine.options import parse_output_options
+from engine.options import parse_output_options, parse_video_options
 from engine.requests import (
     MemoryReport,
+    OperationCancellation,
+    OperationFailure,
     OperationRequest,
     Progress,
     ProgressKind,
@@ -46,6 +48,9 @@ from engine.runtime import records
 from engine.runtime.records import ProcessKind
 from engine.settings import EngineSettings
 from engine.stopping import ready_for_keyboard_interrupt
+
+if TYPE_CHECKING:
+    from engine.join import Joined
 
 log = logging.getLogger("engine")
 
@@ -149,6 +154,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="size of the main image: a factor of the input (x2 writes ×2 with a ×4 model) or "
         "a width in pixels (1920); default: the model's own size",
     )
+    run.add_argument(
+        "--video-codec",
+        default=None,
+        metavar="auto|h264|hevc|vp9|av1|prores|ffv1|png",
+        help="codec of a clip's products (default auto: the input's codec where Tessera encodes "
+        "it, else H.264; png writes numbered PNG frames). A cut-out clip is VP9 with alpha "
+        "(ProRes 4444 with prores, FFV1 with ffv1); masks, depth and normals are FFV1",
+    )
+    run.add_argument(
+        "--crf", default=None, metavar="0-63", help="a clip's quality: lower is better and larger"
+    )
+    run.add_argument(
+        "--video-preset",
+        default=None,
+        metavar="NAME|N",
+        help="encoder speed: ultrafast … veryslow (H.264/HEVC; VP9/AV1 map it), or SVT-AV1's 0-13",
+    )
+    run.add_argument(
+        "--skip-broken-frames",
+        action="store_true",
+        help="a clip's frame that cannot be decoded is replaced by the one before it "
+        "(default: the clip fails, naming the frame)",
+    )
     run.add_argument("--cpu-mem-limit", type=_megabytes, default=None, metavar="MB")
     run.add_argument("--gpu-mem-limit", type=_megabytes, default=None, metavar="MB")
     run.add_argument(
@@ -159,6 +187,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--models-dir", type=Path, default=None)
     run.add_argument("--json", action="store_true", help="print one JSON object with the outcome")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument(
+        "--standalone",
+        action="store_true",
+        help="run in this process even when the Tessera app is running (it would run the "
+        "request with the models it holds)",
+    )
 
     dev = sub.add_parser("devices", help="what each runtime really gives on this machine")
     dev.add_argument("--json", action="store_true")
@@ -198,6 +232,7 @@ def _parse_option(text: str) -> tuple[str, str]:
 class ProgressBar:
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
+        self._started = time.monotonic()
 
     def __call__(self, p: Progress) -> None:
         if not self.enabled:
@@ -210,6 +245,7 @@ class ProgressBar:
                 label += f" · frame {p.frame + 1}/{p.frame_count}"
             if p.run_count > 1:
                 label += f" · tile {p.run}/{p.run_count}"
+            label += _time_left(time.monotonic() - self._started, p.fraction)
             sys.stderr.write(
                 f"\r[{'#' * done}{'.' * (width - done)}] {p.fraction * 100:5.1f}% {label}   "
             )
@@ -220,6 +256,16 @@ class ProgressBar:
     def close(self) -> None:
         if self.enabled:
             sys.stderr.write("\n")
+
+
+def _time_left(elapsed: float, fraction: float) -> str:
+    """ " · 3 min left" from the pace so far (nothing before 2 % or 2 s: too early to tell)."""
+    if fraction < 0.02 or elapsed < 2 or fraction >= 1:
+        return ""
+    left = elapsed * (1 - fraction) / fraction
+    if left >= 90:
+        return f" · {round(left / 60)} min left"
+    return f" · {max(1, round(left))} s left"
 
 
 def _result_json(result: Result) -> dict[str, Any]:
@@ -297,9 +343,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         tile=args.tile,
         sequence=args.sequence,
         options=options,
-        output=parse_output_options(args.format, args.quality, args.size),
+        output=parse_output_options(
+            args.format,
+            args.quality,
+            args.size,
+            parse_video_options(
+                args.video_codec, args.crf, args.video_preset, args.skip_broken_frames
+            ),
+        ),
     )
     request.typed_options()  # unknown keys and bad values: exit 2 before anything loads
+    if not args.standalone:
+        code = _run_in_app(settings, request, args)
+        if code is not None:
+            return code
     records.declare(ProcessKind.RUN)  # `engine memory` names this process and what it loads
     cancel = CancelToken()
     bar = ProgressBar(not args.quiet and not args.json and sys.stderr.isatty())
@@ -343,18 +400,27 @@ def cmd_run(args: argparse.Namespace) -> int:
                         },
                         "exit_code": code,
                         "products": [{"path": str(p)} for p in placed],
+                        "engine": THIS_PROCESS,
                     }
                 )
             )
         print(f"error: {message}", file=sys.stderr)
         return code
     result: Result = outcome["result"]
+    return _report_result(result, args.json, THIS_PROCESS)
+
+
+THIS_PROCESS = "this process"  # --json's "engine": where the request ran
+
+
+def _report_result(result: Result, as_json: bool, engine: str) -> int:
     for failure in result.failures:
         print(f"error: {failure.message}", file=sys.stderr)
     code = exit_code_for(result)
-    if args.json:
+    if as_json:
         data = _result_json(result)
         data["exit_code"] = code
+        data["engine"] = engine
         print(json.dumps(data, indent=2))
     else:
         print_paths([p.path for p in result.products])
@@ -374,6 +440,149 @@ def print_paths(paths: list[Path]) -> None:
             out.write(os.fsencode(path) + b"\n")
     if out is not None:
         out.flush()
+
+
+def _report_failure(
+    kind: ErrorKind, code: int, message: str, placed: list[Path], as_json: bool, engine: str
+) -> int:
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "error": {"kind": kind.value, "message": message},
+                    "exit_code": code,
+                    "products": [{"path": str(p)} for p in placed],
+                    "engine": engine,
+                }
+            )
+        )
+    print(f"error: {message}", file=sys.stderr)
+    return code
+
+
+def _run_in_app(
+    settings: EngineSettings, request: OperationRequest, args: argparse.Namespace
+) -> int | None:
+    """The request sent to the running app (engine/join.py); None: run it here instead."""
+    from engine import __version__, join, wire
+
+    models_dir = os.path.realpath(settings.resolved_models_dir().expanduser())
+    hello = wire.Hello(
+        pid=os.getpid(),
+        version=__version__,
+        models_dir=models_dir,
+        cpu_mem_limit=settings.cpu_mem_limit,
+        gpu_mem_limit=settings.gpu_mem_limit,
+        keep_cpu_arena=settings.keep_cpu_arena,
+    )
+    found = join.connect(hello)
+    if found is None:
+        return None
+    if isinstance(found, join.Standalone):
+        print(found.line, file=sys.stderr)
+        return None
+    try:
+        return _joined(found, wire.for_sending(request), args)
+    finally:
+        found.close()
+
+
+def _joined(joined: Joined, request: OperationRequest, args: argparse.Namespace) -> int:
+    """Drive one request in the app: the same progress, lines, products, exit code and
+    --json as a run here; a stop signal sends a cancel and the app's job ends."""
+    from engine import wire
+
+    bar = ProgressBar(not args.quiet and not args.json and sys.stderr.isatty())
+    stop = StopSignals(CancelToken())
+    outcome: object = None
+    lost = ""
+    with stop.installed():
+        joined.send(request)
+        cancel_sent = False
+        while outcome is None:
+            if stop.signum is not None and not cancel_sent:
+                name = (
+                    signal.Signals(stop.signum).name if stop.signum in set(signal.Signals) else ""
+                )
+                with contextlib.suppress(OSError):
+                    joined.send(wire.Cancel(request.id, name or "SIGTERM"))
+                cancel_sent = True
+            if stop.waited_enough():
+                break  # the app got the cancel; the terminal does not wait any longer
+            try:
+                message = joined.receive()
+            except (EOFError, OSError, wire.WireError) as e:
+                lost = str(e)
+                break
+            if isinstance(message, Progress) and message.request_id == request.id:
+                bar(message)
+            elif isinstance(message, wire.Queued) and message.ahead and bar.enabled:
+                sys.stderr.write(
+                    f"Queued in the Tessera {joined.label} after {message.ahead} "
+                    f"job{'s' if message.ahead != 1 else ''}.\n"
+                )
+            elif isinstance(message, (Result, OperationFailure, OperationCancellation)):
+                outcome = message
+        bar.close()
+    engine = joined.label
+    if stop.signum is not None:
+        return _stopped_in_app(stop, outcome, args.json, engine)
+    if isinstance(outcome, Result):
+        return _report_result(outcome, args.json, engine)
+    if isinstance(outcome, OperationFailure):
+        code = EXIT_CODES.get(outcome.kind, 1)
+        return _report_failure(
+            outcome.kind, code, outcome.message, list(outcome.products), args.json, engine
+        )
+    if isinstance(outcome, OperationCancellation):
+        count = len(outcome.products)
+        line = (
+            f"Cancelled in the Tessera {engine}: {count} product{'s' if count != 1 else ''} "
+            "written."
+        )
+        return _report_failure(
+            ErrorKind.CANCELLED, 130, line, list(outcome.products), args.json, engine
+        )
+    text = f"the Tessera {engine} ended the connection before the job ended ({lost})"
+    return _report_failure(ErrorKind.INTERNAL, 1, text, [], args.json, engine)
+
+
+def _stopped_in_app(stop: StopSignals, outcome: object, as_json: bool, engine: str) -> int:
+    """Ctrl-C or SIGTERM while the app ran the request: the line and --json of a stopped
+    standalone run (StopSignals.finish)."""
+
+    code = stop.exit_code()
+    name = signal.Signals(stop.signum).name if stop.signum in set(signal.Signals) else "stop"
+    placed: list[Path] = []
+    if isinstance(outcome, Result):
+        code = exit_code_for(outcome)  # it had finished: reported as such
+        placed = [p.path for p in outcome.products]
+    elif isinstance(outcome, OperationFailure):
+        code = EXIT_CODES.get(outcome.kind, 1)
+        placed = list(outcome.products)
+    elif isinstance(outcome, OperationCancellation):
+        placed = list(outcome.products)
+    count = len(placed)
+    line = f"Stopped by {name}: {count} product{'s' if count != 1 else ''} written" + (
+        "." if code in (130, 143) else f"; the run had already ended (exit {code})."
+    )
+    print(line, file=sys.stderr)
+    if as_json:
+        data: dict[str, Any] = (
+            _result_json(outcome)
+            if isinstance(outcome, Result)
+            else {"products": [{"path": str(p)} for p in placed]}
+        )
+        data.update(
+            signal=name,
+            exit_code=code,
+            error={"kind": ErrorKind.CANCELLED.value, "message": line},
+            engine=engine,
+            # whether the app said its job ended before the terminal stopped waiting
+            app_confirmed=outcome is not None,
+        )
+        print(json.dumps(data, indent=2))
+    return code
 
 
 SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -452,6 +661,7 @@ class StopSignals:
                 signal=name,
                 exit_code=code,
                 error={"kind": ErrorKind.CANCELLED.value, "message": line},
+                engine=THIS_PROCESS,
             )
             print(json.dumps(data, indent=2))
         if abandoned:

@@ -155,12 +155,12 @@ def test_a_product_over_the_limit_is_refused_from_the_header(
 
 
 def test_save_as_refuses_a_size_over_the_limit(tmp_path: Path) -> None:
-    from gui.controllers.results import export_result
+    from engine.operations.products import export_product
 
     product = photo(tmp_path / "product.png", 64, 48)
     target = tmp_path / "saved.png"
     with pytest.raises(UsageError, match=r"the product would be 65535×49151 pixels"):
-        export_result(product, target, OutputOptions(width=65535), (64, 48))
+        export_product(product, target, OutputOptions(width=65535), (64, 48))
     assert not target.exists()
 
 

@@ -23,6 +23,7 @@ import onnxruntime as ort
 from PIL import Image
 
 from engine.api import Engine
+from engine.bench.joined import measure_join
 from engine.bench.memory import measure_family_peaks, measure_frames, measure_held
 from engine.bench.peers import (
     measure_against_ncnn,
@@ -33,6 +34,7 @@ from engine.bench.peers import (
 from engine.bench.preview import measure_preview
 from engine.bench.samplers import PeakRss
 from engine.bench.table import Row, Table, find_model, scratch, table_for
+from engine.bench.video import measure_video
 from engine.cancel import CancelToken
 from engine.errors import Cancelled
 from engine.requests import Operation, OperationRequest, Progress, ProgressKind
@@ -284,6 +286,9 @@ def run_cpu_bench(args: argparse.Namespace) -> int:
         measure_held(table, settings, fast_model, "animevideov3" if anime else "synthetic", work)
         measure_family_peaks(table, settings, (1600, 1200) if quick else (4000, 3000), work)
         measure_frames(table, settings, work, (10, 60) if quick else (30, 300))
+        measure_video(table, settings, work, quick)  # clips: memory flat, decode + encode cost
+        # One copy per machine (issue #22): a command line joined to the app, vs standalone.
+        measure_join(table, settings, fast_model, "animevideov3" if anime else "synthetic", work)
 
         # Against the peers' runtime, and what each CPU optimisation gives (issue 15).
         if anime is not None:
