@@ -11,6 +11,7 @@ a real engine thread, clips made here with PyAV (64×48, 10 frames).
 
 from __future__ import annotations
 
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ from engine.requests import Operation, OperationRequest
 from engine.settings import DEFAULT_MAX_PIXELS, EngineSettings
 from gui.jobs import JobState
 from gui.main_window import MainWindow
+from gui.widgets.clip_bar import ClipBar
 from gui.widgets.images import to_qimage
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
 from tests.video_clips import make_clip
@@ -163,3 +165,32 @@ def test_the_run_estimate_covers_every_frame_of_the_clip(
     assert guess is not None and one is not None
     assert guess.seconds == FRAMES * one.seconds
     assert f"the clip's {FRAMES} frames" in window.jobs.estimate_line("this CPU")
+
+
+def test_play_runs_at_the_clip_rate_and_drops_frames_while_one_is_read(qtbot: QtBot) -> None:
+    bar = ClipBar()
+    qtbot.addWidget(bar)
+    bar.set_clip(100, Fraction(50))
+    asked: list[int] = []
+    bar.frameRequested.connect(asked.append)
+    bar.play_button.setChecked(True)
+    qtbot.waitUntil(lambda: bool(asked), timeout=2000)
+    qtbot.wait(200)  # the frame is still being read: ten ticks later, nothing more is asked
+    assert len(asked) == 1
+    bar.shown(asked[0])
+    qtbot.waitUntil(lambda: len(asked) == 2, timeout=2000)
+    assert asked[1] >= asked[0] + 5  # the frame due now, not the next one: the rest dropped
+    bar.stop()
+    assert not bar.timer.isActive()
+
+
+def test_playing_a_clip_in_the_window_ends_on_its_last_frame(
+    qtbot: QtBot, window: MainWindow, tmp_path: Path
+) -> None:
+    clip = make_clip(tmp_path / "walk.mp4", FRAMES)
+    open_clip(qtbot, window, clip)
+    window.viewer.clip_bar.play_button.setChecked(True)
+    qtbot.waitUntil(lambda: not window.viewer.clip_bar.playing, timeout=10_000)
+    qtbot.waitUntil(lambda: window.viewer.clip_frame == FRAMES - 1, timeout=5000)
+    before, _ = shown(window)
+    assert before is not None and np.array_equal(before, frame(clip, FRAMES - 1))
