@@ -31,7 +31,14 @@ import numpy as np
 from engine.errors import BadInputError
 from engine.io.reading import load_image
 from engine.operations.base import RunContext
-from engine.operations.upscale import Upscale, _tensor, auto_tile, prepare_frame, run_tile
+from engine.operations.upscale import (
+    Upscale,
+    _tensor,
+    auto_tile,
+    prepare_frame,
+    run_tile,
+    tile_overlap,
+)
 from engine.previews import PreviewPatch, PreviewRequest, Region
 from engine.requests import Product
 from engine.tiling.cache import DEFAULT_LIMIT, TileCache, TileSource, file_version
@@ -155,7 +162,7 @@ def preview_upscale(
     scale = c.scale or 1
     h, w = frame.shape[:2]
     tile = auto_tile(ctx, op.config) if request.job.tile is None else int(request.job.tile)
-    prep = prepare_frame(frame, c, tile, ctx.settings.overlap)
+    prep = prepare_frame(frame, c, tile, tile_overlap(ctx))
     plan = prep.plan
     size = (w * scale, h * scale)
     wanted = (request.region or Region(0, 0, w, h)).scaled(scale).clipped(*size)
