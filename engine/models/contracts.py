@@ -15,8 +15,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-
-import onnx
+from typing import TYPE_CHECKING
 
 from engine.errors import ModelError
 from engine.models.catalog import (
@@ -33,6 +32,9 @@ from engine.models.graph import (
     strip_weights,
 )
 from engine.options import OperationOptions
+
+if TYPE_CHECKING:
+    import onnx  # read lazily by engine/models/graph.py: listing models needs no onnx
 
 IMAGENET_PATCH = 14  # DA3's ViT patch size: depth inputs are multiples of it
 _PROBE_SIZES = (16, 64, 256)  # fixed probe sizes for an upscaler's scale, as chaiNNer does
