@@ -16,6 +16,7 @@ from engine.api import Engine
 from engine.bench.contract_models import make_compact_upscaler, make_upscaler
 from engine.bench.peers import ncnn_own_tiles
 from engine.operations import calibration
+from engine.options import UpscaleOptions
 from engine.requests import Operation, OperationRequest
 from engine.runtime import optimize
 from engine.settings import EngineSettings
@@ -71,16 +72,10 @@ def test_the_requests_own_max_tile_bounds_the_cpu_plan(tmp_path: Path) -> None:
             str(model),
             (image,),
             output_dir=tmp_path / "o",
-            options=_max_tile(128),
+            options=UpscaleOptions(max_tile=128),
         )
     )
     assert result.ok and result.tile is not None and result.tile <= 128
-
-
-def _max_tile(n: int) -> object:
-    from engine.options import UpscaleOptions
-
-    return UpscaleOptions(max_tile=n)
 
 
 # -- each model's overlap, measured once --------------------------------------------------------
