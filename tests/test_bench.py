@@ -33,6 +33,13 @@ FIGURES = (
     "preview: pan → first pixels (decoded photo kept)",
     "preview: pan → the whole view refined",
     "preview vs final product: max |diff|, upscale, default tiles",
+    # Issue 24: start-up and idle, each a real process; the bench's own duration.
+    "window shown (cold: first start of this run)",
+    "window shown (warm)",
+    "idle window RSS",
+    "idle window CPU time per minute",
+    "command line to first run",
+    "bench duration (--quick)",
 )
 
 

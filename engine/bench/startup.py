@@ -59,6 +59,7 @@ def _start_app(env: dict[str, str]) -> tuple[subprocess.Popen[str], float]:
         if line.strip() == "shown":
             return app, time.perf_counter() - start
     app.wait()
+    app.stdout.close()
     raise RuntimeError(f"the app ended (exit {app.returncode}) before showing its window")
 
 
@@ -69,6 +70,8 @@ def _stop(app: subprocess.Popen[str]) -> None:
     except subprocess.TimeoutExpired:
         app.kill()
         app.wait()
+    if app.stdout is not None:
+        app.stdout.close()
 
 
 def measure_window(table: Table, models_dir: Path, idle_s: float, warm_starts: int) -> None:
