@@ -93,15 +93,16 @@ def test_the_overlap_is_measured_once_per_model_and_kept(tmp_path: Path) -> None
     image = photo(tmp_path / "in.png", 64, 48)
     engine = Engine(EngineSettings(models_dir=models))
     _, first_runs, _ = _upscale(engine, narrow, image, tmp_path / "a")
+    assert first_runs == 1  # the probe's runs are the engine's, not the request's
     (record,) = _record(models)
     kept = json.loads(record.read_text())
     assert kept["overlap"] == 16
     assert kept["max_diff_by_overlap"]["16"] <= calibration.TOLERANCE
     assert kept["max_diff_by_overlap"]["12"] > calibration.TOLERANCE  # the next one down fails
-    assert first_runs > 1  # the probe's runs, this once
-    # Another engine (another process, as far as the model knows) reads it: no probe runs.
+    # Another engine (another process, as far as the model knows) reads it: no probe.
+    before = record.stat().st_mtime_ns
     _, runs, _ = _upscale(Engine(EngineSettings(models_dir=models)), narrow, image, tmp_path / "b")
-    assert runs == 1
+    assert runs == 1 and record.stat().st_mtime_ns == before
     # A changed file is another model: measured again, the old record replaced.
     make_compact_upscaler(narrow, scale=2, convs=3, seed=1)
     _upscale(Engine(EngineSettings(models_dir=models)), narrow, image, tmp_path / "c")
@@ -219,3 +220,31 @@ def test_ncnn_tiles_are_its_grid_with_ten_pixels_of_context() -> None:
     assert np.array_equal(tiles[0][:, 0, 10:20], tiles[0][:, 10, 10:20])
     (whole,) = ncnn_own_tiles(frame, None)
     assert whole.shape == (3, 220, 320)
+
+
+def test_a_models_contract_is_kept_so_a_new_process_needs_no_onnx(tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    model = make_compact_upscaler(models / "compact.onnx", scale=2)
+    image = photo(tmp_path / "in.png", 32, 24)
+    # The first process reads the graph (onnx) and keeps the contract beside the model.
+    code = (
+        "import sys; from pathlib import Path; from engine.models.contracts import validate_model; "
+        f"c = validate_model(Path({str(model)!r})); "
+        "print(c.family.value, c.scale, 'onnx' in sys.modules)"
+    )
+    runs = [
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        for _ in range(2)
+    ]
+    assert [r.stdout.split() for r in runs] == [["upscale", "2", "True"], ["upscale", "2", "False"]]
+    # The kept contract is the one the graph gives, and a changed file is read again.
+    from engine.models import contracts
+
+    assert contracts._kept_contract(model, None) == contracts.inspect_model(model)
+    make_compact_upscaler(model, scale=4)
+    again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert again.stdout.split() == ["upscale", "4", "True"]
+    records = list((models / optimize.FOLDER).glob("compact-any-*.contract.json"))
+    assert len(records) == 1  # the old one went
+    engine = Engine(EngineSettings(models_dir=models, overlap=32))
+    assert _upscale(engine, model, image, tmp_path / "o")[0].shape == (96, 128, 3)

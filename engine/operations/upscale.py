@@ -140,11 +140,17 @@ def tile_overlap(ctx: RunContext) -> int:
         def upscale(picture: np.ndarray, tile: int | None, overlap: int) -> np.ndarray:
             return plain_upscale(picture, c, tile, overlap, run)
 
+        counted = session.runs
         try:
             known = calibration.calibrate(ctx.spec.path, identity, upscale, c.multiple_of)
         except EngineError as e:  # the request itself will meet it again, and say so
             log.warning("%s: tile overlap not measured (%s)", ctx.spec.path.name, e)
             return calibration.DEFAULT_OVERLAP
+        finally:
+            # The probe's runs are the engine's measurement, once per model: the request's
+            # `runs` count those of its products (they still count as attempted, so the
+            # arena is handed back after them as after any run).
+            session.runs = counted
     _MEASURED[key] = known
     return known
 
