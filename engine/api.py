@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -26,13 +26,10 @@ from engine.errors import (
 from engine.io.image import DecodedImage
 from engine.io.reading import load_image
 from engine.io.sequences import list_sequence, load_sequence
-from engine.models.catalog import family_of
 from engine.models.contracts import ModelSpec
 from engine.models.inventory import resolve_model
-from engine.operations import operation_class
-from engine.operations.base import OperationBase, RunContext
-from engine.operations.preview import PreviewState, WholePreview, preview_upscale, tile_source
-from engine.operations.upscale import Upscale
+from engine.operations.base import OperationBase, RegionDraw, RunContext
+from engine.operations.preview import PreviewState, WholePreview, tile_source
 from engine.options import OperationOptions, OutputOptions
 from engine.previews import PreviewPatch, PreviewRequest, PreviewResult
 from engine.requests import (
@@ -61,6 +58,8 @@ log = logging.getLogger(__name__)
 
 ProgressCallback = Callable[[Progress], None]
 PatchCallback = Callable[[PreviewPatch], None]
+
+_RESOLVED_MAX = 16  # models a preview resolved, remembered (a few are switched between)
 
 
 @dataclass
@@ -97,6 +96,8 @@ class Engine:
         self._completed: dict[SessionKey, ModelSpec] = {}
         # What previews keep for the next one and the full job (engine/operations/preview.py).
         self.previews = PreviewState()
+        # The models previews resolved, with their file's version (`_resolve_kept`).
+        self._resolved: dict[Hashable, tuple[ModelSpec, SessionKey, Hashable]] = {}
 
     # -- sessions (for the memory panel) ---------------------------------------------------
     def loaded(self) -> tuple[SessionInfo, ...]:
@@ -104,10 +105,12 @@ class Engine:
 
     def unload(self, key: SessionKey) -> bool:
         self.previews.clear()
+        self._resolved.clear()
         return self.sessions.release(key)
 
     def unload_all(self) -> int:
         self.previews.clear()
+        self._resolved.clear()
         return self.sessions.release_all()
 
     # -- requests --------------------------------------------------------------------------
@@ -115,7 +118,7 @@ class Engine:
         device = Device.parse(request.device)
         runtime = Runtime.parse(request.runtime)
         spec = resolve_model(request.model, self.settings.resolved_models_dir())
-        wanted = family_of(request.operation)
+        wanted = request.operation.family
         if spec.family is not wanted:
             raise ModelError(
                 f"{spec.path.name} is a {spec.family.value} model; {request.operation.label} "
@@ -123,19 +126,59 @@ class Engine:
             )
         return spec, SessionKey.make(spec.path, device, runtime)
 
+    def _resolve_kept(self, request: OperationRequest) -> tuple[ModelSpec, SessionKey]:
+        """`resolve`, remembered for the next preview of the same model, device and runtime:
+        a pan neither looks the model up nor validates it again. A model file that changed
+        since (its size or time), or a catalog model's own copy installed in the models folder
+        meanwhile, is resolved again; Unload forgets them all."""
+        models_dir = self.settings.resolved_models_dir()
+        asked = (request.model, request.operation, request.device, request.runtime, models_dir)
+        kept = self._resolved.get(asked)
+        if kept is not None and self._unchanged(kept[0], kept[2], models_dir):
+            return kept[0], kept[1]
+        spec, key = self.resolve(request)
+        if len(self._resolved) >= _RESOLVED_MAX:
+            self._resolved.clear()
+        self._resolved[asked] = (spec, key, file_version(spec.path))
+        return spec, key
+
+    @staticmethod
+    def _unchanged(spec: ModelSpec, version: Hashable, models_dir: Path) -> bool:
+        try:
+            if file_version(spec.path) != version:
+                return False
+        except OSError:
+            return False  # gone: resolving again says why
+        # A bundled catalog model gives way to the person's own copy once there is one.
+        own = models_dir / spec.entry.file if spec.entry is not None else None
+        return own is None or own == spec.path or not own.is_file()
+
+    def _operation(self, request: OperationRequest) -> OperationBase:
+        op: OperationBase = request.operation.implementation_class()()
+        op.check_request(request)
+        return op
+
     def run(
         self,
         request: OperationRequest,
         progress: ProgressCallback | None = None,
         cancel: CancelToken | None = None,
     ) -> Result:
-        emit = progress or _noop
+        return self._run(request, progress or _noop, cancel, None)
+
+    def _run(
+        self,
+        request: OperationRequest,
+        emit: ProgressCallback,
+        cancel: CancelToken | None,
+        resolved: tuple[ModelSpec, SessionKey] | None,
+    ) -> Result:
+        """`run`; `resolved`: the model as the preview asking for this job resolved it."""
         started = time.perf_counter()
         self.previews.job_started(request.id, request.inputs)  # its kept pixels go
-        op: OperationBase = operation_class(request.operation)()
-        op.check_request(request)
+        op = self._operation(request)
         options = request.typed_options()  # a bad option is a usage error before any work
-        spec, key = self.resolve(request)
+        spec, key = resolved or self.resolve(request)
         op.configure(options, spec)
         if cancel is not None:
             cancel.check()
@@ -196,132 +239,28 @@ class Engine:
 
         The same path as a job for the memory contract: one session per model from the cache
         (M1), the cancel checked before every run (M8), the last run shrinking (M2) and the
-        hand-back after a cancel or failure (M10). A bad input, model or option raises an
-        EngineError, as for a job; there is no batch to go on with.
+        hand-back after a cancel or failure (M10). How the operation previews is its own
+        (`OperationBase.preview`). A bad input, model or option raises an EngineError, as for
+        a job; there is no batch to go on with.
         """
         job = request.job
-        emit = progress or _noop
-        send = patch or _no_patch
         started = time.perf_counter()
-        op: OperationBase = operation_class(job.operation)()
-        op.check_request(job)
+        op = self._operation(job)
         if len(job.inputs) != 1 or job.sequence or job.inputs[0].is_dir():
             raise UsageError("A preview shows one image; run the job for a sequence or folder.")
         options = job.typed_options()
-        spec, key = self.resolve(job)
+        spec, key = self._resolve_kept(job)  # a pan: the model was resolved by the last one
         op.configure(options, spec)
         if cancel is not None:
             cancel.check()
+        host = _Preview(
+            self, request, op, options, spec, key, progress or _noop, cancel, patch, started
+        )
         self.previews.running = request.id
         try:
-            if not isinstance(op, Upscale):
-                return self._preview_whole(request, options, key, emit, cancel, started)
-            return self._preview_tiles(op, request, spec, key, emit, cancel, send, started)
+            return op.preview(host)
         finally:
             self.previews.running = None
-
-    def _preview_tiles(
-        self,
-        op: Upscale,
-        request: PreviewRequest,
-        spec: ModelSpec,
-        key: SessionKey,
-        emit: ProgressCallback,
-        cancel: CancelToken | None,
-        send: PatchCallback,
-        started: float,
-    ) -> PreviewResult:
-        source = request.source
-        emit(Progress(request.id, ProgressKind.STARTED))
-        session = SessionHandle(self.sessions, key)
-        session.entry()
-        emit(Progress(request.id, ProgressKind.LOADED))
-        ctx = RunContext(
-            request=request.job,
-            settings=self.settings,
-            session=session,
-            spec=spec,
-            cancel=cancel,
-            emit=emit,
-            tiles=tile_source(self.previews, source, key),
-        )
-        work = _Work(last=ctx)
-        decode_s = 0.0
-        try:
-            ctx.spec = spec = self._complete(op, spec, session)
-            frame, decode_s = self.previews.frame(
-                source, self.settings.max_pixels, cancel.check if cancel is not None else None
-            )
-            outcome = preview_upscale(op, frame, ctx, request, send)
-            del frame
-        finally:
-            self._hand_back(op, spec, session, work)
-        timings = {"load_s": session.load_seconds, "decode_s": decode_s}
-        if outcome.first_pixels_at is not None:
-            timings["first_pixels_s"] = outcome.first_pixels_at - started
-        timings["total_s"] = time.perf_counter() - started
-        return PreviewResult(
-            request_id=request.id,
-            generation=request.generation,
-            size=outcome.size,
-            scale=outcome.scale,
-            tiles_run=outcome.tiles_run,
-            tiles_cached=outcome.tiles_cached,
-            tiles_needed=outcome.tiles_needed,
-            truncated=outcome.truncated,
-            runs=session.runs,
-            shrinks=session.shrinks,
-            sessions_created=session.created,
-            sessions_reused=session.reused,
-            held_bytes=self.previews.held_bytes,
-            timings=timings,
-        )
-
-    def _preview_whole(
-        self,
-        request: PreviewRequest,
-        options: OperationOptions,
-        key: SessionKey,
-        emit: ProgressCallback,
-        cancel: CancelToken | None,
-        started: float,
-    ) -> PreviewResult:
-        """Background, depth, geometry: one run of the whole image whatever the view shows, so
-        the preview is the job itself, written to the preview folder in the default formats.
-        Kept until the input, model or options change: a pan runs nothing."""
-        state = self.previews
-        source = request.source
-        try:
-            version = file_version(source)
-        except OSError as e:
-            raise BadInputError(f"{source.name}: the file cannot be read ({e.strerror}).") from e
-        whole_key = (version, key, request.job.operation, options)
-        kept = state.whole
-        if kept is None or kept.key != whole_key or not all(p.path.exists() for p in kept.products):
-            state.drop_whole()
-            job = replace(request.job, output_dir=state.folder(), output=OutputOptions())
-            result = self.run(job, emit, cancel)
-            if result.failures:
-                failure = result.failures[0]
-                error = EngineError(failure.message)
-                error.kind = failure.kind
-                raise error
-            kept = state.whole = WholePreview(whole_key, result.products)
-            runs, shrinks = result.runs, result.shrinks
-            created, reused = result.sessions_created, result.sessions_reused
-        else:
-            runs = shrinks = created = reused = 0
-        return PreviewResult(
-            request_id=request.id,
-            generation=request.generation,
-            products=kept.products,
-            runs=runs,
-            shrinks=shrinks,
-            sessions_created=created,
-            sessions_reused=reused,
-            held_bytes=state.held_bytes,
-            timings={"total_s": time.perf_counter() - started},
-        )
 
     def _input(
         self,
@@ -474,6 +413,116 @@ class Engine:
         except OSError as e:
             raise BadInputError(f"The output folder {out} cannot be created ({e.strerror}).") from e
         return out
+
+
+class _Preview:
+    """One preview request's side of the engine, offered to its operation (`PreviewHost`)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        request: PreviewRequest,
+        op: OperationBase,
+        options: OperationOptions,
+        spec: ModelSpec,
+        key: SessionKey,
+        emit: ProgressCallback,
+        cancel: CancelToken | None,
+        send: PatchCallback | None,
+        started: float,
+    ) -> None:
+        self.engine, self.request, self.op, self.options = engine, request, op, options
+        self.spec, self.key, self.emit, self.cancel = spec, key, emit, cancel
+        self.send = send or _no_patch
+        self.started = started
+
+    def region(self, draw: RegionDraw) -> PreviewResult:
+        engine, request, op, spec, key = self.engine, self.request, self.op, self.spec, self.key
+        emit, cancel = self.emit, self.cancel
+        source = request.source
+        emit(Progress(request.id, ProgressKind.STARTED))
+        session = SessionHandle(engine.sessions, key)
+        session.entry()
+        emit(Progress(request.id, ProgressKind.LOADED))
+        ctx = RunContext(
+            request=request.job,
+            settings=engine.settings,
+            session=session,
+            spec=spec,
+            cancel=cancel,
+            emit=emit,
+            tiles=tile_source(engine.previews, source, key),
+        )
+        work = _Work(last=ctx)
+        decode_s = 0.0
+        try:
+            ctx.spec = spec = engine._complete(op, spec, session)
+            frame, decode_s = engine.previews.frame(
+                source, engine.settings.max_pixels, cancel.check if cancel is not None else None
+            )
+            outcome = draw(frame, ctx, request, self.send)
+            del frame
+        finally:
+            engine._hand_back(op, spec, session, work)
+        timings = {"load_s": session.load_seconds, "decode_s": decode_s}
+        if outcome.first_pixels_at is not None:
+            timings["first_pixels_s"] = outcome.first_pixels_at - self.started
+        timings["total_s"] = time.perf_counter() - self.started
+        return PreviewResult(
+            request_id=request.id,
+            generation=request.generation,
+            size=outcome.size,
+            scale=outcome.scale,
+            tiles_run=outcome.tiles_run,
+            tiles_cached=outcome.tiles_cached,
+            tiles_needed=outcome.tiles_needed,
+            truncated=outcome.truncated,
+            runs=session.runs,
+            shrinks=session.shrinks,
+            sessions_created=session.created,
+            sessions_reused=session.reused,
+            held_bytes=engine.previews.held_bytes,
+            timings=timings,
+        )
+
+    def whole(self) -> PreviewResult:
+        """One run of the whole image whatever the view shows, so the preview is the job
+        itself, written to the preview folder in the default formats. Kept until the input,
+        model or options change: a pan runs nothing."""
+        engine, request = self.engine, self.request
+        state = engine.previews
+        source = request.source
+        try:
+            version = file_version(source)
+        except OSError as e:
+            raise BadInputError(f"{source.name}: the file cannot be read ({e.strerror}).") from e
+        whole_key = (version, self.key, request.job.operation, self.options)
+        kept = state.whole
+        if kept is None or kept.key != whole_key or not all(p.path.exists() for p in kept.products):
+            state.drop_whole()
+            job = replace(request.job, output_dir=state.folder(), output=OutputOptions())
+            result = engine._run(job, self.emit, self.cancel, (self.spec, self.key))
+            if result.failures:
+                failure = result.failures[0]
+                error = EngineError(failure.message)
+                error.kind = failure.kind
+                raise error
+            kept = state.whole = WholePreview(whole_key, result.products)
+            runs, shrinks = result.runs, result.shrinks
+            created, reused = result.sessions_created, result.sessions_reused
+        else:
+            runs = shrinks = created = reused = 0
+        return PreviewResult(
+            request_id=request.id,
+            generation=request.generation,
+            products=kept.products,
+            runs=runs,
+            shrinks=shrinks,
+            sessions_created=created,
+            sessions_reused=reused,
+            held_bytes=state.held_bytes,
+            timings={"total_s": time.perf_counter() - self.started},
+        )
 
 
 def _no_patch(_: PreviewPatch) -> None:

@@ -33,15 +33,17 @@ from typing import Any, NoReturn
 from engine.cancel import CancelToken, Terminated
 from engine.errors import EXIT_CODES, Cancelled, EngineError, ErrorKind, UsageError
 from engine.files import LIVE
+from engine.operation_specs import operation_named, operations
 from engine.options import parse_output_options
 from engine.requests import (
     MemoryReport,
-    Operation,
     OperationRequest,
     Progress,
     ProgressKind,
     Result,
 )
+from engine.runtime import records
+from engine.runtime.records import ProcessKind
 from engine.settings import EngineSettings
 
 log = logging.getLogger("engine")
@@ -98,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run an operation on images")
-    run.add_argument("operation", choices=[o.value for o in Operation])
+    run.add_argument("operation", choices=[o.value for o in operations()])
     run.add_argument("inputs", nargs="+", type=Path, metavar="INPUT")
     run.add_argument("--model", required=True, help="catalog id or path of an .onnx file")
     run.add_argument("--device", default="cpu", help="cpu or gpu:N (default cpu)")
@@ -159,6 +161,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     dev = sub.add_parser("devices", help="what each runtime really gives on this machine")
     dev.add_argument("--json", action="store_true")
+
+    mem = sub.add_parser(
+        "memory", help="every Tessera process and what it holds, and the other model users"
+    )
+    mem.add_argument("--json", action="store_true", help="one JSON object")
 
     bench = sub.add_parser("bench", help="the performance table of DESIGN §7")
     bench.add_argument(
@@ -280,7 +287,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         keep_cpu_arena=args.keep_cpu_arena,
     )
     request = OperationRequest(
-        operation=Operation(args.operation),
+        operation=operation_named(args.operation),
         model=args.model,
         inputs=tuple(args.inputs),
         device=args.device,
@@ -292,6 +299,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         output=parse_output_options(args.format, args.quality, args.size),
     )
     request.typed_options()  # unknown keys and bad values: exit 2 before anything loads
+    records.declare(ProcessKind.RUN)  # `engine memory` names this process and what it loads
     cancel = CancelToken()
     bar = ProgressBar(not args.quiet and not args.json and sys.stderr.isatty())
     outcome: dict[str, Any] = {}
@@ -437,6 +445,7 @@ class StopSignals:
             sys.stdout.flush()
             sys.stderr.flush()
             logging.shutdown()
+            records.withdraw()  # os._exit skips atexit, which would remove it
             os._exit(code)
         return code
 
@@ -461,6 +470,17 @@ def _console_close_handler(stop: StopSignals) -> object:  # pragma: no cover - W
 
     ctypes.windll.kernel32.SetConsoleCtrlHandler(handler, True)
     return handler
+
+
+def cmd_memory(args: argparse.Namespace) -> int:
+    from engine.runtime import census
+
+    now = census.take()
+    if args.json:
+        print(json.dumps(census.as_json(now), indent=2))
+    else:
+        print(census.report(now))
+    return 0
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
@@ -497,9 +517,12 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_run(args)
         if args.command == "devices":
             return cmd_devices(args)
+        if args.command == "memory":
+            return cmd_memory(args)
         if args.command == "bench":
             from engine.bench import run_bench
 
+            records.declare(ProcessKind.BENCH)
             return run_bench(args)
         if args.command == "models":
             from engine.models.cli import run_models_command

@@ -188,10 +188,6 @@ class LiveFiles:
             self._paths.clear()
         return removed
 
-    def live(self) -> list[Path]:
-        with self._lock:
-            return sorted(self._paths)
-
     @contextmanager
     def watching(self) -> Iterator[list[Path]]:
         """A list that receives every path placed while the block runs (any thread)."""

@@ -302,10 +302,6 @@ class OutputOptions:
     def resized(self) -> bool:
         return self.factor is not None or self.width is not None
 
-    @property
-    def is_default(self) -> bool:
-        return self.format is OutputFormat.PNG and not self.resized
-
     def target_size(self, width: int, height: int) -> tuple[int, int] | None:
         """The product's (width, height) for an input of width × height; None: as produced."""
         if self.factor is not None:

@@ -4,8 +4,9 @@ A preview is the job the person would run (`job`: operation, model, device, runt
 options; its first input is the image shown) asked for one region of the image: the part the
 viewer shows. It runs on the engine thread like any job — one session per model, its last run
 shrinks (M2), a cancelled one hands back (M10) — and its pixels are those of the full
-product: upscale runs the full job's own tile plan and blends exactly as it does
-(engine/operations/preview.py). Frozen dataclasses and enums, like engine/requests.py.
+product. How it previews is the operation's (`OperationBase.preview`): upscale runs the full
+job's own tile plan on the tiles in view and blends exactly as the job does; the others run
+their whole job once. Frozen dataclasses and enums, like engine/requests.py.
 """
 
 from __future__ import annotations

@@ -2,62 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 from engine.errors import ErrorKind, UsageError
-from engine.options import (
-    BackgroundOptions,
-    DepthOptions,
-    GeometryOptions,
-    OperationOptions,
-    OutputOptions,
-    UpscaleOptions,
-    check_options,
-    parse_options,
-)
-
-OPTIONS_TYPES = (UpscaleOptions, BackgroundOptions, DepthOptions, GeometryOptions)
+from engine.operation_specs import Operation
+from engine.options import OperationOptions, OutputOptions, check_options, parse_options
 
 _ids = itertools.count(1)
 
 
 def new_request_id() -> str:
     return f"job-{next(_ids)}"
-
-
-class Operation(Enum):
-    REMOVE_BACKGROUND = "remove-background"
-    DEPTH = "depth"
-    GEOMETRY = "geometry"
-    UPSCALE = "upscale"
-
-    @property
-    def options_type(self) -> type[OperationOptions]:
-        """The typed options this operation takes."""
-        return _OPTIONS_TYPE[self]
-
-    @property
-    def label(self) -> str:
-        return {
-            Operation.REMOVE_BACKGROUND: "Remove background",
-            Operation.DEPTH: "Depth",
-            Operation.GEOMETRY: "Geometry",
-            Operation.UPSCALE: "Upscale",
-        }[self]
-
-
-_OPTIONS_TYPE: dict[Operation, type[OperationOptions]] = {
-    Operation.REMOVE_BACKGROUND: BackgroundOptions,
-    Operation.DEPTH: DepthOptions,
-    Operation.GEOMETRY: GeometryOptions,
-    Operation.UPSCALE: UpscaleOptions,
-}
 
 
 @dataclass(frozen=True)
@@ -87,10 +49,14 @@ class OperationRequest:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "inputs", tuple(Path(p) for p in self.inputs))
-        if self.options is not None and not isinstance(
-            self.options, (MappingProxyType, *OPTIONS_TYPES)
+        options = self.options
+        if (
+            options is not None
+            and not isinstance(options, MappingProxyType)
+            and not _typed(options)
         ):
-            object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
+            given = cast(Mapping[str, object], options)
+            object.__setattr__(self, "options", MappingProxyType(dict(given)))
 
     def typed_options(self) -> OperationOptions:
         """The request's options as its operation's type, checked: UsageError names the
@@ -99,7 +65,7 @@ class OperationRequest:
         cls = self.operation.options_type
         if self.options is None:
             return cls()
-        if isinstance(self.options, OPTIONS_TYPES):
+        if _typed(self.options):
             if not isinstance(self.options, cls):
                 raise UsageError(
                     f"{self.operation.label} takes {cls.__name__}, not "
@@ -108,7 +74,12 @@ class OperationRequest:
             check_options(self.options, self.operation.value)
             return self.options
         given: type[Any] = cls
-        return parse_options(given, self.options, self.operation.value)
+        return parse_options(given, cast(Mapping[str, object], self.options), self.operation.value)
+
+
+def _typed(options: object) -> bool:
+    """An options object built by code (a frozen dataclass), not a mapping of names."""
+    return dataclasses.is_dataclass(options) and not isinstance(options, type)
 
 
 class ProgressKind(Enum):
@@ -182,11 +153,6 @@ class MemoryReport:
     rss_after: int  # after the operation and its hand-back
     gpu_used_after_load: int | None = None  # where NVML sees the session's device
     gpu_used_after: int | None = None
-
-    @property
-    def held_after(self) -> int:
-        """RSS the operation left held above the loaded model (negative: it gave back more)."""
-        return self.rss_after - self.rss_after_load
 
 
 @dataclass(frozen=True)

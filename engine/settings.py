@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import stat
+import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +41,46 @@ def bundled_models_dir() -> Path | None:
         return None
     path = Path(bundle) / "models"
     return path if path.is_dir() else None
+
+
+def private_runtime_dir() -> Path | None:
+    """A folder of this user's alone for Tessera's live state (process records, sockets):
+    `$XDG_RUNTIME_DIR/tessera` when that folder is ours with mode 0700, otherwise
+    `tessera-<uid>` in the temp folder. Either is created 0700 and its owner and mode are
+    checked (lstat: a link planted by someone else is refused); None when neither is private.
+
+    The instance socket (gui/single_instance.py) follows the same rule.
+    """
+    candidates: list[Path] = []
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and _private(Path(runtime), create=False):
+        candidates.append(Path(runtime) / "tessera")
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    candidates.append(Path(tempfile.gettempdir()) / f"tessera-{uid}")
+    for folder in candidates:
+        if _private(folder, create=True):
+            return folder
+    return None
+
+
+def _private(folder: Path, *, create: bool) -> bool:
+    """True when `folder` is a real folder (not a link) owned by us, with no access for others."""
+    if create:
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+        except OSError:
+            return False
+    try:
+        info = folder.lstat()
+    except OSError:
+        return False
+    if not stat.S_ISDIR(info.st_mode):
+        return False
+    if sys.platform == "win32":
+        return True  # the user's own temp folder; Windows has no POSIX modes to check
+    return info.st_uid == os.getuid() and not info.st_mode & 0o077
 
 
 def default_models_dir() -> Path:

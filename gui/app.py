@@ -120,8 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         log.info("handed %d file(s) to the running Tessera", len(files))
         return 0
 
+    from engine.runtime import records
     from gui.main_window import MainWindow
 
+    records.declare(records.ProcessKind.APP)  # `engine memory` names this window's models
     window = MainWindow(data_dir=data_dir)
     instance.filesReceived.connect(window.open_files_and_raise)
 

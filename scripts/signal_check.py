@@ -14,7 +14,7 @@ end is checked:
     python scripts/signal_check.py [--size 2400x1600] [--json]
 
 Exit status 0 when every case passes. The model and the picture are made on the spot
-(engine/bench/synthetic.py): no download.
+(engine/samples/synthetic.py): no download.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def _engine(*args: str) -> list[str]:
 
 def prepare(work: Path, width: int, height: int) -> tuple[Path, Path]:
     sys.path.insert(0, str(ROOT))
-    from engine.bench.synthetic import synthetic_upscaler, test_image
+    from engine.samples.synthetic import synthetic_upscaler, test_image
 
     model = synthetic_upscaler(work / "up2.onnx", scale=2, features=8, blocks=1)
     picture = test_image(work / "large.png", width, height)

@@ -4,7 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e .
+# setuptools warns about editable installs on every build; the warning is not for our users.
+PYTHONWARNINGS=ignore .venv/bin/python -m pip install -q -e .
 # Qt's window system plugin needs system libraries pip cannot install: name the missing ones and
 # the command that installs them, rather than Qt's "could not load the Qt platform plugin".
 scripts/check_qt_libs.sh .venv/bin/python || exit 1

@@ -7,7 +7,7 @@ from pathlib import Path
 import onnx
 from onnx import helper
 
-from engine.bench.synthetic import slow_model as make_slow_upscaler
+from engine.samples.synthetic import slow_model as make_slow_upscaler
 
 __all__ = ["make_slow_upscaler", "make_unstated_upscaler"]
 

@@ -13,13 +13,13 @@ import pytest
 from PIL import Image
 
 from engine.api import Engine
-from engine.bench.contract_models import LUMA, make_ben2, make_u2net
 from engine.errors import UsageError
 from engine.io.writing import write_image
 from engine.operations.background import RemoveBackground
 from engine.operations.foreground import box_blur, estimate_foreground
 from engine.operations.pixels import resize_bilinear
 from engine.requests import Operation, ProductKind
+from engine.samples.contract_models import LUMA, make_ben2, make_u2net
 from engine.settings import EngineSettings
 from tests.engine_helpers import gif3, photo
 from tests.family_checks import (

@@ -32,7 +32,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from engine.bench.contract_models import (
+from engine.cli import main as cli_main
+from engine.io.reading import load_image
+from engine.samples.contract_models import (
     make_da3,
     make_external_data,
     make_moge,
@@ -41,8 +43,6 @@ from engine.bench.contract_models import (
     make_u2net,
     make_upscaler,
 )
-from engine.cli import main as cli_main
-from engine.io.reading import load_image
 from tests.engine_helpers import photo
 from tests.test_cli import png_header_only  # the header-only PNG bomb
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.bench.contract_models import make_u2net
 from engine.cli import main as cli_main
 from engine.runtime import optimize
+from engine.samples.contract_models import make_u2net
 
 FIGURES = (
     "overhead vs bare ORT, synthetic-x4",

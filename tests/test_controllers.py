@@ -13,10 +13,10 @@ import pytest
 from PySide6.QtCore import QSettings
 from pytestqt.qtbot import QtBot
 
-from engine.bench.contract_models import make_two_strings, make_upscaler
 from engine.models.catalog import Family, load_catalog
 from engine.models.inventory import ModelInventory, discover
 from engine.requests import Operation
+from engine.samples.contract_models import make_two_strings, make_upscaler
 from engine.settings import EngineSettings
 from gui.controllers.jobs import JobsController, JobSettings
 from gui.controllers.models import (
@@ -26,7 +26,7 @@ from gui.controllers.models import (
     missing_hint,
     model_groups,
 )
-from gui.controllers.speed import TILE_OVERHEAD, Calibrator, SpeedBook
+from gui.controllers.speed import Calibrator, SpeedBook
 from gui.controllers.view import ViewController
 from gui.engine_thread import EngineThread
 from gui.jobs import ORIGINAL, JobState
@@ -167,57 +167,60 @@ def test_a_bad_file_makes_a_failed_job_with_its_reason(
     assert not failed.viewable and failed.failed == reason
 
 
-def test_the_speed_book_learns_and_estimates(settings: AppSettings) -> None:
+def test_the_speed_book_keeps_the_fixed_cost_apart_from_the_rate(settings: AppSettings) -> None:
+    """Issue #21: a tiny input teaches only the fixed cost, and one real job gives figures
+    within 2× for other sizes (here a job costs 2 s + 10 s per Mpx)."""
     book = SpeedBook(settings)
     op = Operation.UPSCALE
     assert book.estimate(op, "m", "cpu", 2.0, 1) is None
-    book.learn(op, "m", "cpu", 30.0, 0.5, 1, calibration=True)
-    rough = book.estimate(op, "m", "cpu", 2.0, 1)
-    assert rough is not None and rough.rough
-    assert rough.seconds == pytest.approx(30 / 0.5 * TILE_OVERHEAD * 2)
-    book.learn(op, "m", "cpu", 50.0, 1.0, 1)  # a finished job replaces the calibration
-    first = book.estimate(op, "m", "cpu", 2.0, 1)
-    assert first is not None and not first.rough and first.seconds == pytest.approx(100)
-    book.learn(op, "m", "cpu", 70.0, 1.0, 1)
-    refined = book.estimate(op, "m", "cpu", 2.0, 1)
-    assert refined is not None and refined.seconds == pytest.approx(120)  # half way
-    book.learn(op, "m", "cpu", 1.0, 1.0, 1, calibration=True)  # never undoes real jobs
-    assert book.estimate(op, "m", "cpu", 2.0, 1) == refined
+    book.learn(op, "m", "cpu", 2.0 + 10 * 0.0001, 0.0001, 1)  # a 10×10 image
+    assert book.estimate(op, "m", "cpu", 2.0, 1) is None  # no rate from it
+    tiny = book.estimate(op, "m", "cpu", 0.0004, 1)  # but the next tiny one costs the same
+    assert tiny is not None and tiny.seconds == pytest.approx(2.0, rel=0.01)
+    book.learn(op, "m", "cpu", 2.0 + 10 * 1.0, 1.0, 1)
+    for mp in (0.5, 4.0, 12.0):
+        first = book.estimate(op, "m", "cpu", mp, 1)
+        assert first is not None and not first.rough
+        assert 0.5 <= first.seconds / (2.0 + 10 * mp) <= 2.0
+    batch = book.estimate(op, "m", "cpu", 3.0, 3)  # one figure for 3 images of 1 Mpx
+    assert batch is not None and batch.seconds == pytest.approx(3 * 2.0 + 10 * 3.0, rel=0.05)
+    book.learn(op, "m", "cpu", 2.0 + 14 * 1.0, 1.0, 1)  # it ran slower: half way
+    refined = book.estimate(op, "m", "cpu", 1.0, 1)
+    assert refined is not None and refined.seconds == pytest.approx(2.0 + 12.0, rel=0.01)
     # families that run at the model's own resolution: seconds per image
     book.learn(Operation.DEPTH, "d", "cpu", 8.0, 12.0, 2)
     depth = book.estimate(Operation.DEPTH, "d", "cpu", 99.0, 3)
     assert depth is not None and depth.seconds == pytest.approx(12)
     # remembered
     again = SpeedBook(AppSettings(settings.store))
-    assert again.estimate(op, "m", "cpu", 2.0, 1) == refined
+    assert again.estimate(op, "m", "cpu", 1.0, 1) == refined
 
 
-def test_a_calibration_run_measures_a_new_model_once_and_leaves_nothing(
+def test_a_model_never_run_gets_a_rough_figure_from_its_size(settings: AppSettings) -> None:
+    sizes = {"small": 1_000_000, "big": 4_000_000, "unknown": None}
+    book = SpeedBook(settings, model_bytes=sizes.get)
+    op = Operation.UPSCALE
+    assert book.estimate(op, "big", "cpu", 1.0, 1) is None  # nothing has run on this CPU yet
+    book.learn(op, "small", "cpu", 10.0, 1.0, 1)
+    guess = book.estimate(op, "big", "cpu", 1.0, 1)
+    assert guess is not None and guess.rough
+    assert guess.seconds == pytest.approx(40.0)  # four times the weights, four times the work
+    assert book.estimate(op, "big", "gpu:0", 1.0, 1) is None  # another device knows nothing
+    assert book.estimate(op, "unknown", "cpu", 1.0, 1) is None
+    assert book.estimate(Operation.DEPTH, "big", "cpu", 1.0, 1) is None  # another family
+
+
+def test_choosing_a_model_runs_nothing(
     qtbot: QtBot, engine: EngineThread, settings: AppSettings, models: Path
 ) -> None:
+    """Issue #22: no calibration run — nothing is loaded that the person did not ask for."""
     book = SpeedBook(settings)
     calibrator = Calibrator(engine, book)
     model = str(models / "up2.onnx")
-    assert not calibrator.calibrate(Operation.UPSCALE, model, "cpu", "auto", engine_idle=False)
-    with qtbot.waitSignal(calibrator.calibrated, timeout=JOB_MS) as blocker:
-        assert calibrator.calibrate(Operation.UPSCALE, model, "cpu", "auto", engine_idle=True)
-        folder = next(iter(calibrator._running.values()))[1]
-    assert blocker.args == [model, "cpu"]
-    speed = book.get(model, "cpu")
-    assert speed is not None and speed.samples == 0 and speed.per_mp > 0
-    assert not folder.exists()  # its picture and product are gone
+    assert not calibrator.needed(model, "cpu")
     assert not calibrator.calibrate(Operation.UPSCALE, model, "cpu", "auto", engine_idle=True)
-
-
-def test_a_calibration_gives_queued_jobs_their_estimate(
-    qtbot: QtBot, jobs: JobsController, models: Path, tmp_path: Path
-) -> None:
-    model = str(models / "up2.onnx")
-    assert jobs.calibrator.calibrate(Operation.UPSCALE, model, "cpu", "auto", engine_idle=True)
-    jobs.add_paths([photo(tmp_path / "q.png", 30, 20)])
-    (job_id,) = jobs.queue(list(jobs.sources.values()), up2(models))
-    assert jobs.jobs[job_id].expected_s is None  # not measured yet when it was queued
-    qtbot.waitUntil(lambda: jobs.jobs[job_id].expected_s is not None, timeout=JOB_MS)
+    assert not calibrator.busy and not engine.is_busy()
+    assert book.model_bytes is not None and book.model_bytes(model) == Path(model).stat().st_size
 
 
 # -------------------------------------------------------------------------------- the models

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import pytest
 
-from engine.bench import contract_models as cm
 from engine.cancel import CancelToken
 from engine.errors import Cancelled, ModelError, ResourceError, UsageError
 from engine.models import catalog as catalog_module
@@ -38,6 +37,7 @@ from engine.models.downloads import (
     download_model,
     part_path,
 )
+from engine.samples import contract_models as cm
 
 PAYLOAD = os.urandom(20 * CHUNK + 123)
 SHA = hashlib.sha256(PAYLOAD).hexdigest()

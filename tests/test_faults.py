@@ -26,7 +26,6 @@ import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from engine.bench.contract_models import make_upscaler
 from engine.errors import ErrorKind
 from engine.io.reading import load_image
 from engine.operations.upscale import Upscale
@@ -39,6 +38,7 @@ from engine.requests import (
     ProgressKind,
     Result,
 )
+from engine.samples.contract_models import make_upscaler
 from engine.settings import EngineSettings
 from gui.engine_thread import EngineThread
 from tests.engine_helpers import photo
@@ -129,7 +129,7 @@ def test_out_of_memory_releases_the_session_and_the_next_request_works(
         from engine.cli import exit_code_for, main as cli_main
         from engine.requests import Operation, OperationRequest
         from engine.settings import EngineSettings
-        from engine.bench.contract_models import make_ben2, make_da3, make_moge, make_u2net, make_upscaler
+        from engine.samples.contract_models import make_ben2, make_da3, make_moge, make_u2net, make_upscaler
         from tests.engine_helpers import photo
         w = Path({work!r})
         {setup}

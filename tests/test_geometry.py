@@ -16,11 +16,11 @@ import pytest
 from PIL import Image
 
 from engine.api import Engine
-from engine.bench.contract_models import LUMA, make_moge
 from engine.errors import UsageError
 from engine.operations.depth_codec import read_depth_text
 from engine.operations.geometry import Geometry, depth_edge, infer, recover_focal_shift
 from engine.requests import Operation, ProductKind
+from engine.samples.contract_models import LUMA, make_moge
 from engine.settings import EngineSettings
 from tests.engine_helpers import gif3, photo
 from tests.family_checks import (

@@ -23,7 +23,6 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from engine.bench.contract_models import make_two_strings, make_upscaler
 from engine.errors import ErrorKind
 from engine.requests import (
     Operation,
@@ -36,6 +35,7 @@ from engine.requests import (
 )
 from engine.runtime import memory as engine_memory
 from engine.runtime.memory import GpuSnapshot, MemorySnapshot, ProcessUsage, RamSnapshot
+from engine.samples.contract_models import make_two_strings, make_upscaler
 from engine.settings import EngineSettings
 from gui.engine_thread import EngineThread
 from gui.jobs import JobState, progress_text

@@ -13,8 +13,8 @@ from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtGui import QColor, QImage
 from pytestqt.qtbot import QtBot
 
-from engine.bench.contract_models import make_upscaler
 from engine.requests import Operation, OperationRequest
+from engine.samples.contract_models import make_upscaler
 from gui.fetcher import FetchOutcome, ModelFetcher
 from gui.inputs import classify_paths, numbered_sequence
 from gui.jobs import Job, JobState, fmt_duration

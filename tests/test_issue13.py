@@ -26,9 +26,9 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QApplication, QLabel, QWidget
 from pytestqt.qtbot import QtBot
 
-from engine.bench.contract_models import make_upscaler
 from engine.options import OutputFormat, OutputOptions
 from engine.requests import Operation
+from engine.samples.contract_models import make_upscaler
 from gui.jobs import JobState
 from gui.main_window import MainWindow
 from gui.settings import AppSettings, pictures_dir

@@ -25,8 +25,6 @@ from PySide6.QtTest import QTest
 from pytestqt.qtbot import QtBot
 
 from engine.api import Engine
-from engine.bench.contract_models import make_u2net, make_upscaler
-from engine.bench.synthetic import synthetic_upscaler
 from engine.previews import PreviewPatch, PreviewRequest, PreviewResult
 from engine.requests import (
     Operation,
@@ -35,6 +33,8 @@ from engine.requests import (
     ProductKind,
     Result,
 )
+from engine.samples.contract_models import make_u2net, make_upscaler
+from engine.samples.synthetic import synthetic_upscaler
 from engine.settings import EngineSettings
 from gui.jobs import JobState
 from gui.main_window import MainWindow

@@ -13,12 +13,12 @@ import pytest
 from PIL import Image
 
 from engine.api import Engine
-from engine.bench.contract_models import make_compact_upscaler, make_upscaler
 from engine.bench.peers import ncnn_own_tiles
 from engine.operations import calibration
 from engine.options import UpscaleOptions
 from engine.requests import Operation, OperationRequest
 from engine.runtime import optimize
+from engine.samples.contract_models import make_compact_upscaler, make_upscaler
 from engine.settings import EngineSettings
 from tests.engine_helpers import photo
 

@@ -20,9 +20,9 @@ import numpy as np
 from PIL import Image
 
 from engine.api import Engine
-from engine.bench.contract_models import make_u2net, make_upscaler
 from engine.requests import Operation, OperationRequest
 from engine.runtime.providers import CPU_EP
+from engine.samples.contract_models import make_u2net, make_upscaler
 from engine.settings import EngineSettings
 from tests.engine_helpers import Recorder, SessionProxy, photo
 
@@ -39,7 +39,7 @@ from engine.api import Engine
 from engine.settings import EngineSettings
 from engine.requests import Operation, OperationRequest, ProgressKind
 from engine.errors import Cancelled
-from engine.bench.contract_models import make_upscaler
+from engine.samples.contract_models import make_upscaler
 from tests.engine_helpers import photo
 w = Path(sys.argv[1])
 
@@ -174,7 +174,7 @@ def test_an_operation_leaves_the_process_within_48_mb_of_its_loaded_size(tmp_pat
     # about 100 MB above the loaded model during the job.
     data = run_case(
         """
-        from engine.bench.synthetic import synthetic_upscaler, test_image
+        from engine.samples.synthetic import synthetic_upscaler, test_image
         model = synthetic_upscaler(w / "srvgg-x4.onnx", features=32, blocks=6)
         img = test_image(w / "in.png", 768, 512)
         engine = Engine(EngineSettings(models_dir=w))
@@ -350,7 +350,7 @@ def test_every_family_peaks_within_one_and_a_half_times_its_output(tmp_path: Pat
     data = run_case(
         """
         from engine.bench.memory import family_models, family_peak
-        from engine.bench.synthetic import test_image
+        from engine.samples.synthetic import test_image
         photo = test_image(w / "photo.jpg", 2400, 1600)
         engine = Engine(EngineSettings(models_dir=w))
         out = {}

@@ -10,7 +10,6 @@ import pytest
 from PIL import Image
 
 from engine.api import Engine
-from engine.bench.contract_models import make_upscaler
 from engine.cancel import CancelToken
 from engine.errors import Cancelled, DeviceUnavailable
 from engine.requests import Operation, OperationRequest, Progress, ProgressKind
@@ -24,6 +23,7 @@ from engine.runtime.providers import (
     provider_plan,
     shrink_target,
 )
+from engine.samples.contract_models import make_upscaler
 from engine.settings import EngineSettings
 from tests.engine_helpers import Recorder, SessionProxy, cuda_shrink, gif3, photo
 

@@ -12,7 +12,6 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from engine.bench import contract_models as cm
 from engine.errors import ModelError, UsageError
 from engine.models import catalog
 from engine.models.catalog import Family, Layout, Source, load_catalog
@@ -26,6 +25,7 @@ from engine.options import (
     Normalization,
     UpscaleOptions,
 )
+from engine.samples import contract_models as cm
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -496,9 +496,9 @@ def test_a_packaged_build_uses_its_bundled_starter_models(
 ) -> None:
     import shutil
 
-    from engine.bench.contract_models import make_upscaler
     from engine.models.catalog import catalog_path
     from engine.models.inventory import discover, resolve_model
+    from engine.samples.contract_models import make_upscaler
 
     bundle = tmp_path / "bundle"
     make_upscaler(bundle / "models" / "realesrgan-animevideov3-x2.onnx", scale=2)

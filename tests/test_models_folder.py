@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.bench.contract_models import make_upscaler
 from engine.cli import main
 from engine.models import starter
+from engine.samples.contract_models import make_upscaler
 from tests.engine_helpers import photo
 from tests.starter_fixtures import starter_cache_dir
 

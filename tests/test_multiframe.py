@@ -9,10 +9,10 @@ import numpy as np
 from PIL import Image
 
 from engine.api import Engine
-from engine.bench.contract_models import make_upscaler
 from engine.io.reading import load_image
 from engine.io.writing import write_image
 from engine.requests import Operation, OperationRequest
+from engine.samples.contract_models import make_upscaler
 from engine.settings import EngineSettings
 from tests.engine_helpers import photo
 

@@ -14,9 +14,9 @@ import pytest
 from PIL import Image
 
 from engine.api import Engine
-from engine.bench.contract_models import make_compact_upscaler, make_upscaler
 from engine.requests import Operation, OperationRequest
 from engine.runtime import optimize
+from engine.samples.contract_models import make_compact_upscaler, make_upscaler
 from engine.settings import EngineSettings
 
 

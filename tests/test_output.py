@@ -10,11 +10,11 @@ import pytest
 from PIL import Image
 
 from engine.api import Engine
-from engine.bench.contract_models import make_da3, make_u2net, make_upscaler
 from engine.errors import UsageError
 from engine.io.resize import resize_frame
 from engine.options import OutputFormat, OutputOptions, parse_output_options
 from engine.requests import Operation, OperationRequest, ProductKind
+from engine.samples.contract_models import make_da3, make_u2net, make_upscaler
 from engine.settings import EngineSettings
 from tests.engine_helpers import gif3, photo
 from tests.test_cli import engine_cli

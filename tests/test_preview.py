@@ -9,20 +9,21 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from PIL import Image
 
 from engine.api import Engine
-from engine.bench.contract_models import make_u2net, make_upscaler
-from engine.bench.synthetic import synthetic_upscaler
-from engine.bench.synthetic import test_image as smooth_image
 from engine.cancel import CancelToken
 from engine.errors import Cancelled, UsageError
 from engine.previews import PreviewPatch, PreviewRequest, Region
 from engine.requests import Operation, OperationRequest, Progress, ProgressKind
 from engine.runtime.providers import CUDA_EP
+from engine.samples.contract_models import make_u2net, make_upscaler
+from engine.samples.synthetic import synthetic_upscaler
+from engine.samples.synthetic import test_image as smooth_image
 from engine.settings import EngineSettings
 from engine.tiling.assembly import TileAssembler
 from engine.tiling.cache import TileCache
@@ -354,3 +355,53 @@ def test_background_preview_is_the_job_itself_and_is_not_run_again_on_a_pan(
     folder = cutout.path.parent
     engine.unload_all()
     assert not folder.exists()
+
+
+# -- a pan re-checks nothing that did not change ------------------------------------------------
+
+
+def test_a_pan_neither_resolves_nor_validates_an_unchanged_model_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import engine.api
+    import engine.models.inventory
+
+    calls = {"resolve": 0, "validate": 0}
+    real_resolve = engine.api.resolve_model
+    real_validate = engine.models.inventory.validate_model
+
+    def resolve(*args: Any, **kwargs: Any) -> Any:
+        calls["resolve"] += 1
+        return real_resolve(*args, **kwargs)
+
+    def validate(*args: Any, **kwargs: Any) -> Any:
+        calls["validate"] += 1
+        return real_validate(*args, **kwargs)
+
+    monkeypatch.setattr(engine.api, "resolve_model", resolve)
+    monkeypatch.setattr(engine.models.inventory, "validate_model", validate)
+    model = make_upscaler(tmp_path / "up2.onnx", scale=2)
+    image = photo(tmp_path / "in.png", 200, 150)
+    eng = Engine(EngineSettings(models_dir=tmp_path))
+    job = _job(model, image, tmp_path / "p", tile=64)
+    eng.preview(PreviewRequest(job, Region(0, 0, 60, 60)))
+    assert calls == {"resolve": 1, "validate": 1}
+    pan = eng.preview(PreviewRequest(job, Region(20, 20, 80, 80), generation=2))
+    assert calls == {"resolve": 1, "validate": 1} and pan.tiles_cached > 0
+    # The model file rewritten in place is looked at again.
+    make_upscaler(model, scale=2)
+    os.utime(model, ns=(1, 1))
+    eng.preview(PreviewRequest(job, Region(20, 20, 80, 80), generation=3))
+    assert calls == {"resolve": 2, "validate": 2}
+    # A job resolves its model itself (a model installed meanwhile is found).
+    eng.run(job)
+    assert calls["resolve"] == 3
+    # A non-tiled family's preview is its job: one lookup for both, none on a pan.
+    u2net = make_u2net(tmp_path / "u2netp.onnx")
+    cut = OperationRequest(Operation.REMOVE_BACKGROUND, str(u2net), (image,), output_dir=tmp_path)
+    eng.preview(PreviewRequest(cut, Region(0, 0, 40, 40)))
+    eng.preview(PreviewRequest(cut, Region(30, 10, 90, 60), generation=2))
+    assert calls["resolve"] == 4
+    eng.unload_all()  # Unload forgets what was resolved
+    eng.preview(PreviewRequest(cut, Region(30, 10, 90, 60), generation=3))
+    assert calls["resolve"] == 5

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.bench.contract_models import make_upscaler
+from engine.samples.contract_models import make_upscaler
 from tests.engine_helpers import photo
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,7 +130,7 @@ def test_a_stop_while_the_engine_is_stuck_in_a_c_call_ends_within_a_second(
 
 def test_a_cancelled_json_batch_lists_the_products_already_written(tmp_path: Path) -> None:
     """The engine thread notices the cancel itself (between model runs) and ends normally."""
-    from engine.bench.synthetic import slow_model
+    from engine.samples.synthetic import slow_model
 
     model = slow_model(tmp_path / "slow.onnx", layers=300)
     inputs = [photo(tmp_path / f"in{n}.png", 96, 96, seed=n) for n in range(3)]

@@ -17,7 +17,6 @@ from typing import Any
 
 from pytestqt.qtbot import QtBot
 
-from engine.bench.contract_models import make_da3, make_moge, make_u2net, make_upscaler
 from engine.requests import (
     Operation,
     OperationCancellation,
@@ -29,6 +28,7 @@ from engine.requests import (
 )
 from engine.runtime import memory
 from engine.runtime.sessions import SessionInfo, SessionKey
+from engine.samples.contract_models import make_da3, make_moge, make_u2net, make_upscaler
 from engine.settings import EngineSettings
 from gui.engine_thread import EngineThread
 from tests.engine_helpers import gif3, photo

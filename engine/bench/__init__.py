@@ -1,8 +1,8 @@
 """`python -m engine bench`: the performance table of DESIGN §7, measured in one run here.
 
 `cpu` measures the CPU figures; `gpu` (`--gpu`) the device memory of one upscale on an NVIDIA
-GPU, with and without the arena shrink, or says why it cannot here. `synthetic` builds the
-stand-in models, `samplers` watches memory, `table` prints and keeps the rows.
+GPU, with and without the arena shrink, or says why it cannot here. The stand-in models are
+engine/samples/'s; `samplers` watches memory, `table` prints and keeps the rows.
 """
 
 from __future__ import annotations

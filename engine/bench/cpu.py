@@ -33,7 +33,6 @@ from engine.bench.peers import (
 from engine.bench.preview import measure_preview
 from engine.bench.samplers import PeakRss
 from engine.bench.startup import measure_cli, measure_window
-from engine.bench.synthetic import slow_model, synthetic_upscaler, test_image
 from engine.bench.table import Row, Table, find_model, scratch, table_for
 from engine.cancel import CancelToken
 from engine.errors import Cancelled
@@ -41,6 +40,7 @@ from engine.requests import Operation, OperationRequest, Progress, ProgressKind
 from engine.runtime import memory, optimize
 from engine.runtime.providers import Device, Runtime, provider_plan, resolve_runtime
 from engine.runtime.sessions import create_session
+from engine.samples.synthetic import slow_model, synthetic_upscaler, test_image
 from engine.settings import EngineSettings, packages_dir
 
 

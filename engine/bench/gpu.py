@@ -12,12 +12,12 @@ import numpy as np
 from engine.api import Engine
 from engine.bench.cpu import measure_overhead
 from engine.bench.samplers import GpuMeter, PeakGpu
-from engine.bench.synthetic import synthetic_upscaler, test_image
 from engine.bench.table import Row, find_model, scratch, table_for
 from engine.io.reading import load_image
 from engine.requests import Operation, OperationRequest
 from engine.runtime import memory
 from engine.runtime.providers import Runtime, missing_requirement
+from engine.samples.synthetic import synthetic_upscaler, test_image
 from engine.settings import EngineSettings
 
 GPU_TARGET = 64 << 20  # after an operation, within 64 MB of the level right after loading

@@ -21,11 +21,11 @@ import numpy as np
 from PIL import Image
 
 from engine.api import Engine
-from engine.bench.contract_models import make_da3, make_moge, make_u2net, make_upscaler
-from engine.bench.synthetic import test_image
 from engine.bench.table import Row, Table
 from engine.requests import Operation, OperationRequest, Result
 from engine.runtime import memory
+from engine.samples.contract_models import make_da3, make_moge, make_u2net, make_upscaler
+from engine.samples.synthetic import test_image
 from engine.settings import EngineSettings
 
 HELD_TARGET = 48 << 20  # DESIGN §7: within 48 MB of the RSS after loading

@@ -25,7 +25,6 @@ import onnxruntime as ort
 from onnx import shape_inference
 
 from engine.api import Engine
-from engine.bench.synthetic import test_image
 from engine.bench.table import Row, Table, find_model
 from engine.io.image import to_float
 from engine.io.reading import load_image
@@ -33,6 +32,7 @@ from engine.models import starter
 from engine.operations import calibration
 from engine.requests import Operation, OperationRequest
 from engine.runtime import optimize
+from engine.samples.synthetic import test_image
 from engine.settings import EngineSettings
 from engine.tiling.plan import plan_tiles
 

@@ -181,9 +181,6 @@ class Rows:
             raise ValueError(f"a band of {band.shape} {band.dtype} for a {self.shape} frame")
         return band
 
-    def materialise(self) -> np.ndarray:
-        return self[0 : self.shape[0]]
-
 
 class LazyFrames(Sequence[np.ndarray]):
     """Frames decoded only when used; `shape` and `dtype` (the same for every frame) are known

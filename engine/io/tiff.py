@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import numpy as np
 
@@ -89,9 +89,3 @@ class TiffWriter:
         self._out.seek(at)
         self._out.write(struct.pack("<I", value))
         self._out.seek(here)
-
-
-def write_float_pages(out: BinaryIO, pages: list[Any]) -> None:
-    writer = TiffWriter(out)
-    for page in pages:
-        writer.add_page(page)

@@ -13,22 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ModelError, UsageError
-from engine.options import (
-    BackgroundOptions,
-    DepthOptions,
-    GeometryOptions,
-    OperationOptions,
-    UpscaleOptions,
-    parse_options,
-)
-from engine.requests import Operation
-
-
-class Family(Enum):
-    UPSCALE = "upscale"
-    BACKGROUND = "background"
-    DEPTH = "depth"
-    GEOMETRY = "geometry"
+from engine.operation_specs import Family as Family  # imported from here too, as before
+from engine.operation_specs import for_family
+from engine.options import OperationOptions, parse_options
 
 
 class Source(Enum):
@@ -43,27 +30,9 @@ class Layout(StrEnum):
 
 FETCH_STARTER = "python -m engine models fetch-starter"
 
-# The family of models each operation runs.
-FAMILY_OF: dict[Operation, Family] = {
-    Operation.UPSCALE: Family.UPSCALE,
-    Operation.REMOVE_BACKGROUND: Family.BACKGROUND,
-    Operation.DEPTH: Family.DEPTH,
-    Operation.GEOMETRY: Family.GEOMETRY,
-}
-
-
-def family_of(operation: Operation) -> Family:
-    return FAMILY_OF[operation]
-
-
-# Each family's options a catalog entry may preset: its operation's options, plus the model
-# facts `scale` and `multiple_of` of an upscaler. An upscaler's `tile` presets `max_tile`.
-_OPTIONS_OF: dict[Family, type[OperationOptions]] = {
-    Family.UPSCALE: UpscaleOptions,
-    Family.BACKGROUND: BackgroundOptions,
-    Family.DEPTH: DepthOptions,
-    Family.GEOMETRY: GeometryOptions,
-}
+# A catalog entry may preset its family's operation's options (engine/operation_specs.py), plus
+# the model facts `scale` and `multiple_of` of an upscaler. An upscaler's `tile` presets
+# `max_tile`.
 _MODEL_FACTS = ("scale", "multiple_of")
 
 
@@ -188,7 +157,7 @@ def _parse_entry(item: dict[str, Any]) -> CatalogEntry:
     if family is Family.UPSCALE and "tile" in options:
         options["max_tile"] = options.pop("tile")
     try:
-        cls: type[Any] = _OPTIONS_OF[family]
+        cls: type[Any] = for_family(family).options_type
         defaults = parse_options(cls, options, f"a {family.value} model")
     except UsageError as e:
         raise ValueError(str(e)) from None

@@ -52,7 +52,6 @@ from engine.requests import Operation, Product, ProductKind, ProgressKind
 
 class RemoveBackground(OperationBase):
     operation: ClassVar[Operation] = Operation.REMOVE_BACKGROUND
-    products: ClassVar[tuple[str, ...]] = ("cutout.png", "mask.png")
     config = BackgroundConfig(Normalization.IMAGENET, 1024, refine_foreground=False)
 
     def configure(self, options: OperationOptions, spec: ModelSpec) -> None:

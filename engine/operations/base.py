@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -24,6 +24,7 @@ from engine.io.publish import check_output_name
 from engine.models.catalog import Family
 from engine.models.contracts import Contract, ModelSpec
 from engine.options import OperationOptions
+from engine.previews import PreviewPatch, PreviewRequest, PreviewResult
 from engine.requests import Operation, OperationRequest, Product, Progress, ProgressKind
 from engine.runtime.handle import SessionHandle
 from engine.settings import EngineSettings
@@ -166,13 +167,44 @@ class RunContext:
         )
 
 
+@dataclass(frozen=True)
+class RegionOutcome:
+    """How a preview of a region ended (see `PreviewHost.region`)."""
+
+    size: tuple[int, int]  # the whole product's (width, height)
+    scale: int
+    tiles_run: int
+    tiles_cached: int
+    tiles_needed: int
+    truncated: bool  # more tiles reach the region than one preview runs
+    first_pixels_at: float | None  # perf_counter when the first pixels were sent
+
+
+# Runs the model on the part `request.region` of the decoded `frame` and sends its final pixels
+# as they are ready; the context is the request's (session, cancel, the engine's tile cache).
+RegionDraw = Callable[
+    [np.ndarray, "RunContext", PreviewRequest, Callable[[PreviewPatch], None]], RegionOutcome
+]
+
+
+class PreviewHost(Protocol):
+    """What the engine offers an operation's preview (engine/api.py): the operation picks."""
+
+    def whole(self) -> PreviewResult:
+        """The job itself is the preview: one run of the whole image, its products written to
+        the preview folder and kept until the input, model or options change."""
+        ...
+
+    def region(self, draw: RegionDraw) -> PreviewResult:
+        """The session, the decoded input (kept for the next pan) and the tile cache, for
+        `draw` to run only what the region needs."""
+        ...
+
+
 class OperationBase(ABC):
     """One request's operation: configured once from its options and model, then run per input."""
 
-    operation: ClassVar[Operation]
-    # The products' names after "<stem>-" ({scale}: the upscale factor); checked against the
-    # output folder's file system before inference.
-    products: ClassVar[tuple[str, ...]] = ()
+    operation: ClassVar[Operation]  # its row of the operation table
 
     @abstractmethod
     def configure(self, options: OperationOptions, spec: ModelSpec) -> None:
@@ -186,6 +218,11 @@ class OperationBase(ABC):
     @abstractmethod
     def process(self, image: DecodedImage, ctx: RunContext) -> list[Product]:
         """Run the model over every frame of `image` and write the products atomically."""
+
+    def preview(self, host: PreviewHost) -> PreviewResult:
+        """How this operation previews. By default it runs once on the whole image whatever
+        the view shows, so its preview is the job itself (a pan costs nothing)."""
+        return host.whole()
 
     def minimal_feeds(self, spec: ModelSpec) -> dict[str, np.ndarray] | None:
         """The smallest valid input, for the hand-back run after a cancel or failure (M10).
@@ -214,11 +251,11 @@ class OperationBase(ABC):
     def check_output_names(self, image: DecodedImage, ctx: RunContext) -> None:
         """Refuse, before any model run, an input whose longest product name the output
         folder's file system would refuse (too long, or characters it does not take)."""
-        if not self.products:
+        if not self.operation.products:
             return
         numbered = "-0001" if len(image.frames) > 1 else ""
         names = []
-        for product in self.products:
+        for product in self.operation.products:
             suffix, dot, ext = product.format(scale=ctx.spec.contract.scale or 1).rpartition(".")
             names.append(output_name(image.source, suffix + numbered, dot + ext))
         check_output_name(ctx.out_dir, max(names, key=lambda n: len(n.encode("utf-8", "replace"))))

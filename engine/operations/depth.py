@@ -59,7 +59,6 @@ from engine.options import (
 from engine.requests import Operation, Product, ProductKind, ProgressKind
 
 PATCH = 14
-DEFAULT_PROCESS_RES = 504
 
 
 def _outputs(c: Contract) -> list[str]:
@@ -126,13 +125,6 @@ def _model_input(frame: np.ndarray, place: Placement, norm: Normalization) -> np
 
 class Depth(OperationBase):
     operation: ClassVar[Operation] = Operation.DEPTH
-    products: ClassVar[tuple[str, ...]] = (
-        "depth.tif",
-        "depth.png",
-        "depth-preview.png",
-        "depth-conf.tif",
-        "sky.png",
-    )
     config = DepthConfig(Normalization.IMAGENET, 504)
 
     def configure(self, options: OperationOptions, spec: ModelSpec) -> None:

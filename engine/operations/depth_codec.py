@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,17 +30,6 @@ def encode_depth16(depth: np.ndarray, lo: float, hi: float) -> np.ndarray:
     near = (hi - depth[valid].astype(np.float64)) / span if span > 0 else np.ones(int(valid.sum()))
     v[valid] = (1 + np.rint(np.clip(near, 0.0, 1.0) * 65534)).astype(np.uint16)
     return v
-
-
-def depth_range(maps: Sequence[np.ndarray]) -> tuple[float, float]:
-    """(min, max) over the finite values of all maps; (0, 0) when there is none."""
-    los, his = [], []
-    for m in maps:
-        finite = m[np.isfinite(m)]
-        if finite.size:
-            los.append(float(finite.min()))
-            his.append(float(finite.max()))
-    return (min(los), max(his)) if los else (0.0, 0.0)
 
 
 def depth_text(lo: float, hi: float, units: str) -> dict[str, str]:

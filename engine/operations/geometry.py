@@ -344,14 +344,6 @@ def _write_cloud(full: _FullSize, frame: np.ndarray) -> Callable[[BinaryIO], Non
 
 class Geometry(OperationBase):
     operation: ClassVar[Operation] = Operation.GEOMETRY
-    products: ClassVar[tuple[str, ...]] = (
-        "geometry-depth.tif",
-        "geometry-depth.png",
-        "normal.png",
-        "geometry-mask.png",
-        "intrinsics.json",
-        "points.ply",
-    )
     config = GeometryConfig(1800, 1280)
 
     def configure(self, options: OperationOptions, spec: ModelSpec) -> None:

@@ -41,23 +41,6 @@ def alpha_float(frame: np.ndarray) -> np.ndarray | None:
     return frame[..., -1].astype(np.float32) / np.float32(top_value(frame))
 
 
-def resize_image(
-    rgb: np.ndarray, height: int, width: int, resample: Image.Resampling
-) -> np.ndarray:
-    """Resize an H×W×C float image with Pillow's filter (antialiased when shrinking)."""
-    if rgb.shape[:2] == (height, width):
-        return rgb
-    planes = [
-        np.asarray(
-            Image.fromarray(np.ascontiguousarray(rgb[..., c], dtype=np.float32)).resize(
-                (width, height), resample
-            )
-        )
-        for c in range(rgb.shape[2])
-    ]
-    return np.stack(planes, axis=2).astype(np.float32, copy=False)
-
-
 def normalise(rgb: np.ndarray, mode: Normalization) -> np.ndarray:
     if mode is Normalization.IMAGENET:
         return (rgb - IMAGENET_MEAN) / IMAGENET_STD
@@ -151,7 +134,7 @@ def resize_planes(
 ) -> np.ndarray:
     """The RGB of `frame` as float 0…1 at height×width, one colour plane at a time.
 
-    Like `resize_image(rgb_float(frame), …)`, without its full-size float RGB copy: where the
+    Like resizing `rgb_float(frame)` with Pillow's filter, without its full-size float RGB copy: where the
     frame is more than 1.5× the target in both directions it is first averaged over whole
     boxes, a band of rows at a time (Pillow's `reducing_gap` idea: the filter then runs on an
     image a few times the target, and no full-size float plane exists); otherwise it is that

@@ -1,13 +1,7 @@
-"""Preview: the model on the part of the image the viewer shows, with the product's pixels.
+"""What the engine keeps between previews (`PreviewState`), on its own thread.
 
-Upscale (`preview_upscale`): the frame is planned by the full job's own `prepare_frame`, with
-the tile size the full job would choose (`auto_tile`, or the request's tile), so the plan, the
-overlap and the blending are the product's. The tiles whose blended contribution reaches the
-region run centre first — at most as many as the tile cache holds — through the request's
-`RunContext` (the one session handle: cancel before every run, the last run shrinks, M2), and
-each cell of the region is sent as soon as every tile reaching it is in (`RegionAssembler`:
-the full job's weights and arithmetic, so the pixels are the product's, bit for bit).
-Finished tiles stay in the engine's `TileCache` for the next pan and for the full job.
+How an operation previews is its own (`OperationBase.preview`: the whole job by default; an
+upscale runs only the tiles that reach the view, engine/operations/upscale.py).
 
 `PreviewState` is what the engine keeps between previews: the decoded input of the one image
 being previewed (decoding a 12 Mpx JPEG takes a good part of a second; a pan must not pay it
@@ -18,7 +12,6 @@ or has used the tiles, and on Unload.
 
 from __future__ import annotations
 
-import logging
 import shutil
 import tempfile
 import time
@@ -30,21 +23,8 @@ import numpy as np
 
 from engine.errors import BadInputError
 from engine.io.reading import load_image
-from engine.operations.base import RunContext
-from engine.operations.upscale import (
-    Upscale,
-    _tensor,
-    auto_tile,
-    prepare_frame,
-    run_tile,
-    tile_overlap,
-)
-from engine.previews import PreviewPatch, PreviewRequest, Region
 from engine.requests import Product
 from engine.tiling.cache import DEFAULT_LIMIT, TileCache, TileSource, file_version
-from engine.tiling.region import Cell, RegionAssembler
-
-log = logging.getLogger(__name__)
 
 # The decoded input is kept only up to this size (a 12 Mpx photo is 36 MB at 8 bits); a bigger
 # one is decoded again for each preview rather than held.
@@ -133,105 +113,6 @@ class PreviewState:
         if self._folder is not None:
             shutil.rmtree(self._folder, ignore_errors=True)
             self._folder = None
-
-
-@dataclass(frozen=True)
-class UpscaleOutcome:
-    size: tuple[int, int]
-    scale: int
-    tiles_run: int
-    tiles_cached: int
-    tiles_needed: int
-    truncated: bool
-    first_pixels_at: float | None  # perf_counter when the first cell was sent
-
-
-def preview_upscale(
-    op: Upscale,
-    frame: np.ndarray,
-    ctx: RunContext,
-    request: PreviewRequest,
-    send: Callable[[PreviewPatch], None],
-) -> UpscaleOutcome:
-    """Run the tiles reaching `request.region` and send the region's final pixels, cell by
-    cell as they become final. `ctx.tiles` is the engine's tile cache for this input."""
-    tiles = ctx.tiles
-    if tiles is None:
-        raise RuntimeError("a preview needs the engine's tile cache")
-    c = ctx.spec.contract
-    scale = c.scale or 1
-    h, w = frame.shape[:2]
-    tile = auto_tile(ctx, op.config) if request.job.tile is None else int(request.job.tile)
-    prep = prepare_frame(frame, c, tile, tile_overlap(ctx))
-    plan = prep.plan
-    size = (w * scale, h * scale)
-    wanted = (request.region or Region(0, 0, w, h)).scaled(scale).clipped(*size)
-    if wanted.empty:
-        return UpscaleOutcome(size, scale, 0, 0, 0, False, None)
-    region = Cell(wanted.y0, wanted.y1, wanted.x0, wanted.x1)
-    asm = RegionAssembler(plan, scale, prep.widths, frame.dtype, region)
-    cache = tiles.cache
-    key = tiles.key(0, plan, prep.widths)
-    cache.keep_only(key)  # another input, model or plan: its tiles are of no use now
-    needed = asm.needed()
-    cap = cache.capacity(plan, scale, prep.widths)
-    if request.max_tiles is not None:
-        cap = min(cap, request.max_tiles)
-    chosen = needed[: max(cap, 1)]
-    cache.pin(key, (t.index for t in chosen))
-    first: list[float] = []
-
-    def flush() -> None:
-        for cell in asm.ready():
-            pixels = asm.render(cell)
-            if not first:
-                first.append(time.perf_counter())
-            send(
-                PreviewPatch(
-                    request.id,
-                    request.generation,
-                    Region(cell.x0, cell.y0, cell.x1, cell.y1),
-                    pixels,
-                    size,
-                    scale,
-                )
-            )
-
-    try:
-        to_run = []
-        cached = 0
-        for t in chosen:
-            found = cache.get(key, t.index)
-            if found is None:
-                to_run.append(t)
-            else:
-                asm.add(t, found)
-                cached += 1
-        flush()  # what earlier previews made is drawn at once
-        passes = len(prep.passes)
-        ctx.start_frame(0, 1, len(to_run) * passes)
-        buffer = _tensor(c, plan.tile_h * scale, plan.tile_w * scale, output=True)
-        for t in to_run:
-            # Each pass's output is copied out of the one result buffer before the next run.
-            outputs = tuple(
-                np.array(run_tile(prep, t, p, c, ctx, buffer), dtype=np.float32)
-                for p in range(passes)
-            )
-            if not cache.put(key, t.index, outputs):
-                log.warning("preview tile %d did not fit in the tile cache", t.index)
-            asm.add(t, outputs)
-            flush()
-    finally:
-        cache.unpin()
-    return UpscaleOutcome(
-        size,
-        scale,
-        len(to_run),
-        cached,
-        len(needed),
-        len(chosen) < len(needed),
-        first[0] if first else None,
-    )
 
 
 def tile_source(state: PreviewState, source: Path, model: Hashable) -> TileSource | None:

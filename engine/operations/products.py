@@ -279,20 +279,3 @@ class Products:
         # operation lets go of them, not at the next garbage collection.
         self._sinks.clear()
         self._by_name.clear()
-
-
-def write_frames(
-    ctx: RunContext,
-    image: DecodedImage,
-    suffix: str,
-    frames: list[np.ndarray],
-    kind: ProductKind,
-    meta: ImageMeta,
-    text: Mapping[str, str] | None = None,
-) -> list[Product]:
-    """All frames of one image product at once (for frames already in memory)."""
-    with Products(ctx, image) as products:
-        sink = products.image_product(suffix, kind, meta, text)
-        for frame in frames:
-            products.add(sink, frame)
-        return products.publish()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -24,15 +25,17 @@ from engine.io.image import DecodedImage, to_float
 from engine.models.catalog import Layout
 from engine.models.contracts import Contract, ModelSpec
 from engine.operations import calibration
-from engine.operations.base import OperationBase, RunContext
+from engine.operations.base import OperationBase, PreviewHost, RegionOutcome, RunContext
 from engine.operations.products import Products
 from engine.options import OperationOptions, UpscaleConfig, UpscaleOptions, of_type, settle
+from engine.previews import PreviewPatch, PreviewRequest, PreviewResult, Region
 from engine.requests import Operation, Product, ProductKind, ProgressKind
 from engine.runtime import memory
 from engine.runtime.arena import cpu_arena_limit
 from engine.runtime.handle import SessionHandle
 from engine.tiling.assembly import TileAssembler
 from engine.tiling.plan import Tile, TilePlan, axis_spans, pad_to_multiple, plan_tiles
+from engine.tiling.region import Cell, RegionAssembler
 
 log = logging.getLogger(__name__)
 
@@ -247,7 +250,6 @@ def _cpu_plan(
 
 class Upscale(OperationBase):
     operation: ClassVar[Operation] = Operation.UPSCALE
-    products: ClassVar[tuple[str, ...]] = ("x{scale}.webp",)  # .png, .webp or .tif
     config = UpscaleConfig(max_tile=512, auto_start=None)
     requested_max_tile: int | None = None  # the request's own max_tile (not the catalog's)
 
@@ -264,6 +266,105 @@ class Upscale(OperationBase):
             )
 
         return spec if spec.contract.scale is not None else probe_sizes(spec, probe)
+
+    def preview(self, host: PreviewHost) -> PreviewResult:
+        return host.region(self.preview_region)  # only the tiles that reach the view
+
+    def preview_region(
+        self,
+        frame: np.ndarray,
+        ctx: RunContext,
+        request: PreviewRequest,
+        send: Callable[[PreviewPatch], None],
+    ) -> RegionOutcome:
+        """Run the tiles reaching `request.region` and send the region's final pixels, cell by
+        cell as they become final. `ctx.tiles` is the engine's tile cache for this input.
+
+        The frame is planned by the full job's own `prepare_frame`, with the tile size the full
+        job would choose (`auto_tile`, or the request's tile), so the plan, the overlap and the
+        blending are the product's. The tiles whose blended contribution reaches the region run
+        centre first — at most as many as the tile cache holds — through the request's context
+        (cancel before every run, the last run shrinks, M2), and each cell of the region is sent
+        as soon as every tile reaching it is in (`RegionAssembler`: the full job's weights and
+        arithmetic, so the pixels are the product's, bit for bit). Finished tiles stay in the
+        engine's tile cache for the next pan and for the full job."""
+        tiles = ctx.tiles
+        if tiles is None:
+            raise RuntimeError("a preview needs the engine's tile cache")
+        c = ctx.spec.contract
+        scale = c.scale or 1
+        h, w = frame.shape[:2]
+        tile = auto_tile(ctx, self.config) if request.job.tile is None else int(request.job.tile)
+        prep = prepare_frame(frame, c, tile, tile_overlap(ctx))
+        plan = prep.plan
+        size = (w * scale, h * scale)
+        wanted = (request.region or Region(0, 0, w, h)).scaled(scale).clipped(*size)
+        if wanted.empty:
+            return RegionOutcome(size, scale, 0, 0, 0, False, None)
+        region = Cell(wanted.y0, wanted.y1, wanted.x0, wanted.x1)
+        asm = RegionAssembler(plan, scale, prep.widths, frame.dtype, region)
+        cache = tiles.cache
+        key = tiles.key(0, plan, prep.widths)
+        cache.keep_only(key)  # another input, model or plan: its tiles are of no use now
+        needed = asm.needed()
+        cap = cache.capacity(plan, scale, prep.widths)
+        if request.max_tiles is not None:
+            cap = min(cap, request.max_tiles)
+        chosen = needed[: max(cap, 1)]
+        cache.pin(key, (t.index for t in chosen))
+        first: list[float] = []
+
+        def flush() -> None:
+            for cell in asm.ready():
+                pixels = asm.render(cell)
+                if not first:
+                    first.append(time.perf_counter())
+                send(
+                    PreviewPatch(
+                        request.id,
+                        request.generation,
+                        Region(cell.x0, cell.y0, cell.x1, cell.y1),
+                        pixels,
+                        size,
+                        scale,
+                    )
+                )
+
+        try:
+            to_run = []
+            cached = 0
+            for t in chosen:
+                found = cache.get(key, t.index)
+                if found is None:
+                    to_run.append(t)
+                else:
+                    asm.add(t, found)
+                    cached += 1
+            flush()  # what earlier previews made is drawn at once
+            passes = len(prep.passes)
+            ctx.start_frame(0, 1, len(to_run) * passes)
+            buffer = _tensor(c, plan.tile_h * scale, plan.tile_w * scale, output=True)
+            for t in to_run:
+                # Each pass's output is copied out of the one result buffer before the next run.
+                outputs = tuple(
+                    np.array(run_tile(prep, t, p, c, ctx, buffer), dtype=np.float32)
+                    for p in range(passes)
+                )
+                if not cache.put(key, t.index, outputs):
+                    log.warning("preview tile %d did not fit in the tile cache", t.index)
+                asm.add(t, outputs)
+                flush()
+        finally:
+            cache.unpin()
+        return RegionOutcome(
+            size,
+            scale,
+            len(to_run),
+            cached,
+            len(needed),
+            len(chosen) < len(needed),
+            first[0] if first else None,
+        )
 
     def minimal_feeds(self, spec: ModelSpec) -> dict[str, np.ndarray] | None:
         c = spec.contract

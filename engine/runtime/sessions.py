@@ -15,6 +15,7 @@ import gc
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,9 +29,17 @@ from engine.errors import (
     ResourceError,
     is_out_of_memory,
 )
-from engine.runtime import optimize
-from engine.runtime.arena import USE_ENV_ALLOCATORS, cpu_arena_registered
+from engine.runtime import optimize, records
+from engine.runtime.arena import (
+    USE_ENV_ALLOCATORS,
+    cpu_arena_registered,
+    gpu_arena_shares,
+    register_gpu_arena,
+)
 from engine.runtime.providers import (
+    CUDA_EP,
+    SHRINK_CAPABLE,
+    SHRINK_KEY,
     Device,
     ProviderPlan,
     Runtime,
@@ -42,6 +51,9 @@ from engine.runtime.providers import (
 )
 
 log = logging.getLogger(__name__)
+
+DEVICE_ALLOCATOR_FOR_INITIALIZERS = "session.use_device_allocator_for_initializers"
+ARENA_SHRINKER = Path("<shared GPU arena>")  # the key a shrinker session is wrapped under
 
 
 @dataclass(frozen=True)
@@ -91,6 +103,7 @@ class SessionEntry:
     created_at: float
     last_used: float
     load_seconds: float
+    shared_gpu_arena: bool = False  # its runs use the device's shared arena (arena.py)
     runs: int = 0  # successful runs over the session's life (the memory panel shows them)
     shrinks: int = 0
     # Output shapes and dtypes seen per input signature, so a later run with the same inputs
@@ -140,8 +153,14 @@ def create_session(
         so.optimized_model_filepath = str(save_optimized)
     if preoptimized:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    if cpu_arena_registered():
+    use_env, shared_gpu = env_allocators(plan)
+    if use_env:
+        # The environment's shared arenas (arena.py) instead of one per session.
         so.add_session_config_entry(USE_ENV_ALLOCATORS, "1")
+    if shared_gpu:
+        # Weights straight from the device, not from the shared arena: they go back to the
+        # device when their session is destroyed, and the arena holds only what runs need.
+        so.add_session_config_entry(DEVICE_ALLOCATOR_FOR_INITIALIZERS, "1")
     source: str | bytes = model if isinstance(model, bytes) else str(model)
     try:
         # enable_fallback=0 at construction (M7): otherwise, on a provider error, ORT rebuilds
@@ -170,6 +189,56 @@ def create_session(
             raise ModelError(f"{name} is not a valid ONNX model ({_first_line(text)}).") from e
         raise ModelError(f"ONNX Runtime could not load {name}: {_first_line(text)}") from e
     return session
+
+
+def _shrinker_model() -> bytes:
+    """One Identity node: a session that allocates next to nothing, for its run's shrink."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "shrink", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return bytes(model.SerializeToString())
+
+
+def env_allocators(plan: ProviderPlan) -> tuple[bool, bool]:
+    """(use the environment's arenas, among them a shared GPU arena) for a session of `plan`.
+
+    A CUDA session whose limit differs from its device's shared arena's uses none of them:
+    `session.use_env_allocators` takes every environment arena or none, and its own limit
+    must hold (M9). It keeps ORT's own arenas, which its shrink target still names.
+    """
+    shares = [
+        gpu_arena_shares(int(opts.get("device_id", "0")), int(opts.get("gpu_mem_limit", 0)))
+        for name, opts in plan.providers
+        if name == CUDA_EP
+    ]
+    if False in shares:
+        return False, False
+    gpu = True in shares
+    return cpu_arena_registered() or gpu, gpu
+
+
+def _held(entry: SessionEntry) -> records.HeldSession:
+    key = entry.key
+    identity = key.identity
+    if identity is None:
+        try:
+            identity = FileIdentity.of(key.model)
+        except ModelError:
+            identity = FileIdentity(entry.file_size, 0, 0)
+    return records.HeldSession(
+        model=key.model.stem,
+        path=str(key.model),
+        size=identity.size,
+        mtime_ns=identity.mtime_ns,
+        inode=identity.inode,
+        device=str(key.device),
+        runtime=key.runtime.value,
+        weight_bytes=entry.file_size,
+    )
 
 
 def _first_line(text: str) -> str:
@@ -204,6 +273,9 @@ class SessionCache:
         self.runs = 0
         self.shrinks = 0
         self.last_run_started: float | None = None  # perf_counter at the start of the latest run
+        # This process's record says what the cache holds (records.py); a cache dropped
+        # without unloading stops counting.
+        weakref.finalize(self, records.THIS.hold, id(self), ()).atexit = False
 
     def _check_thread(self) -> None:
         me = threading.get_ident()
@@ -220,11 +292,6 @@ class SessionCache:
     def __contains__(self, key: SessionKey) -> bool:
         return key in self._entries
 
-    def peek(self, key: SessionKey) -> SessionEntry | None:
-        """The cached session for `key` without creating or counting a use."""
-        self._check_thread()
-        return self._entries.get(key)
-
     def get(self, key: SessionKey) -> tuple[SessionEntry, bool]:
         """The cached session for `key`, creating it on first use. Returns (entry, created)."""
         self._check_thread()
@@ -239,6 +306,7 @@ class SessionCache:
         entry = self._create(key)
         self._entries[key] = entry
         self.created += 1
+        self._publish()
         return entry, True
 
     def _create(self, key: SessionKey) -> SessionEntry:
@@ -253,6 +321,9 @@ class SessionCache:
                     f"{key.runtime.value} on {key.device} is not available: {reason}. "
                     "Tessera does not run a GPU request on the CPU; choose device cpu to run there."
                 )
+        for name, options in plan.providers:
+            if name == CUDA_EP:  # one arena per device, shared by all its sessions (M6)
+                register_gpu_arena(int(options["device_id"]), options, self._gpu_mem_limit)
         start = time.perf_counter()
         session = self._load(key, plan)
         if self._wrap is not None:
@@ -282,6 +353,7 @@ class SessionCache:
             created_at=now,
             last_used=now,
             load_seconds=time.perf_counter() - start,
+            shared_gpu_arena=env_allocators(plan)[1],
         )
 
     def _load(self, key: SessionKey, plan: ProviderPlan) -> Any:
@@ -322,11 +394,44 @@ class SessionCache:
         entry = self._entries.pop(key, None)
         if entry is None:
             return False
+        shared_gpu = entry.shared_gpu_arena and entry.providers[0] in SHRINK_CAPABLE
         entry.session = None
         del entry
         gc.collect()  # ORT frees device memory only once the last reference is gone
+        if shared_gpu:
+            self._shrink_gpu_arena(key.device)
         self.released += 1
+        self._publish()
         return True
+
+    def _shrink_gpu_arena(self, device: Device) -> None:
+        """Hand the device's shared arena back after a session on it is gone (Unload, M5).
+
+        Its runs' memory went back to the shared arena, not to the device; ORT shrinks an arena
+        only at the end of a run that asks for it, so a tiny session on the same arena makes
+        one run with `gpu:<id>`, then goes. Best effort: on failure the memory stays reusable.
+        """
+        import onnxruntime as ort
+
+        plan = provider_plan(device, Runtime.CUDA, self._gpu_mem_limit)
+        try:
+            session = create_session(_shrinker_model(), plan, name="the arena shrink")
+            if self._wrap is not None:
+                session = self._wrap(session, SessionKey(ARENA_SHRINKER, device, Runtime.CUDA))
+            if tuple(session.get_providers())[:1] != (CUDA_EP,):
+                return  # ORT could not start CUDA for it: nothing of ours to shrink there
+            options = ort.RunOptions()
+            options.add_run_config_entry(SHRINK_KEY, f"gpu:{device.index}")
+            session.run(None, {"x": np.zeros((1, 1), np.float32)}, options)
+        except Exception as e:  # ORT's exceptions are not RuntimeError subclasses
+            log.warning("the shared arena of %s was not shrunk: %s", device, e)
+        finally:
+            session = None
+            gc.collect()
+
+    def _publish(self) -> None:
+        """Tell this process's record what the cache holds now (after a load or an unload)."""
+        records.THIS.hold(id(self), tuple(_held(e) for e in self._entries.values()))
 
     def release_all(self) -> int:
         self._check_thread()

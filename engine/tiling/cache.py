@@ -43,9 +43,6 @@ class PlanKey:
     plan: TilePlan
     passes: tuple[int, ...]  # channels of each pass through the model
 
-    def same_work(self, other: PlanKey) -> bool:
-        return (self.source, self.model) == (other.source, other.model)
-
 
 Outputs = tuple[np.ndarray, ...]  # one float32 H×W×C array per pass
 

@@ -1,82 +1,109 @@
 """How fast each model runs here, for the estimate before a job ("about 4 min on this CPU").
 
-The speed of a (model, device) pair is learnt from finished jobs and remembered in QSettings:
-seconds per megapixel of input for upscalers (their work grows with the pixels), seconds per
-image for the families that run the model at its own resolution. A model never run on this
-device gets a rough first figure from a calibration run: two tiny images in one request through
-the engine thread, as soon as the model is chosen and the engine is idle. The first image pays
-for the session's first run (its allocations); the time from the first image's end to the
-second's is the figure. The run also loads the model, so the first real job starts without the
-load wait.
+The speed of a (model, device) pair is learnt from finished jobs — never from previews — and
+remembered in QSettings. Upscalers' work grows with the pixels, so their speed is a rate per
+megapixel of input with a fixed cost per image kept apart (decoding, the first run's
+allocations, writing): tiny inputs teach only the fixed cost, so a 1×1 image cannot poison
+the rate. The families that run the model at its own resolution have a time per image.
+
+Nothing is run to measure a model (issue #22: the idle window holds nothing). Loading Photo ×4
+at start to time two tiny images cost seconds of CPU and, on a GPU, a CUDA context and VRAM
+kept for the life of the process — beside a game, for an estimate. Until a model's first job,
+its figure is guessed from its size: the seconds per megapixel per weight byte that the
+models already run on this device showed (convolutional models' work per pixel grows with
+their weights), marked as a first rough figure. A device where nothing has run yet gets no
+figure: "The first job measures how fast … runs".
+
+`Calibrator` keeps the interface the window wires (signals, `needed`, `calibrate`, `stop`) but
+runs nothing; the window's refactor can drop it.
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
-import tempfile
-import time
+import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-from PIL import Image
 from PySide6.QtCore import QObject, Signal
 
-from engine.requests import (
-    Operation,
-    OperationCancellation,
-    OperationFailure,
-    OperationRequest,
-    Progress,
-    ProgressKind,
-    Result,
-)
+from engine.models.catalog import load_catalog
+from engine.requests import Operation
 from gui.engine_thread import EngineThread
 from gui.settings import AppSettings
 
 log = logging.getLogger(__name__)
 
-CALIBRATION_EDGE = 64  # pixels: a few seconds even for Real-ESRGAN x4plus on a laptop CPU
-# Real jobs run overlapping tiles (32 px of context on each side of 128–512-px tiles: 1.3–2.3×
-# the pixels); a 64-px calibration image is one tile with none.
-TILE_OVERHEAD = 1.6
+TINY_MP = 0.05  # inputs under ~250×200 px are all fixed cost: they teach no rate
 LEARN_WEIGHT = 0.5  # how much a new job moves the remembered speed
+MIN_MARGINAL = 0.2  # the rate keeps at least this share of a job's time (a fixed cost too high)
+
+ModelBytes = Callable[[str], int | None]
 
 
 @dataclass(frozen=True)
 class Speed:
-    per_mp: float  # seconds per megapixel of input
-    per_image: float  # seconds per image (frame)
-    samples: int  # finished jobs it was learnt from; 0: a calibration run only
+    per_mp: float  # seconds per megapixel of input, the fixed cost apart (0: not known yet)
+    fixed: float  # seconds per image whatever its size
+    per_image: float  # seconds per image (frame): families at the model's own resolution
+    samples: int  # finished jobs that taught the rate (or the time per image)
+    weight_bytes: int = 0  # the model's size, so other models' first figures can scale by it
 
     def encode(self) -> str:
-        return f"{self.per_mp:.6g};{self.per_image:.6g};{self.samples}"
+        return (
+            f"2;{self.per_mp:.6g};{self.fixed:.6g};{self.per_image:.6g};{self.samples};"
+            f"{self.weight_bytes}"
+        )
 
     @staticmethod
     def decode(text: str) -> Speed | None:
+        parts = text.split(";")
         try:
-            per_mp, per_image, samples = text.split(";")
-            return Speed(float(per_mp), float(per_image), int(samples))
+            if len(parts) == 6 and parts[0] == "2":
+                return Speed(
+                    float(parts[1]), float(parts[2]), float(parts[3]), int(parts[4]), int(parts[5])
+                )
+            if len(parts) == 3:  # before the fixed cost was kept apart
+                per_mp, per_image, samples = float(parts[0]), float(parts[1]), int(parts[2])
+                if samples == 0:
+                    return None  # a 64-px calibration run's guess: forget it
+                return Speed(per_mp, 0.0, per_image, samples)
         except ValueError:
             return None
+        return None
 
 
 @dataclass(frozen=True)
 class Estimate:
     seconds: float
-    rough: bool  # from a calibration run, not a finished job
+    rough: bool  # guessed from the model's size, not from a finished job of this model
 
 
 def _scales_with_pixels(operation: Operation) -> bool:
     return operation is Operation.UPSCALE
 
 
+def model_file_bytes(model: str, models_dir: Path) -> int | None:
+    """The size of a model's file: a catalog id's installed file (else the catalog's figure),
+    or the file a path names; None when neither is known."""
+    entry = load_catalog().get(model)
+    path = models_dir / entry.file if entry is not None else Path(model).expanduser()
+    try:
+        return path.stat().st_size
+    except OSError:
+        pass
+    if entry is not None:
+        return entry.size or entry.approx_size
+    return None
+
+
 class SpeedBook:
     """The remembered speeds (GUI thread only)."""
 
-    def __init__(self, settings: AppSettings) -> None:
+    def __init__(self, settings: AppSettings, model_bytes: ModelBytes | None = None) -> None:
         self.settings = settings
+        self.model_bytes = model_bytes  # None: sizes unknown, so no first figure from size
 
     @staticmethod
     def key(model: str, device: str) -> str:
@@ -86,6 +113,11 @@ class SpeedBook:
         text = self.settings.speed_for(self.key(model, device))
         return Speed.decode(text) if text else None
 
+    def _put(self, model: str, device: str, speed: Speed) -> Speed:
+        self.settings.set_speed_for(self.key(model, device), speed.encode())
+        self._remember_model(model, device)
+        return speed
+
     def learn(
         self,
         operation: Operation,
@@ -94,51 +126,128 @@ class SpeedBook:
         seconds: float,
         megapixels: float,
         frames: int,
-        *,
-        calibration: bool = False,
     ) -> Speed | None:
+        """Learn from one finished job: `seconds` of work (model loading excluded) over
+        `megapixels` of input in `frames` images (frames of a sequence)."""
         if seconds <= 0 or (megapixels <= 0 and frames <= 0):
             return None
-        per_mp = seconds / megapixels if megapixels > 0 else 0.0
-        per_image = seconds / max(frames, 1)
-        if calibration and _scales_with_pixels(operation):
-            per_mp *= TILE_OVERHEAD
+        frames = max(frames, 1)
         old = self.get(model, device)
-        if calibration:
-            if old is not None and old.samples > 0:
-                return old  # a finished job knows better than a 64-px run
-            speed = Speed(per_mp, per_image, 0)
-        elif old is None or old.samples == 0:
-            speed = Speed(per_mp, per_image, 1)
-        else:
-            w = LEARN_WEIGHT
-            speed = Speed(
-                (1 - w) * old.per_mp + w * per_mp,
-                (1 - w) * old.per_image + w * per_image,
-                old.samples + 1,
+        weight = self._bytes(model)
+        w = LEARN_WEIGHT
+        if not _scales_with_pixels(operation):
+            per_image = seconds / frames
+            if old is None or old.samples == 0:
+                return self._put(model, device, Speed(0.0, 0.0, per_image, 1, weight))
+            mixed = (1 - w) * old.per_image + w * per_image
+            return self._put(
+                model, device, Speed(0.0, 0.0, mixed, old.samples + 1, weight or old.weight_bytes)
             )
-        self.settings.set_speed_for(self.key(model, device), speed.encode())
-        return speed
+        if megapixels < TINY_MP * frames:
+            # All fixed cost: it teaches only that, and the rate learnt so far stays.
+            fixed = seconds / frames
+            if old is not None and old.fixed > 0:
+                fixed = (1 - w) * old.fixed + w * fixed
+            base = old or Speed(0.0, 0.0, 0.0, 0, weight)
+            return self._put(
+                model,
+                device,
+                Speed(
+                    base.per_mp, fixed, base.per_image, base.samples, weight or base.weight_bytes
+                ),
+            )
+        fixed = old.fixed if old is not None else 0.0
+        marginal = max(seconds - fixed * frames, MIN_MARGINAL * seconds) / megapixels
+        if old is None or old.samples == 0:
+            speed = Speed(marginal, fixed, seconds / frames, 1, weight)
+        else:
+            speed = Speed(
+                (1 - w) * old.per_mp + w * marginal,
+                fixed,
+                (1 - w) * old.per_image + w * seconds / frames,
+                old.samples + 1,
+                weight or old.weight_bytes,
+            )
+        return self._put(model, device, speed)
 
     def estimate(
         self, operation: Operation, model: str, device: str, megapixels: float, frames: int
     ) -> Estimate | None:
-        speed = self.get(model, device)
-        if speed is None:
+        """The time of a batch of `frames` images over `megapixels` in all: one figure."""
+        frames = max(frames, 1)
+        pixels = _scales_with_pixels(operation)
+        if pixels and megapixels <= 0:
             return None
-        if _scales_with_pixels(operation):
-            if megapixels <= 0:
-                return None
-            seconds = speed.per_mp * megapixels
-        else:
-            seconds = speed.per_image * max(frames, 1)
-        return Estimate(seconds, speed.samples == 0)
+        speed = self.get(model, device)
+        tiny = megapixels < TINY_MP * frames
+        if speed is not None and pixels and tiny and speed.fixed > 0:
+            # Tiny inputs are all fixed cost, and that is known from tiny jobs.
+            return Estimate(speed.fixed * frames + speed.per_mp * megapixels, False)
+        if speed is not None and speed.samples > 0:
+            if pixels:
+                return Estimate(speed.fixed * frames + speed.per_mp * megapixels, False)
+            return Estimate(speed.per_image * frames, False)
+        guess = self._guess(operation, model, device)
+        if guess is None:
+            return None
+        if pixels:
+            fixed = speed.fixed if speed is not None and speed.fixed > 0 else guess.fixed
+            return Estimate(fixed * frames + guess.per_mp * megapixels, True)
+        return Estimate(guess.per_image * frames, True)
+
+    def _guess(self, operation: Operation, model: str, device: str) -> Speed | None:
+        """A first figure for a model never run on `device`: its size times the time per
+        weight byte of the models already run there (the median, so one odd model does not
+        decide), and their median fixed cost."""
+        weight = self._bytes(model)
+        if not weight:
+            return None
+        pixels = _scales_with_pixels(operation)
+        rates: list[float] = []
+        fixed: list[float] = []
+        for other in self._models(device):
+            if other == model:
+                continue
+            known = self.get(other, device)
+            if known is None or known.samples == 0 or known.weight_bytes <= 0:
+                continue
+            figure = known.per_mp if pixels else known.per_image
+            if figure <= 0 or (known.per_mp > 0) != pixels:
+                continue  # another family's kind of figure
+            rates.append(figure / known.weight_bytes)
+            fixed.append(known.fixed)
+        if not rates:
+            return None
+        rate = statistics.median(rates) * weight
+        return Speed(
+            rate if pixels else 0.0, statistics.median(fixed), 0.0 if pixels else rate, 0, weight
+        )
+
+    def _bytes(self, model: str) -> int:
+        if self.model_bytes is None:
+            return 0
+        try:
+            return int(self.model_bytes(model) or 0)
+        except OSError:
+            return 0
+
+    # The models with a remembered speed on each device, so a guess can look at them.
+    def _models(self, device: str) -> list[str]:
+        return [m for m in self.settings.speed_for(f"index\t{device}").split("\n") if m]
+
+    def _remember_model(self, model: str, device: str) -> None:
+        models = self._models(device)
+        if model not in models:
+            models.append(model)
+            self.settings.set_speed_for(f"index\t{device}", "\n".join(models))
 
 
 class Calibrator(QObject):
-    """Runs the calibration image through the engine thread, one model at a time."""
+    """Formerly ran a tiny image through each new model to time it; now runs nothing (the idle
+    window holds no model, and nothing is loaded that the person did not ask for). Its only
+    work: tell the speed book how big each model's file is, for first figures from size."""
 
-    calibrated = Signal(str, str)  # model, device: a speed is known now
+    calibrated = Signal(str, str)  # model, device: a speed is known now (never emitted)
     busyChanged = Signal(bool)
 
     def __init__(self, engine: EngineThread, book: SpeedBook, parent: QObject | None = None):
@@ -146,99 +255,26 @@ class Calibrator(QObject):
         self.engine = engine
         self.book = book
         self.enabled = True
-        self._running: dict[str, tuple[OperationRequest, Path]] = {}
-        self._tried: set[tuple[str, str]] = set()
-        self._marks: dict[str, list[float]] = {}  # request id → when each image was done
-        engine.progressChanged.connect(self._on_progress)
-        engine.operationFinished.connect(self._on_finished)
-        engine.operationFailed.connect(self._on_ended)
-        engine.operationCancelled.connect(self._on_ended)
+        if book.model_bytes is None:
+            book.model_bytes = lambda model: model_file_bytes(
+                model, engine.settings.resolved_models_dir()
+            )
 
     @property
     def busy(self) -> bool:
-        return bool(self._running)
+        return False
 
     def owns(self, request_id: str) -> bool:
-        return request_id in self._running
+        return False
 
     def needed(self, model: str, device: str) -> bool:
-        return self.book.get(model, device) is None and (model, device) not in self._tried
+        return False
 
     def calibrate(
         self, operation: Operation, model: str, device: str, runtime: str, engine_idle: bool
     ) -> bool:
-        """Queue the calibration run if the speed is unknown and nothing else waits for the
-        engine (a real job teaches the speed better, and must not wait behind this)."""
-        if not self.enabled or not engine_idle or self._running:
-            return False
-        if not self.needed(model, device) or not self.engine.is_running():
-            return False
-        self._tried.add((model, device))
-        folder = Path(tempfile.mkdtemp(prefix="tessera-speed-"))
-        images = []
-        for index in range(2):
-            image = folder / f"calibration-{index}.png"
-            rng = np.random.default_rng(7 + index)
-            pixels = rng.integers(0, 256, (CALIBRATION_EDGE, CALIBRATION_EDGE, 3), dtype=np.uint8)
-            Image.fromarray(pixels).save(image)
-            images.append(image)
-        request = OperationRequest(
-            operation,
-            model,
-            tuple(images),
-            device=device,
-            runtime=runtime,
-            output_dir=folder / "out",
-        )
-        self._marks[request.id] = []
-        self._running[request.id] = (request, folder)
-        self.engine.submit(request)
-        self.busyChanged.emit(True)
-        log.info("measuring the speed of %s on %s", model, device)
-        return True
-
-    def _on_progress(self, event: Progress) -> None:
-        marks = self._marks.get(event.request_id)
-        if marks is not None and event.kind is ProgressKind.INPUT_FINISHED:
-            marks.append(time.monotonic())
-
-    def _forget(self, request_id: str) -> OperationRequest | None:
-        entry = self._running.pop(request_id, None)
-        if entry is None:
-            return None
-        request, folder = entry
-        shutil.rmtree(folder, ignore_errors=True)
-        self.busyChanged.emit(False)
-        return request
-
-    def _on_finished(self, result: Result) -> None:
-        marks = self._marks.pop(result.request_id, [])
-        request = self._forget(result.request_id)
-        if request is None or not result.ok:
-            return
-        if len(marks) >= 2:
-            seconds = marks[1] - marks[0]  # the second image: a warm session
-        else:
-            timings = result.timings
-            seconds = float(timings.get("total_s", 0.0)) - float(timings.get("load_s", 0.0))
-            seconds = (seconds - float(timings.get("io_s", 0.0))) / 2
-        megapixels = CALIBRATION_EDGE * CALIBRATION_EDGE / 1e6
-        if self.book.learn(
-            request.operation,
-            request.model,
-            request.device,
-            max(seconds, 1e-3),
-            megapixels,
-            1,
-            calibration=True,
-        ):
-            self.calibrated.emit(request.model, request.device)
-
-    def _on_ended(self, payload: OperationFailure | OperationCancellation) -> None:
-        self._marks.pop(payload.request_id, None)
-        self._forget(payload.request_id)
+        """Nothing to run: the first job of a model is its measurement."""
+        return False
 
     def stop(self) -> None:
-        for request_id in list(self._running):
-            self.engine.cancel(request_id)
-            self._forget(request_id)
+        pass

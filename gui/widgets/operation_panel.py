@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.models.catalog import CatalogEntry, Family, family_of
+from engine.models.catalog import CatalogEntry, Family
 from engine.models.inventory import ModelInventory
 from engine.options import OutputOptions
 from engine.requests import Operation
@@ -322,7 +322,7 @@ class OperationPanel(QWidget):
         return data if isinstance(data, Operation) else Operation.UPSCALE
 
     def current_family(self) -> Family:
-        return family_of(self.current_operation())
+        return self.current_operation().family
 
     def select_operation(self, operation: Operation) -> None:
         self.operation.setCurrentIndex(OPERATIONS.index(operation))

@@ -3,13 +3,15 @@
 #   1. a fresh venv with Tessera and onnxruntime-gpu[cuda,cudnn] (CUDA 13 and cuDNN 9 come as
 #      wheels, so only the NVIDIA driver is needed on the machine);
 #   2. `python -m engine devices --json`: what ONNX Runtime really gives here (M7);
-#   3. the memory contract M1–M5 on the real CUDA provider, no wrappers: pytest -m gpu tests/gpu;
+#   3. the memory contract M1–M5 on the real CUDA provider, no wrappers: pytest -m gpu tests/gpu
+#      (with test_shared_arena.py: one arena per device, two sessions used in turn for 10
+#      rounds with device memory flat, M6);
 #   4. `python -m engine bench --gpu --json`: device memory after load, at the peak and after the
 #      operation, with and without the arena shrink, and the GPU result against the CPU's.
 #
 # Results go to $OUT (default ./gpu-results): environment.txt, devices.json, gpu-tests.txt and
-# .xml, bench-gpu.txt and .json, each step's .out/.err, and summary.txt with every step's exit
-# status and time. The whole check keeps within TIME_LIMIT seconds (default 570).
+# .xml, memory.json, bench-gpu.txt and .json, each step's .out/.err, and summary.txt with every
+# step's exit status and time. The whole check keeps within TIME_LIMIT seconds (default 570).
 #
 # Usage:  tests/gpu/check.sh
 # Environment (all optional):
@@ -109,6 +111,9 @@ if ! grep -q " passed" "$OUT/gpu-tests.out"; then
   echo "gpu-tests: nothing passed (all skipped: no working CUDA provider?)" | tee -a "$SUMMARY"
   status=1
 fi
+
+# What every process on the GPU holds, as `engine memory` sees it through NVML.
+step memory 30 "$PY" -m engine memory --json && cp "$OUT/memory.out" "$OUT/memory.json"
 
 step bench-gpu 180 "$PY" -m engine bench --gpu --json
 cp "$OUT/bench-gpu.out" "$OUT/bench-gpu.json"  # with --json, stdout holds the JSON alone

@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 
 from engine.api import Engine
-from engine.bench.contract_models import make_upscaler
 from engine.bench.gpu import GpuRun, gpu_unavailable, measure_cpu_frames, measure_gpu_run
 from engine.bench.samplers import GpuMeter
 from engine.errors import ErrorKind
@@ -28,6 +27,7 @@ from engine.requests import Operation, OperationRequest
 from engine.runtime.devices import _probe_model
 from engine.runtime.providers import CUDA_EP, Device, Runtime, provider_plan
 from engine.runtime.sessions import create_session
+from engine.samples.contract_models import make_upscaler
 from engine.settings import EngineSettings
 from tests.engine_helpers import photo
 

@@ -1,0 +1,132 @@
+"""The idle window holds nothing (issue #22 item 3, M6): the real app, offscreen, with Photo ×4
+chosen, loads no model at start — it used to load it to time two tiny images and keep it —
+and holds none again after Unload; this process's record (`engine memory`) says the same."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from pytestqt.qtbot import QtBot
+
+from engine.runtime import records
+from engine.runtime.sessions import SessionInfo
+from engine.samples.contract_models import make_upscaler
+from gui.main_window import MainWindow
+from tests.engine_helpers import photo
+from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
+from tests.window_fixtures import WindowFactory
+
+JOB_MS = 60_000
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def models(models_dir: Path) -> Path:
+    folder = Path(models_dir)
+    make_upscaler(folder / "realesrgan-x4plus.onnx", scale=4)  # offered as Photo ×4
+    return folder
+
+
+def loaded(qtbot: QtBot, win: MainWindow) -> tuple[SessionInfo, ...]:
+    """The sessions the window's engine holds, asked of the engine thread itself."""
+    with qtbot.waitSignal(win.engine.sessionsChanged, timeout=10_000) as blocker:
+        win.engine.refresh_sessions()
+    return tuple(blocker.args[0])
+
+
+def test_the_idle_window_holds_no_model_at_start_nor_after_unload(
+    qtbot: QtBot, make_window: WindowFactory, tmp_path: Path
+) -> None:
+    win = make_window(calibrate=True)  # as the app starts: speed measuring on
+    settings = win.panel.job_settings()
+    assert settings is not None and settings.model == "realesrgan-x4plus"
+    qtbot.wait(1500)  # time for anything started at start-up to get going
+    qtbot.waitUntil(lambda: not win.jobs.calibrator.busy, timeout=JOB_MS)
+    assert not win.engine.is_busy()
+    assert loaded(qtbot, win) == ()
+    assert records.THIS.record().sessions == ()
+    assert win.models_button.text() == "0 models loaded"
+
+    # A job the person asks for loads the model; Unload hands it back.
+    image = photo(tmp_path / "p.png", 40, 30)
+    win.accept_paths([image])
+    qtbot.waitUntil(lambda: bool(win.jobs.sources), timeout=10_000)
+    win.jobs.queue(list(win.jobs.sources.values()), settings)
+    qtbot.waitUntil(
+        lambda: bool(win.jobs.jobs) and all(j.state.ended for j in win.jobs.jobs.values()),
+        timeout=JOB_MS,
+    )
+    assert [s.model_name for s in loaded(qtbot, win)] == ["realesrgan-x4plus.onnx"]
+    assert [s.model for s in records.THIS.record().sessions] == ["realesrgan-x4plus"]
+    with qtbot.waitSignal(win.engine.sessionsChanged, timeout=10_000):
+        win.engine.unload_all()
+    assert loaded(qtbot, win) == ()
+    assert records.THIS.record().sessions == ()
+    assert win.models_button.text() == "0 models loaded"
+
+
+def test_the_started_app_process_holds_no_model_as_engine_memory_says(
+    models: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real app in its own process (offscreen, a private instance and settings): right
+    after start `engine memory` lists it with no model, and its record goes when it ends."""
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "QT_QPA_PLATFORM": "offscreen",
+        "XDG_RUNTIME_DIR": str(run),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "XDG_DATA_HOME": str(tmp_path / "data"),
+        "TESSERA_MODELS_DIR": str(models),
+        "TESSERA_INSTANCE_NAME": f"idle-test-{os.getpid()}",
+    }
+    app = subprocess.Popen(
+        [sys.executable, "-m", "gui"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    records_dir = run / "tessera" / "processes"
+    try:
+        deadline = time.monotonic() + 60
+        while not (records_dir / f"{app.pid}.json").exists():
+            assert app.poll() is None, app.communicate()
+            assert time.monotonic() < deadline, "the app wrote no record"
+            time.sleep(0.1)
+        time.sleep(6)  # the old start-up loaded Photo ×4 within a second or two of this
+        assert app.poll() is None, app.communicate()
+        done = subprocess.run(
+            [sys.executable, "-m", "engine", "memory", "--json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        (listed,) = json.loads(done.stdout)["processes"]
+        assert listed["pid"] == app.pid and listed["kind"] == "app"
+        assert listed["label"] == f"the app (pid {app.pid})"
+        assert listed["sessions"] == []
+    finally:
+        if app.poll() is None:
+            app.send_signal(signal.SIGTERM)
+            try:
+                app.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                app.kill()
+                app.communicate()
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
+    records.read_all()  # the app's own exit removes it; if a signal ended it, this sweeps it
+    assert not (records_dir / f"{app.pid}.json").exists()
