@@ -20,7 +20,7 @@ from typing import ClassVar, TypeVar
 
 import numpy as np
 
-from engine.errors import EngineError, InferenceError, ModelError, ResourceError
+from engine.errors import InferenceError, ModelError, ResourceError
 from engine.io.image import DecodedImage, to_float
 from engine.models.catalog import Layout
 from engine.models.contracts import Contract, ModelSpec
@@ -131,8 +131,10 @@ def tile_overlap(ctx: RunContext) -> int:
     known = _MEASURED.get(key) or calibration.kept_overlap(ctx.spec.path, identity)
     if known is None:
         # Not where a memory cap is set: the probe's whole-image runs must not be what fails.
+        # Nor on a GPU: the probe's sizes would each grow the CUDA arena (DESIGN §3); a CPU
+        # request measures it, for every device.
         capped = cpu_arena_limit() or ctx.settings.cpu_mem_limit or ctx.settings.gpu_mem_limit
-        if st.st_size >= CALIBRATE_BELOW_BYTES or capped:
+        if st.st_size >= CALIBRATE_BELOW_BYTES or capped or ctx.session.key.device.is_gpu:
             return calibration.DEFAULT_OVERLAP
         session = ctx.session
 
@@ -144,11 +146,10 @@ def tile_overlap(ctx: RunContext) -> int:
             return plain_upscale(picture, c, tile, overlap, run)
 
         counted = session.runs
+        # A failing probe fails the request as its first run would (the handle has released
+        # a poisoned session; out of memory retries at half the tile as usual).
         try:
             known = calibration.calibrate(ctx.spec.path, identity, upscale, c.multiple_of)
-        except EngineError as e:  # the request itself will meet it again, and say so
-            log.warning("%s: tile overlap not measured (%s)", ctx.spec.path.name, e)
-            return calibration.DEFAULT_OVERLAP
         finally:
             # The probe's runs are the engine's measurement, once per model: the request's
             # `runs` count those of its products (they still count as attempted, so the
