@@ -23,7 +23,7 @@ from engine.errors import (
     ModelError,
     UsageError,
 )
-from engine.io.image import DecodedImage
+from engine.io.image import DecodedImage, is_video
 from engine.io.reading import load_image
 from engine.io.sequences import list_sequence, load_sequence
 from engine.models.contracts import ModelSpec
@@ -301,7 +301,7 @@ class Engine:
             # input's failure, not the batch's.
             ctx.spec = spec = self._complete(op, spec, session)
             decode_start = time.perf_counter()
-            image = self._load(group, cancel)
+            image = self._load(group, cancel, request)
             if not self.settings.keep_cpu_arena:
                 memory.trim_heap()  # the decoder's freed buffers go back before the model runs
             ctx.io_seconds += time.perf_counter() - decode_start
@@ -398,8 +398,23 @@ class Engine:
                 groups.append([p])
         return groups
 
-    def _load(self, group: list[Path], cancel: CancelToken | None) -> DecodedImage:
+    def _load(
+        self, group: list[Path], cancel: CancelToken | None, request: OperationRequest
+    ) -> DecodedImage:
         check = cancel.check if cancel is not None else None
+        if len(group) == 1 and is_video(group[0]) and not group[0].is_dir():
+            from engine.io.video import load_video  # PyAV: imported when a clip comes
+
+            video = request.output.video  # a clip: its frames decoded ahead as they are used
+            return load_video(
+                group[0], self.settings.max_pixels, skip_broken=video.skip_broken_frames
+            )
+        clips = [p for p in group if is_video(p)] if len(group) > 1 else []
+        if clips:
+            raise BadInputError(
+                f"{clips[0].name}: a clip cannot be a frame of a sequence; run clips on their "
+                "own (without --sequence), each is a sequence of its frames already."
+            )
         if len(group) == 1 and not group[0].is_dir():
             return load_image(group[0], self.settings.max_pixels, check, stream=True)
         return load_sequence(group, self.settings.max_pixels, check, stream=True)

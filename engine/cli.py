@@ -34,7 +34,7 @@ from engine.cancel import CancelToken, Terminated
 from engine.errors import EXIT_CODES, Cancelled, EngineError, ErrorKind, UsageError
 from engine.files import LIVE
 from engine.operation_specs import operation_named, operations
-from engine.options import parse_output_options
+from engine.options import parse_output_options, parse_video_options
 from engine.requests import (
     MemoryReport,
     OperationRequest,
@@ -148,6 +148,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="size of the main image: a factor of the input (x2 writes ×2 with a ×4 model) or "
         "a width in pixels (1920); default: the model's own size",
     )
+    run.add_argument(
+        "--video-codec",
+        default=None,
+        metavar="auto|h264|hevc|vp9|av1|prores|ffv1|png",
+        help="codec of a clip's products (default auto: the input's codec where Tessera encodes "
+        "it, else H.264; png writes numbered PNG frames). A cut-out clip is VP9 with alpha "
+        "(ProRes 4444 with prores, FFV1 with ffv1); masks, depth and normals are FFV1",
+    )
+    run.add_argument(
+        "--crf", default=None, metavar="0-63", help="a clip's quality: lower is better and larger"
+    )
+    run.add_argument(
+        "--video-preset",
+        default=None,
+        metavar="NAME|N",
+        help="encoder speed: ultrafast … veryslow (H.264/HEVC; VP9/AV1 map it), or SVT-AV1's 0-13",
+    )
+    run.add_argument(
+        "--skip-broken-frames",
+        action="store_true",
+        help="a clip's frame that cannot be decoded is replaced by the one before it "
+        "(default: the clip fails, naming the frame)",
+    )
     run.add_argument("--cpu-mem-limit", type=_megabytes, default=None, metavar="MB")
     run.add_argument("--gpu-mem-limit", type=_megabytes, default=None, metavar="MB")
     run.add_argument(
@@ -197,6 +220,7 @@ def _parse_option(text: str) -> tuple[str, str]:
 class ProgressBar:
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
+        self._started = time.monotonic()
 
     def __call__(self, p: Progress) -> None:
         if not self.enabled:
@@ -209,6 +233,7 @@ class ProgressBar:
                 label += f" · frame {p.frame + 1}/{p.frame_count}"
             if p.run_count > 1:
                 label += f" · tile {p.run}/{p.run_count}"
+            label += _time_left(time.monotonic() - self._started, p.fraction)
             sys.stderr.write(
                 f"\r[{'#' * done}{'.' * (width - done)}] {p.fraction * 100:5.1f}% {label}   "
             )
@@ -219,6 +244,16 @@ class ProgressBar:
     def close(self) -> None:
         if self.enabled:
             sys.stderr.write("\n")
+
+
+def _time_left(elapsed: float, fraction: float) -> str:
+    """ " · 3 min left" from the pace so far (nothing before 2 % or 2 s: too early to tell)."""
+    if fraction < 0.02 or elapsed < 2 or fraction >= 1:
+        return ""
+    left = elapsed * (1 - fraction) / fraction
+    if left >= 90:
+        return f" · {round(left / 60)} min left"
+    return f" · {max(1, round(left))} s left"
 
 
 def _result_json(result: Result) -> dict[str, Any]:
@@ -296,7 +331,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         tile=args.tile,
         sequence=args.sequence,
         options=options,
-        output=parse_output_options(args.format, args.quality, args.size),
+        output=parse_output_options(
+            args.format,
+            args.quality,
+            args.size,
+            parse_video_options(
+                args.video_codec, args.crf, args.video_preset, args.skip_broken_frames
+            ),
+        ),
     )
     request.typed_options()  # unknown keys and bad values: exit 2 before anything loads
     records.declare(ProcessKind.RUN)  # `engine memory` names this process and what it loads

@@ -253,6 +253,99 @@ class OutputFormat(StrEnum):
         return self is not OutputFormat.PNG
 
 
+class VideoCodec(StrEnum):
+    """What a clip's products are encoded as; AUTO keeps the input's codec where Tessera can
+    encode it (H.264 otherwise). PNG writes a numbered PNG sequence instead of a clip."""
+
+    AUTO = "auto"
+    H264 = "h264"
+    HEVC = "hevc"
+    VP9 = "vp9"
+    AV1 = "av1"
+    PRORES = "prores"
+    FFV1 = "ffv1"
+    PNG = "png"
+
+
+CRF_RANGE = (0, 63)
+# x264/x265 preset names; SVT-AV1 and libvpx take a number (0 slowest … 13 / 8 fastest).
+VIDEO_PRESETS = (
+    "ultrafast",
+    "superfast",
+    "veryfast",
+    "faster",
+    "fast",
+    "medium",
+    "slow",
+    "slower",
+    "veryslow",
+)
+
+
+@dataclass(frozen=True)
+class VideoOptions:
+    """The video choices of the output step: codec, quality (CRF) and speed preset, and what a
+    frame that cannot be decoded does (fail with its number, or be skipped: the frame before
+    it is used in its place, so the clip keeps its length and timing)."""
+
+    codec: VideoCodec = VideoCodec.AUTO
+    crf: int | None = None  # None: the codec's default in engine/io/video.py
+    preset: str | None = None
+    skip_broken_frames: bool = False
+
+    def check(self) -> None:
+        if not isinstance(self.codec, VideoCodec):
+            raise UsageError(f"the video codec must be one of {_codecs()}, not {self.codec!r}.")
+        low, high = CRF_RANGE
+        if self.crf is not None and (
+            isinstance(self.crf, bool)
+            or not isinstance(self.crf, int)
+            or not low <= self.crf <= high
+        ):
+            raise UsageError(f"--crf takes a whole number from {low} to {high}, not {self.crf!r}.")
+        if self.preset is not None and not (
+            self.preset in VIDEO_PRESETS or (self.preset.isdigit() and int(self.preset) <= 13)
+        ):
+            raise UsageError(
+                f"--video-preset takes {', '.join(VIDEO_PRESETS)} or a number from 0 to 13, "
+                f"not {self.preset!r}."
+            )
+
+
+def _codecs() -> str:
+    return ", ".join(c.value for c in VideoCodec)
+
+
+def parse_video_options(
+    codec: str | None = None,
+    crf: str | int | None = None,
+    preset: str | None = None,
+    skip_broken_frames: bool = False,
+) -> VideoOptions:
+    """VideoOptions from command-line text; UsageError (exit 2) says what is accepted."""
+    values: dict[str, Any] = {"skip_broken_frames": bool(skip_broken_frames)}
+    if codec is not None:
+        name = codec.strip().lower()
+        name = {"h265": "hevc", "x264": "h264", "x265": "hevc", "avc": "h264"}.get(name, name)
+        try:
+            values["codec"] = VideoCodec(name)
+        except ValueError:
+            raise UsageError(f"--video-codec takes {_codecs()}, not {codec!r}.") from None
+    if crf is not None:
+        try:
+            values["crf"] = int(str(crf).strip())
+        except ValueError:
+            low, high = CRF_RANGE
+            raise UsageError(
+                f"--crf takes a whole number from {low} to {high}, not {crf!r}."
+            ) from None
+    if preset is not None:
+        values["preset"] = preset.strip().lower()
+    options = VideoOptions(**values)
+    options.check()
+    return options
+
+
 QUALITY_RANGE = (1, 100)
 MAX_FACTOR = 16.0
 MAX_WIDTH = 65_535
@@ -271,9 +364,13 @@ class OutputOptions:
     quality: int = 90  # JPEG and WebP; WebP at 100 is lossless
     factor: float | None = None
     width: int | None = None
+    video: VideoOptions = VideoOptions()  # for clips: codec, CRF, preset, broken frames
 
     def check(self) -> None:
         """UsageError naming what is accepted, for options built by code."""
+        if not isinstance(self.video, VideoOptions):
+            raise UsageError(f"video options must be VideoOptions, not {self.video!r}.")
+        self.video.check()
         if not isinstance(self.format, OutputFormat):
             raise UsageError(f"output format must be one of {_formats()}, not {self.format!r}.")
         low, high = QUALITY_RANGE
@@ -356,10 +453,15 @@ def parse_size(text: str) -> tuple[float | None, int | None]:
 
 
 def parse_output_options(
-    format: str | None = None, quality: str | int | None = None, size: str | None = None
+    format: str | None = None,
+    quality: str | int | None = None,
+    size: str | None = None,
+    video: VideoOptions | None = None,
 ) -> OutputOptions:
     """OutputOptions from command-line text; UsageError (exit 2) says what is accepted."""
     values: dict[str, Any] = {}
+    if video is not None:
+        values["video"] = video
     if format is not None:
         name = format.strip().lower()
         name = {"jpg": "jpeg"}.get(name, name)

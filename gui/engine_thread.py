@@ -1,39 +1,38 @@
-"""The one engine thread, and the only door from the GUI into the engine.
+"""The one engine thread: where a job is run and a preview is answered.
 
 `EngineThread` owns one QThread for the life of the app. A worker QObject moved into it owns
 the `Engine`, and with it the session cache (M1, M6), so every model run, load, unload and
-probe happens on that thread. Requests wait in a locked queue rather than as queued slot
-calls: a queued job can then be taken out and cancelled before it starts, and the worker takes
-one job per wake-up, so unload or probe commands queued meanwhile run between jobs. A running
-job is cancelled through its `CancelToken` directly: the worker is busy inside `Engine.run`,
-so a queued cancel slot would only run after the job (style rule 3).
+probe happens on that thread. Jobs and previews are one pipeline:
 
-Signals (all delivered on the GUI thread; payloads are frozen dataclasses):
+- **one queue with priorities** (`_WorkQueue`): jobs in the order they came, then at most one
+  preview, which runs only when no job waits; a newer preview replaces the one waiting. A
+  queued request can be taken out and cancelled before it starts, and the worker takes one
+  request per wake-up, so unload or probe commands queued meanwhile run between them;
+- **one run path** (`EngineWorker._run`): started, the engine call, and one ending;
+- **one relay** (`EngineThread._relay`) and **one terminal-signal rule**: every submitted
+  request ends with exactly one terminal signal, also one cancelled while still queued, and
+  nothing about that request follows it — `operationFinished(Result)`,
+  `operationFailed(OperationFailure)` or `operationCancelled(OperationCancellation)` for a
+  job; `previewFinished(PreviewResult)`, `previewFailed(OperationFailure)` or
+  `previewCancelled(OperationCancellation)` for a preview.
 
-- `operationStarted(OperationRequest)`: the worker took the job off the queue.
-- `progressChanged(Progress)`: every progress event; `runFinished(Progress)` and
-  `frameFinished(Progress)` additionally for those kinds.
-- exactly one of `operationFinished(Result)`, `operationFailed(OperationFailure)` or
-  `operationCancelled(OperationCancellation)` ends every submitted request, also one that is
-  cancelled while still queued; nothing about that request follows it.
-- `sessionsChanged(tuple[SessionInfo, ...])`: once a job's first run is done (its session
-  is loaded), after every job (before its terminal signal), and after unload / unload-all.
-- `runtimesProbed(tuple[RuntimeReport, ...])`: what each runtime really gives here (M7).
-- `settingsApplied(str)`: new settings (Preferences) are in force between jobs; the text says
-  what could not change before a restart, or is empty.
+A job submitted while a preview runs cancels it and runs first; the preview is put back to
+run after the jobs (a new request, the same generation), unless a newer one waits. A running
+request is cancelled through its `CancelToken` directly: the worker is busy inside the engine,
+so a queued cancel slot would only run after it (style rule 3).
 
-Previews (engine/previews.py) share the thread and the sessions but come after every job: one
-waits in a slot of its own, taken only when no job is queued; a newer preview replaces the one
-waiting and cancels the one running; a job submitted while a preview runs cancels it and runs
-first, and the preview is put back to run after the jobs (as a new request, same generation).
-Their signals mirror the jobs': `previewStarted(PreviewRequest)`, `previewProgressed(Progress)`,
-`previewPatched(PreviewPatch)` (final pixels, as they come), and exactly one of
-`previewFinished(PreviewResult)`, `previewFailed(OperationFailure)` or
-`previewCancelled(OperationCancellation)` per preview request.
+Other signals (all delivered on the GUI thread; payloads are frozen dataclasses):
+`operationStarted(OperationRequest)`, `progressChanged(Progress)` with `runFinished` and
+`frameFinished` for those kinds; `previewStarted(PreviewRequest)`, `previewProgressed`,
+`previewPatched(PreviewPatch)` (final pixels, as they come); `sessionsChanged(tuple[
+SessionInfo, ...])` once a job's first run is done, after every request (before its terminal
+signal) and after unload / unload-all; `runtimesProbed(tuple[RuntimeReport, ...])` (M7);
+`settingsApplied(str)` when new settings are in force between requests (the text says what
+could not change before a restart, or is empty).
 
-This module is behaviour only: the thread, the worker and their signals. Widgets import the
-engine's Qt-free data modules (requests, catalog, inventory, memory…) directly; which engine
-modules the GUI may import is checked by the import contracts in pyproject.toml.
+The GUI imports the engine's public, Qt-free modules beside this one (requests, catalog,
+inventory, memory…); which ones is the allow-list checked by the import contracts in
+pyproject.toml.
 """
 
 from __future__ import annotations
@@ -41,113 +40,120 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from enum import Enum
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QThread, Signal, SignalInstance, Slot
 
-from engine.api import Engine
 from engine.cancel import CancelToken
 from engine.errors import Cancelled, EngineError, ErrorKind
-from engine.previews import PreviewRequest, PreviewResult
+from engine.previews import PreviewRequest
 from engine.requests import (
     OperationCancellation,
     OperationFailure,
     OperationRequest,
     Progress,
     ProgressKind,
-    Result,
     new_request_id,
 )
-from engine.runtime.devices import RuntimeReport, probe
 from engine.runtime.sessions import SessionKey, SessionWrap
 from engine.settings import EngineSettings
-from gui.thread_utils import forget_foreign_thread
+
+if TYPE_CHECKING:
+    from engine.api import Engine
 
 log = logging.getLogger(__name__)
 
+Request = OperationRequest | PreviewRequest
 
-class _JobQueue:
-    """Jobs waiting for the engine thread; shared by both threads, so every access locks."""
+
+class RequestKind(Enum):
+    JOB = "job"
+    PREVIEW = "preview"
+
+
+class Outcome(Enum):
+    FINISHED = "finished"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How a request ended, as it crosses from the worker to the GUI thread."""
+
+    kind: RequestKind
+    outcome: Outcome
+    request_id: str
+    payload: object  # Result / PreviewResult, OperationFailure or OperationCancellation
+
+
+def _kind(request: Request) -> RequestKind:
+    return RequestKind.PREVIEW if isinstance(request, PreviewRequest) else RequestKind.JOB
+
+
+class _WorkQueue:
+    """What waits for the engine thread; shared by both threads, so every access locks."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._items: deque[tuple[OperationRequest, CancelToken]] = deque()
-        self._current: str | None = None
-        # One preview at most waits; it runs only when no job is queued.
-        self._preview: tuple[PreviewRequest, CancelToken] | None = None
-        self._preview_current: str | None = None
+        self._jobs: deque[tuple[OperationRequest, CancelToken]] = deque()
+        self._preview: tuple[PreviewRequest, CancelToken] | None = None  # one at most
+        self._running: dict[RequestKind, str | None] = dict.fromkeys(RequestKind)
 
-    def put(self, request: OperationRequest, token: CancelToken) -> None:
+    def put(self, request: Request, token: CancelToken) -> tuple[Request, CancelToken] | None:
+        """Queue a request; returns the preview it replaced, if one was waiting."""
         with self._lock:
-            self._items.append((request, token))
+            if isinstance(request, PreviewRequest):
+                replaced, self._preview = self._preview, (request, token)
+                return replaced
+            self._jobs.append((request, token))
+            return None
 
-    def take(self) -> tuple[OperationRequest, CancelToken] | None:
+    def take(self) -> tuple[Request, CancelToken] | None:
+        """The next request: the oldest job, else the waiting preview."""
         with self._lock:
-            if not self._items:
+            item: tuple[Request, CancelToken] | None
+            if self._jobs:
+                item = self._jobs.popleft()
+            elif self._preview is not None:
+                item, self._preview = self._preview, None
+            else:
                 return None
-            item = self._items.popleft()
-            self._current = item[0].id
+            self._running[_kind(item[0])] = item[0].id
             return item
 
-    def finish(self) -> None:
+    def finish(self, request: Request) -> None:
         with self._lock:
-            self._current = None
+            self._running[_kind(request)] = None
 
-    def remove(self, request_id: str) -> bool:
-        """Take a job out if it has not started; False once the worker has it."""
+    def remove(self, request_id: str) -> Request | None:
+        """Take a request out if it has not started; None once the worker has it."""
         with self._lock:
-            for item in self._items:
-                if item[0].id == request_id:
-                    self._items.remove(item)
-                    return True
-            return False
+            if self._preview is not None and self._preview[0].id == request_id:
+                item, self._preview = self._preview, None
+                return item[0]
+            for job in self._jobs:
+                if job[0].id == request_id:
+                    self._jobs.remove(job)
+                    return job[0]
+            return None
 
-    def drain(self) -> list[OperationRequest]:
+    def drain_jobs(self) -> list[OperationRequest]:
         with self._lock:
-            taken = [request for request, _ in self._items]
-            self._items.clear()
+            taken = [request for request, _ in self._jobs]
+            self._jobs.clear()
             return taken
 
-    def put_preview(
-        self, request: PreviewRequest, token: CancelToken
-    ) -> tuple[PreviewRequest, CancelToken] | None:
-        """Wait in the preview slot; returns the preview it replaced, if one was waiting."""
+    def running(self, kind: RequestKind) -> str | None:
         with self._lock:
-            replaced, self._preview = self._preview, (request, token)
-            return replaced
-
-    def take_preview(self) -> tuple[PreviewRequest, CancelToken] | None:
-        """The waiting preview, unless a job is queued (jobs first)."""
-        with self._lock:
-            if self._items or self._preview is None:
-                return None
-            item, self._preview = self._preview, None
-            self._preview_current = item[0].id
-            return item
-
-    def finish_preview(self) -> None:
-        with self._lock:
-            self._preview_current = None
-
-    def drop_preview(self) -> PreviewRequest | None:
-        with self._lock:
-            item, self._preview = self._preview, None
-            return item[0] if item is not None else None
+            return self._running[kind]
 
     @property
     def waiting_preview(self) -> str | None:
         with self._lock:
             return self._preview[0].id if self._preview is not None else None
-
-    @property
-    def preview_current(self) -> str | None:
-        with self._lock:
-            return self._preview_current
-
-    @property
-    def current(self) -> str | None:
-        with self._lock:
-            return self._current
 
 
 class EngineSignals(QObject):
@@ -175,8 +181,10 @@ class EngineSignals(QObject):
 class EngineWorker(EngineSignals):
     """Lives in the engine thread; every slot runs there. Owns the Engine once it is needed."""
 
+    requestEnded = Signal(object)  # Ended: the one way an ending leaves this thread
+
     def __init__(
-        self, settings: EngineSettings, queue: _JobQueue, session_wrap: SessionWrap | None
+        self, settings: EngineSettings, queue: _WorkQueue, session_wrap: SessionWrap | None
     ) -> None:
         super().__init__()
         self._settings = settings
@@ -187,9 +195,11 @@ class EngineWorker(EngineSignals):
         self._cpu_limit_in_force: int | None = None  # ORT registers it once per process
 
     def _get_engine(self) -> Engine:
-        # Created here, on the engine thread, so the cache's owner is this thread and
-        # importing onnxruntime never delays the window.
+        # Created here, on the engine thread, so the cache's owner is this thread, and imported
+        # here, so loading onnxruntime and onnx never delays the window.
         if self._engine is None:
+            from engine.api import Engine
+
             self._engine = Engine(self._settings, session_wrap=self._wrap)
             if self._cpu_limit_in_force is None:
                 self._cpu_limit_in_force = self._settings.cpu_mem_limit
@@ -199,66 +209,47 @@ class EngineWorker(EngineSignals):
     def run_next(self) -> None:
         item = self._queue.take()
         if item is None:
-            # No job: the waiting preview, if any (a job cancelled while queued has its
-            # signal out already; its wake-up may serve a preview).
-            preview = self._queue.take_preview()
-            if preview is not None:
-                try:
-                    self._preview(*preview)
-                finally:
-                    self._queue.finish_preview()
-            return
+            return  # taken out and cancelled while queued: its ending is out already
         request, token = item
         try:
             self._run(request, token)
         finally:
-            self._queue.finish()
+            self._queue.finish(request)
 
-    def _preview(self, request: PreviewRequest, token: CancelToken) -> None:
+    def _run(self, request: Request, token: CancelToken) -> None:
+        kind = _kind(request)
+        rid = request.id
         if token.cancelled:
-            self.previewCancelled.emit(OperationCancellation(request.id, started=False))
+            self._end(kind, Outcome.CANCELLED, rid, OperationCancellation(rid, started=False))
             return
-        self.previewStarted.emit(request)
         try:
-            result = self._get_engine().preview(
-                request, self.previewProgressed.emit, token, self.previewPatched.emit
-            )
+            if isinstance(request, PreviewRequest):
+                self.previewStarted.emit(request)
+                result: object = self._get_engine().preview(
+                    request, self.previewProgressed.emit, token, self.previewPatched.emit
+                )
+            else:
+                self.operationStarted.emit(request)
+                self._sessions_told = False
+                result = self._get_engine().run(request, self._progress, token)
         except Cancelled:
-            self._end(self.previewCancelled, OperationCancellation(request.id, started=True))
+            self._end(kind, Outcome.CANCELLED, rid, OperationCancellation(rid, started=True))
         except EngineError as e:
-            self._end(self.previewFailed, OperationFailure(request.id, e.kind, str(e)))
+            self._end(kind, Outcome.FAILED, rid, OperationFailure(rid, e.kind, str(e)))
         except Exception as e:  # a bug must not take the engine thread down
-            log.exception("preview %s failed unexpectedly", request.id)
+            log.exception("%s %s failed unexpectedly", kind.value, request.id)
             message = f"Unexpected error: {e}. The details are in the log file."
-            self._end(self.previewFailed, OperationFailure(request.id, ErrorKind.INTERNAL, message))
+            failure = OperationFailure(rid, ErrorKind.INTERNAL, message)
+            self._end(kind, Outcome.FAILED, rid, failure)
         else:
-            self._end(self.previewFinished, result)
+            self._end(kind, Outcome.FINISHED, rid, result)
 
-    def _run(self, request: OperationRequest, token: CancelToken) -> None:
-        if token.cancelled:
-            self.operationCancelled.emit(OperationCancellation(request.id, started=False))
-            return
-        self.operationStarted.emit(request)
-        self._sessions_told = False
-        try:
-            result = self._get_engine().run(request, self._progress, token)
-        except Cancelled:
-            self._end(self.operationCancelled, OperationCancellation(request.id, started=True))
-        except EngineError as e:
-            self._end(self.operationFailed, OperationFailure(request.id, e.kind, str(e)))
-        except Exception as e:  # a bug must not take the engine thread down
-            log.exception("job %s failed unexpectedly", request.id)
-            message = f"Unexpected error: {e}. The details are in the log file."
-            self._end(
-                self.operationFailed, OperationFailure(request.id, ErrorKind.INTERNAL, message)
-            )
-        else:
-            self._end(self.operationFinished, result)
-
-    def _end(self, signal: SignalInstance, payload: object) -> None:
-        # Sessions first, so a slot reacting to the terminal signal sees the cache after the job.
-        self._emit_sessions()
-        signal.emit(payload)
+    def _end(self, kind: RequestKind, outcome: Outcome, request_id: str, payload: object) -> None:
+        # Sessions first, so a slot reacting to the terminal signal sees the cache after it
+        # (a request cancelled before it started touched no session).
+        if not isinstance(payload, OperationCancellation) or payload.started:
+            self._emit_sessions()
+        self.requestEnded.emit(Ended(kind, outcome, request_id, payload))
 
     def _progress(self, event: Progress) -> None:
         self.progressChanged.emit(event)
@@ -288,8 +279,8 @@ class EngineWorker(EngineSignals):
 
     @Slot(object)
     def apply_settings(self, settings: EngineSettings) -> None:
-        """Preferences, between jobs: a new models folder applies to the next job; new memory
-        limits unload the models so they load again under the limits."""
+        """Preferences, between requests: a new models folder applies to the next job; new
+        memory limits unload the models so they load again under the limits."""
         old, self._settings = self._settings, settings
         note = ""
         limits = (old.gpu_mem_limit, old.cpu_mem_limit) != (
@@ -324,6 +315,8 @@ class EngineWorker(EngineSignals):
 
     @Slot()
     def probe_runtimes(self) -> None:
+        from engine.runtime.devices import RuntimeReport, probe  # onnx: on this thread, later
+
         try:
             reports = tuple(probe())
         except Exception as e:  # onnxruntime itself may fail to import
@@ -339,7 +332,6 @@ class EngineWorker(EngineSignals):
             except Exception:
                 log.exception("unloading the models at shutdown failed")
             self._engine = None
-        forget_foreign_thread()
         thread = self.thread()
         if thread is not None:
             thread.quit()
@@ -366,16 +358,21 @@ class EngineThread(EngineSignals):
     ) -> None:
         super().__init__(parent)
         self.settings = settings or EngineSettings()
-        self._queue = _JobQueue()
-        self._tokens: dict[str, CancelToken] = {}
-        self._requests: dict[str, OperationRequest] = {}
-        self._preview_tokens: dict[str, CancelToken] = {}
-        self._previews: dict[str, PreviewRequest] = {}
+        self._queue = _WorkQueue()
+        # Every request whose terminal signal has not reached the GUI yet, with its token.
+        self._open: dict[str, tuple[Request, CancelToken]] = {}
+        self._terminal: dict[tuple[RequestKind, Outcome], SignalInstance] = {
+            (RequestKind.JOB, Outcome.FINISHED): self.operationFinished,
+            (RequestKind.JOB, Outcome.FAILED): self.operationFailed,
+            (RequestKind.JOB, Outcome.CANCELLED): self.operationCancelled,
+            (RequestKind.PREVIEW, Outcome.FINISHED): self.previewFinished,
+            (RequestKind.PREVIEW, Outcome.FAILED): self.previewFailed,
+            (RequestKind.PREVIEW, Outcome.CANCELLED): self.previewCancelled,
+        }
         self._thread = QThread()
         self._thread.setObjectName("tessera-engine")
-        self.worker = EngineWorker(self.settings, self._queue, session_wrap)
-        self.worker.moveToThread(self._thread)
-        w = self.worker
+        self.worker = w = EngineWorker(self.settings, self._queue, session_wrap)
+        w.moveToThread(self._thread)
         self._runRequested.connect(w.run_next)
         self._unloadRequested.connect(w.unload)
         self._unloadAllRequested.connect(w.unload_all)
@@ -384,23 +381,22 @@ class EngineThread(EngineSignals):
         self._probeRequested.connect(w.probe_runtimes)
         self._settingsRequested.connect(w.apply_settings)
         self._shutdownRequested.connect(w.shutdown)
-        # Worker signals cross to this (GUI-thread) object as queued signal-to-signal relays.
-        w.operationStarted.connect(self.operationStarted)
-        w.progressChanged.connect(self.progressChanged)
-        w.runFinished.connect(self.runFinished)
-        w.frameFinished.connect(self.frameFinished)
-        w.sessionsChanged.connect(self.sessionsChanged)
-        w.runtimesProbed.connect(self.runtimesProbed)
-        w.settingsApplied.connect(self.settingsApplied)
-        w.operationFinished.connect(self._relay_finished)
-        w.operationFailed.connect(self._relay_failed)
-        w.operationCancelled.connect(self._relay_cancelled)
-        w.previewStarted.connect(self.previewStarted)
-        w.previewProgressed.connect(self.previewProgressed)
-        w.previewPatched.connect(self.previewPatched)
-        w.previewFinished.connect(self._relay_preview_finished)
-        w.previewFailed.connect(self._relay_preview_failed)
-        w.previewCancelled.connect(self._relay_preview_cancelled)
+        # Worker signals cross to this (GUI-thread) object as queued signal-to-signal relays;
+        # endings go through `_relay`, which keeps the one-terminal-signal rule.
+        for name in (
+            "operationStarted",
+            "progressChanged",
+            "runFinished",
+            "frameFinished",
+            "sessionsChanged",
+            "runtimesProbed",
+            "settingsApplied",
+            "previewStarted",
+            "previewProgressed",
+            "previewPatched",
+        ):
+            getattr(w, name).connect(getattr(self, name))
+        w.requestEnded.connect(self._relay)
 
     @property
     def qthread(self) -> QThread:
@@ -416,117 +412,125 @@ class EngineThread(EngineSignals):
     def is_running(self) -> bool:
         return self._thread.isRunning()
 
-    # -- jobs ---------------------------------------------------------------------------------
-    def submit(self, request: OperationRequest) -> str:
+    # -- submitting ---------------------------------------------------------------------------
+    def _put(self, request: Request) -> str:
         if not self._thread.isRunning():
             raise RuntimeError("the engine thread is not running")
         token = CancelToken()
-        self._tokens[request.id] = token
-        self._requests[request.id] = request
-        self._queue.put(request, token)
-        self._runRequested.emit()  # one wake-up per job: the worker takes one job each time
+        self._open[request.id] = (request, token)
+        replaced = self._queue.put(request, token)
+        if replaced is not None:
+            self._cancelled_unstarted(replaced[0])
+        self._runRequested.emit()  # one wake-up per request: the worker takes one each time
+        return request.id
+
+    def submit(self, request: OperationRequest) -> str:
+        """A job: after the jobs before it, before every preview."""
+        self._put(request)
         self._displace_preview()
+        return request.id
+
+    def submit_preview(self, request: PreviewRequest) -> str:
+        """A preview, after every job; replaces the preview waiting, cancels the running one."""
+        self._put(request)
+        self._cancel_running_preview(but=request.id)
         return request.id
 
     def _displace_preview(self) -> None:
         """A job goes before a running preview: cancel it (its tiles done so far stay in the
         engine's cache) and put it back to run after the jobs, unless a newer one waits."""
-        running = self._queue.preview_current
-        token = self._preview_tokens.get(running) if running is not None else None
+        token = self._running_token(RequestKind.PREVIEW)
+        running = self._queue.running(RequestKind.PREVIEW)
         if running is None or token is None or token.cancelled:
             return
         token.cancel()
-        request = self._previews.get(running)
-        if request is not None and self._queue.waiting_preview is None:
-            again = replace(request, job=replace(request.job, id=new_request_id()))
-            self.submit_preview(again)
+        request = self._open[running][0]
+        if isinstance(request, PreviewRequest) and self._queue.waiting_preview is None:
+            self.submit_preview(replace(request, job=replace(request.job, id=new_request_id())))
 
-    # -- previews -----------------------------------------------------------------------------
-    def submit_preview(self, request: PreviewRequest) -> str:
-        """Preview after every job; replaces the preview waiting and cancels the running one."""
-        if not self._thread.isRunning():
-            raise RuntimeError("the engine thread is not running")
-        token = CancelToken()
-        self._preview_tokens[request.id] = token
-        self._previews[request.id] = request
-        replaced = self._queue.put_preview(request, token)
-        if replaced is not None:
-            self._relay_preview_cancelled(OperationCancellation(replaced[0].id, started=False))
-        self._cancel_running_preview(but=request.id)
-        self._runRequested.emit()
-        return request.id
+    def _running_token(self, kind: RequestKind) -> CancelToken | None:
+        running = self._queue.running(kind)
+        entry = self._open.get(running) if running is not None else None
+        return entry[1] if entry is not None else None
+
+    # -- cancelling ---------------------------------------------------------------------------
+    def _cancelled_unstarted(self, request: Request) -> None:
+        cancellation = OperationCancellation(request.id, started=False)
+        self._relay(Ended(_kind(request), Outcome.CANCELLED, request.id, cancellation))
+
+    def cancel(self, request_id: str) -> bool:
+        """Cancel a queued or running request; False when it has already ended."""
+        taken = self._queue.remove(request_id)
+        if taken is not None:
+            self._cancelled_unstarted(taken)
+            return True
+        entry = self._open.get(request_id)
+        if entry is None:
+            return False
+        entry[1].cancel()  # directly: terminates the run in flight (M8)
+        return True
+
+    def cancel_running(self) -> bool:
+        current = self._queue.running(RequestKind.JOB)
+        return self.cancel(current) if current is not None else False
+
+    def cancel_all(self) -> int:
+        count = 0
+        for request in self._queue.drain_jobs():
+            self._cancelled_unstarted(request)
+            count += 1
+        for open_request, token in list(self._open.values()):
+            if _kind(open_request) is RequestKind.JOB:
+                token.cancel()
+                count += 1
+        self.cancel_previews()
+        return count
+
+    def cancel_previews(self) -> None:
+        """Cancel the waiting and the running preview (the person's ✕, Preview off)."""
+        waiting = self._queue.waiting_preview
+        if waiting is not None:
+            self.cancel(waiting)
+        self._cancel_running_preview()
+
+    def _cancel_running_preview(self, but: str | None = None) -> None:
+        running = self._queue.running(RequestKind.PREVIEW)
+        token = self._running_token(RequestKind.PREVIEW)
+        if running is not None and running != but and token is not None:
+            token.cancel()  # directly: terminates the run in flight (M8)
 
     def release_previews(self) -> None:
         """Hand back what previews keep, once the preview in flight has stopped."""
         self._releasePreviewsRequested.emit()
 
-    def cancel_previews(self) -> None:
-        """Cancel the waiting and the running preview (the person's ✕, Preview off)."""
-        waiting = self._queue.drop_preview()
-        if waiting is not None:
-            self._relay_preview_cancelled(OperationCancellation(waiting.id, started=False))
-        self._cancel_running_preview()
-
-    def _cancel_running_preview(self, but: str | None = None) -> None:
-        running = self._queue.preview_current
-        if running is not None and running != but:
-            token = self._preview_tokens.get(running)
-            if token is not None:
-                token.cancel()  # directly: terminates the run in flight (M8)
+    # -- what is open -------------------------------------------------------------------------
+    @property
+    def running_id(self) -> str | None:
+        return self._queue.running(RequestKind.JOB)
 
     @property
     def preview_running(self) -> str | None:
         """The preview the worker is running (read from any thread)."""
-        return self._queue.preview_current
+        return self._queue.running(RequestKind.PREVIEW)
 
     @property
     def preview_waiting(self) -> str | None:
         """The preview waiting for the worker (read from any thread)."""
         return self._queue.waiting_preview
 
-    def previews_open(self) -> list[str]:
-        """Previews whose terminal signal has not reached the GUI yet."""
-        return list(self._preview_tokens)
-
-    def cancel(self, request_id: str) -> bool:
-        """Cancel a queued or running job; False when it has already ended."""
-        if self._queue.remove(request_id):
-            self._relay_cancelled(OperationCancellation(request_id, started=False))
-            return True
-        token = self._tokens.get(request_id)
-        if token is None:
-            return False
-        token.cancel()  # directly: terminates the run in flight (M8)
-        return True
-
-    def cancel_running(self) -> bool:
-        current = self._queue.current
-        return self.cancel(current) if current is not None else False
-
-    def cancel_all(self) -> int:
-        count = 0
-        for request in self._queue.drain():
-            self._relay_cancelled(OperationCancellation(request.id, started=False))
-            count += 1
-        for token in list(self._tokens.values()):
-            token.cancel()
-            count += 1
-        self.cancel_previews()
-        return count
-
-    @property
-    def running_id(self) -> str | None:
-        return self._queue.current
+    def _open_of(self, kind: RequestKind) -> list[str]:
+        return [rid for rid, (request, _) in self._open.items() if _kind(request) is kind]
 
     def open_requests(self) -> list[str]:
         """Jobs whose terminal signal has not reached the GUI yet."""
-        return list(self._tokens)
+        return self._open_of(RequestKind.JOB)
 
     def is_busy(self) -> bool:
-        return bool(self._tokens)
+        return bool(self.open_requests())
 
     def request(self, request_id: str) -> OperationRequest | None:
-        return self._requests.get(request_id)
+        entry = self._open.get(request_id)
+        return entry[0] if entry is not None and isinstance(entry[0], OperationRequest) else None
 
     # -- sessions and runtimes ----------------------------------------------------------------
     def unload(self, key: SessionKey) -> None:
@@ -542,7 +546,7 @@ class EngineThread(EngineSignals):
         self._probeRequested.emit()
 
     def apply_settings(self, settings: EngineSettings) -> None:
-        """New settings for the jobs after the running one (settingsApplied follows)."""
+        """New settings for the requests after the running one (settingsApplied follows)."""
         self.settings = settings
         self._settingsRequested.emit(settings)
 
@@ -559,44 +563,10 @@ class EngineThread(EngineSignals):
         self._shutdownRequested.emit()
         self._thread.wait()
 
-    # -- terminal signals ---------------------------------------------------------------------
-    def _forget(self, request_id: str) -> bool:
-        """True the first time: guarantees one terminal signal per request."""
-        known = self._tokens.pop(request_id, None) is not None
-        self._requests.pop(request_id, None)
-        return known
-
+    # -- the one relay ------------------------------------------------------------------------
     @Slot(object)
-    def _relay_finished(self, result: Result) -> None:
-        if self._forget(result.request_id):
-            self.operationFinished.emit(result)
-
-    @Slot(object)
-    def _relay_failed(self, failure: OperationFailure) -> None:
-        if self._forget(failure.request_id):
-            self.operationFailed.emit(failure)
-
-    @Slot(object)
-    def _relay_cancelled(self, cancellation: OperationCancellation) -> None:
-        if self._forget(cancellation.request_id):
-            self.operationCancelled.emit(cancellation)
-
-    def _forget_preview(self, request_id: str) -> bool:
-        known = self._preview_tokens.pop(request_id, None) is not None
-        self._previews.pop(request_id, None)
-        return known
-
-    @Slot(object)
-    def _relay_preview_finished(self, result: PreviewResult) -> None:
-        if self._forget_preview(result.request_id):
-            self.previewFinished.emit(result)
-
-    @Slot(object)
-    def _relay_preview_failed(self, failure: OperationFailure) -> None:
-        if self._forget_preview(failure.request_id):
-            self.previewFailed.emit(failure)
-
-    @Slot(object)
-    def _relay_preview_cancelled(self, cancellation: OperationCancellation) -> None:
-        if self._forget_preview(cancellation.request_id):
-            self.previewCancelled.emit(cancellation)
+    def _relay(self, ended: Ended) -> None:
+        """The terminal signal of a request, the first time only: a request cancelled while
+        queued may still be taken by a wake-up, and its second ending is dropped here."""
+        if self._open.pop(ended.request_id, None) is not None:
+            self._terminal[(ended.kind, ended.outcome)].emit(ended.payload)

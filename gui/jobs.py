@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
+from engine.options import OutputOptions
 from engine.requests import (
     Operation,
     OperationRequest,
@@ -17,6 +18,37 @@ from engine.requests import (
     ProgressKind,
     Result,
 )
+
+
+def is_tiled(operation: Operation) -> bool:
+    """Whether the operation runs tile by tile (a preview follows the view; a job reports
+    tiles and takes a tile size). The GUI asks here, and here asks the operation table."""
+    return operation.tiled
+
+
+def has_scale(operation: Operation) -> bool:
+    """Whether the operation's product is the input times the model's scale (the output
+    step's "Model's size (×4)"); the others keep the input's size."""
+    return operation.has_scale
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """What the operation panel says when Run is pressed; every job of the batch keeps it."""
+
+    operation: Operation
+    model: str  # a catalog id or a file path
+    model_label: str  # "Photo ×4"
+    device: str = "cpu"
+    runtime: str = "auto"
+    tile: int | None = None
+    output_dir: Path | None = None  # None: next to each input
+    output: OutputOptions = field(default_factory=OutputOptions)
+
+    @property
+    def job_tile(self) -> int | None:
+        """The tile size a request carries: only tiled operations have one."""
+        return self.tile if is_tiled(self.operation) else None
 
 
 class JobState(Enum):
@@ -80,7 +112,7 @@ def progress_text(event: Progress | None, operation: Operation) -> str:
     if event.frame_count > 1:
         parts.append(f"frame {event.frame + 1}/{event.frame_count}")
     if event.run_count > 1:
-        unit = "tile" if operation is Operation.UPSCALE else "run"
+        unit = "tile" if is_tiled(operation) else "run"
         parts.append(f"{unit} {event.run}/{event.run_count}")
     return " · ".join(parts)
 
@@ -124,7 +156,6 @@ class Job:
     model_label: str
     state: JobState = JobState.QUEUED
     progress: Progress | None = None
-    queued_at: float = field(default_factory=time.monotonic)
     started_at: float | None = None
     running_at: float | None = None  # the model is loaded and the first run began
     ended_at: float | None = None
@@ -296,3 +327,17 @@ def job_versions(job: Job, input_key: str) -> list[Version]:
         )
         versions.append(Version(input_key, chain + label, tuple(paths), job.id, kind))
     return versions
+
+
+def ended_text(job: Job) -> tuple[str, str]:
+    """What the window says when a job ends: the status line and the notification's text."""
+    took = fmt_duration(job.elapsed())
+    name = Path(job.request.inputs[0]).name
+    if job.state is JobState.FINISHED and job.result is not None and job.result.products:
+        text = f"{job.request.operation.label} of {name} done in {took}."
+        return f"{text} {job.result.products[0].path.name}", text
+    if job.state is JobState.FAILED:
+        text = f"{job.request.operation.label} of {name} failed: {job.message}"
+        return text.splitlines()[0], text
+    text = f"Cancelled: {job.title}"
+    return text, text

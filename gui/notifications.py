@@ -12,6 +12,8 @@ from enum import Enum
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QSystemTrayIcon, QWidget
 
+from gui.jobs import Job, JobState, ended_text
+
 log = logging.getLogger(__name__)
 
 NOTIFY_AFTER_S = 10.0  # shorter jobs end while the person is still looking
@@ -51,6 +53,14 @@ class Notifier:
         log.info("notification (%s): %s — %s", channel.value, title, text)
         self.sent.append((channel, title, text))
         return channel
+
+    def job_ended(self, job: Job) -> None:
+        """A long job that ended while the window is in the background: say so on the desktop
+        (a cancelled one only ends what the person asked)."""
+        if job.state is not JobState.CANCELLED and should_notify(
+            job.elapsed(), self.parent.isActiveWindow()
+        ):
+            self.notify("Tessera", ended_text(job)[1])
 
     def close(self) -> None:
         if self._tray is not None:

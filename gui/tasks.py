@@ -16,8 +16,6 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from gui.thread_utils import forget_foreign_thread
-
 log = logging.getLogger(__name__)
 
 
@@ -81,7 +79,6 @@ class _TaskWorker(QObject):
 
     @Slot()
     def shutdown(self) -> None:
-        forget_foreign_thread()
         thread = self.thread()
         if thread is not None:
             thread.quit()

@@ -108,7 +108,7 @@ def main() -> int:
     if "running" in wanted:
         window.panel.select_model("realesrgan-x4plus")
         window.run_selected()
-        wait(lambda: any(j.first_run for j in window.jobs.jobs.values()), 180)
+        wait(lambda: any(j.first_run for j in window.workspace.jobs.values()), 180)
         settle(2.5)
         shot("running")
         window.jobs.cancel_all()
@@ -118,7 +118,7 @@ def main() -> int:
     if wanted & {"done-compare", "output-step", "memory-panel"}:
         window.panel.select_model("realesrgan-animevideov3-x2")
         window.run_selected()
-        wait(lambda: not window.jobs.active() and bool(window.jobs.jobs), 300)
+        wait(lambda: not window.jobs.active() and bool(window.workspace.jobs), 300)
         window.panel.select_model("realesrgan-x4plus-anime")
         window.run_one(str(images[0]))
         wait(lambda: not window.jobs.active(), 300)
@@ -146,7 +146,7 @@ def main() -> int:
         window.view.choose_input(str(images[1]), True)
         settle(1.0)
         version = window._viewed()
-        source = window.jobs.source(str(images[1]))
+        source = window.workspace.source(str(images[1]))
         if version is not None and version.path is not None and source is not None:
             dialog = ExportDialog(
                 version.path,

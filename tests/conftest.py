@@ -1,11 +1,13 @@
-"""Shared test set-up: offscreen Qt, and a guard against threads left running."""
+"""Shared test set-up: offscreen Qt, and a guard against threads left running — Python's own
+and Qt's (QThreads)."""
 
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -17,23 +19,59 @@ os.environ.setdefault("ORT_LOGGING_LEVEL", "3")
 pytest_plugins = ["tests.window_fixtures"]
 
 
+def _python_threads(before: set[threading.Thread]) -> list[str]:
+    # Python before 3.13 keeps a "Dummy-N" record of every thread it did not start (a QThread
+    # that ran Python code) for ever: those are Qt's, asked below whether they still run.
+    # Compared as objects: a new thread may get the ident of one that ended.
+    return [
+        t.name
+        for t in threading.enumerate()
+        if t not in before
+        and t.is_alive()
+        and not t.name.startswith(("pydevd", "asyncio", "Dummy-"))
+    ]
+
+
+def _track_qthreads(monkeypatch: pytest.MonkeyPatch) -> Callable[[], list[str]]:
+    """Record every QThread started from now on; returns what tells which still run. Only
+    where a test module has loaded Qt: the engine's tests never import it."""
+    qtcore = sys.modules.get("PySide6.QtCore")
+    if qtcore is None:
+        return list
+    started: list[object] = []
+    original = qtcore.QThread.start
+
+    def start(self: object, *args: object) -> None:
+        started.append(self)  # a strong reference, so the check can still ask it
+        original(self, *args)
+
+    monkeypatch.setattr(qtcore.QThread, "start", start)
+
+    def running() -> list[str]:
+        alive = []
+        for thread in started:
+            try:
+                if thread.isRunning():  # type: ignore[attr-defined]
+                    alive.append(thread.objectName() or repr(thread))  # type: ignore[attr-defined]
+            except RuntimeError:  # its C++ object is gone, so it is not running
+                continue
+        return alive
+
+    return running
+
+
 @pytest.fixture(autouse=True)
-def _no_threads_left_behind() -> Iterator[None]:
-    before = {t.ident for t in threading.enumerate()}
+def _no_threads_left_behind(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    before = set(threading.enumerate())
+    qthreads = _track_qthreads(monkeypatch)
     yield
     deadline = time.monotonic() + 5.0
     while True:
-        extra = [
-            t
-            for t in threading.enumerate()
-            if t.ident not in before
-            and t.is_alive()
-            and not t.name.startswith(("pydevd", "asyncio"))
-        ]
+        extra = _python_threads(before) + qthreads()
         if not extra or time.monotonic() > deadline:
             break
         time.sleep(0.05)
-    assert not extra, f"test left threads running: {[t.name for t in extra]}"
+    assert not extra, f"test left threads running: {extra}"
 
 
 @pytest.fixture

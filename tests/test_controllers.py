@@ -18,7 +18,7 @@ from engine.models.inventory import ModelInventory, discover
 from engine.requests import Operation
 from engine.samples.contract_models import make_two_strings, make_upscaler
 from engine.settings import EngineSettings
-from gui.controllers.jobs import JobsController, JobSettings
+from gui.controllers.jobs import JobsController
 from gui.controllers.models import (
     ModelsController,
     default_choice,
@@ -29,9 +29,10 @@ from gui.controllers.models import (
 from gui.controllers.speed import Calibrator, SpeedBook
 from gui.controllers.view import ViewController
 from gui.engine_thread import EngineThread
-from gui.jobs import ORIGINAL, JobState
+from gui.jobs import ORIGINAL, JobSettings, JobState
 from gui.settings import AppSettings
 from gui.tasks import TaskThread
+from gui.workspace import Workspace
 from tests.engine_helpers import photo
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
 
@@ -61,7 +62,7 @@ def engine(models: Path) -> Iterator[EngineThread]:
 
 @pytest.fixture
 def jobs(engine: EngineThread, settings: AppSettings) -> JobsController:
-    return JobsController(engine, SpeedBook(settings))
+    return JobsController(Workspace(), engine, SpeedBook(settings))
 
 
 def up2(models: Path, **kwargs: object) -> JobSettings:
@@ -69,14 +70,15 @@ def up2(models: Path, **kwargs: object) -> JobSettings:
 
 
 def ended(jobs: JobsController) -> bool:
-    return bool(jobs.jobs) and all(j.state.ended for j in jobs.jobs.values())
+    return bool(jobs.workspace.jobs) and all(j.state.ended for j in jobs.workspace.jobs.values())
 
 
 def test_the_controllers_load_no_widgets() -> None:
     code = (
         "import sys\n"
         "import gui.controllers.jobs, gui.controllers.models, gui.controllers.speed\n"
-        "import gui.controllers.view, gui.controllers.results\n"
+        "import gui.controllers.view, gui.controllers.results, gui.controllers.inputs\n"
+        "import gui.controllers.preview, gui.controllers.memory, gui.workspace\n"
         "import gui.inputs, gui.jobs, gui.messages\n"
         "bad = sorted(m for m in sys.modules if m.startswith(('PySide6.QtWidgets', "
         "'PySide6.QtGui', 'gui.widgets', 'gui.main_window')))\n"
@@ -103,13 +105,13 @@ def test_each_image_is_an_input_and_run_says_what_it_runs(
     assert jobs.run_label([str(shots[0])]) == "Run 3 images"  # one selected: still all
     assert jobs.run_label([str(shots[0]), str(shots[2])]) == "Run selected (2)"
     assert jobs.targets([str(shots[0]), str(shots[2])]) == [
-        jobs.sources[str(shots[0])],
-        jobs.sources[str(shots[2])],
+        jobs.workspace.sources[str(shots[0])],
+        jobs.workspace.sources[str(shots[2])],
     ]
     again = jobs.add_paths([shots[1]])
-    assert again.sources == () and len(jobs.sources) == 3  # not added twice
+    assert again.sources == () and len(jobs.workspace.sources) == 3  # not added twice
     merged = jobs.merge_as_sequence(list(outcome.sequence_offer))
-    assert merged is not None and merged.sequence and list(jobs.sources) == [merged.key]
+    assert merged is not None and merged.sequence and list(jobs.workspace.sources) == [merged.key]
     assert jobs.run_label([]) == "Run 1 image"
 
 
@@ -121,15 +123,15 @@ def test_results_become_versions_and_are_shown_as_they_come(
     jobs.add_paths([a, b])
     shown: list[tuple[str, str]] = []
     jobs.showRequested.connect(lambda key, vid: shown.append((key, vid)))
-    ids = jobs.queue(list(jobs.sources.values()), up2(models))
+    ids = jobs.queue(list(jobs.workspace.sources.values()), up2(models))
     qtbot.waitUntil(lambda: ended(jobs), timeout=JOB_MS)
-    versions = jobs.versions(str(a))
+    versions = jobs.workspace.versions(str(a))
     assert [v.label for v in versions] == ["Original", "up2 ×2"]
     assert versions[0].id == ORIGINAL and versions[1].paths == (tmp_path / "a-up2.png",)
     # both results were shown in turn: the person did not look elsewhere
     assert [key for key, _ in shown] == [str(a), str(b)]
     assert shown[1][1] == f"{ids[1]}:image"
-    assert jobs.newest(str(b)) == jobs.versions(str(b))[1]
+    assert jobs.workspace.newest(str(b)) == jobs.workspace.versions(str(b))[1]
 
 
 def test_a_result_elsewhere_does_not_take_the_view_the_person_chose(
@@ -138,15 +140,16 @@ def test_a_result_elsewhere_does_not_take_the_view_the_person_chose(
     a = photo(tmp_path / "a.png", 30, 20)
     b = photo(tmp_path / "b.png", 30, 20, seed=1)
     jobs.add_paths([a, b])
-    jobs.queue([jobs.sources[str(b)]], up2(models))
-    jobs.person_viewed(str(a), None)  # a click on a, while b runs
+    jobs.queue([jobs.workspace.sources[str(b)]], up2(models))
+    jobs.workspace.set_following(False)  # a click on a, while b runs
+    jobs.workspace.set_viewing(str(a), None)
     shown: list[str] = []
     jobs.showRequested.connect(lambda key, _vid: shown.append(key))
     qtbot.waitUntil(lambda: ended(jobs), timeout=JOB_MS)
     assert shown == []
-    assert jobs.viewing == (str(a), None)
+    assert jobs.workspace.viewing == (str(a), None)
     # pressing Run again means "show me": the next result is followed
-    jobs.queue([jobs.sources[str(a)]], up2(models))
+    jobs.queue([jobs.workspace.sources[str(a)]], up2(models))
     qtbot.waitUntil(lambda: len(shown) == 1, timeout=JOB_MS)
     assert shown == [str(a)]
 
@@ -158,12 +161,12 @@ def test_a_bad_file_makes_a_failed_job_with_its_reason(
     broken = tmp_path / "cut.png"
     broken.write_bytes(good.read_bytes()[:100])
     jobs.add_paths([broken])
-    (job_id,) = jobs.queue(list(jobs.sources.values()), up2(models))
+    (job_id,) = jobs.queue(list(jobs.workspace.sources.values()), up2(models))
     qtbot.waitUntil(lambda: ended(jobs), timeout=JOB_MS)
-    assert jobs.jobs[job_id].state is JobState.FAILED
-    reason = jobs.failure(str(broken))
+    assert jobs.workspace.jobs[job_id].state is JobState.FAILED
+    reason = jobs.workspace.failure(str(broken))
     assert "cut.png" in reason and "truncated" in reason
-    (failed,) = [v for v in jobs.versions(str(broken)) if v.job_id == job_id]
+    (failed,) = [v for v in jobs.workspace.versions(str(broken)) if v.job_id == job_id]
     assert not failed.viewable and failed.failed == reason
 
 
@@ -313,7 +316,8 @@ def test_the_view_remembers_each_inputs_pair_and_drops_stale_loads(
     tasks = TaskThread()
     tasks.start()
     # the loader is the window's decoder; here the paths themselves stand for the pictures
-    view = ViewController(jobs, tasks, lambda paths: paths)
+    view = ViewController(jobs.workspace, tasks, lambda paths: paths)
+    jobs.showRequested.connect(view.show)
     loaded: list[tuple[object, object, tuple[str, str]]] = []
     view.loaded.connect(lambda before, after, labels: loaded.append((before, after, labels)))
     selected: list[str] = []
@@ -324,10 +328,10 @@ def test_the_view_remembers_each_inputs_pair_and_drops_stale_loads(
         jobs.add_paths([a, b])
         qtbot.waitUntil(lambda: bool(loaded))
         assert loaded[-1] == ((a,), None, ("Original", "Original"))
-        jobs.queue([jobs.sources[str(a)]], up2(models))
+        jobs.queue([jobs.workspace.sources[str(a)]], up2(models))
         qtbot.waitUntil(lambda: loaded[-1][1] == (tmp_path / "a-up2.png",), timeout=JOB_MS)
         assert selected[-1] == str(a)
-        result = jobs.versions(str(a))[1]
+        result = jobs.workspace.versions(str(a))[1]
         assert view.choose_version(result.id, True) == ""  # the result on the left too
         qtbot.waitUntil(lambda: loaded[-1][0] == (tmp_path / "a-up2.png",))
         view.choose_input(str(b), True)

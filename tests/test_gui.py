@@ -131,7 +131,7 @@ def drop(win: MainWindow, paths: list[Path]) -> QDropEvent:
 
 def wait_all_ended(qtbot: QtBot, win: MainWindow) -> None:
     qtbot.waitUntil(
-        lambda: all(j.state.ended for j in win.jobs.jobs.values()), timeout=JOB_TIMEOUT_MS
+        lambda: all(j.state.ended for j in win.workspace.jobs.values()), timeout=JOB_TIMEOUT_MS
     )
 
 
@@ -154,11 +154,11 @@ def test_files_dropped_before_the_model_list_is_in_wait_for_it(
     try:
         a = photo(tmp_path / "a.png", 20, 16)
         outcome = win.accept_paths([a])  # dropped at once, before the models are listed
-        assert win.inventory is None and not outcome.jobs and not win.jobs.jobs
-        qtbot.waitUntil(lambda: len(win.jobs.jobs) == 1, timeout=10_000)
-        assert next(iter(win.jobs.jobs.values())).request.inputs == (a,)
+        assert win.inventory is None and not outcome.jobs and not win.workspace.jobs
+        qtbot.waitUntil(lambda: len(win.workspace.jobs) == 1, timeout=10_000)
+        assert next(iter(win.workspace.jobs.values())).request.inputs == (a,)
         wait_all_ended(qtbot, win)
-        assert all(job.state is JobState.FINISHED for job in win.jobs.jobs.values())
+        assert all(job.state is JobState.FINISHED for job in win.workspace.jobs.values())
     finally:
         win.close()
 
@@ -177,7 +177,7 @@ def test_dropping_files_queues_the_right_jobs(
 
     drop(window, [a, b, frames, anim])
 
-    requests = [job.request for job in window.jobs.jobs.values()]
+    requests = [job.request for job in window.workspace.jobs.values()]
     assert [r.inputs for r in requests] == [(a,), (b,), (frames,), (anim,)]
     assert [r.sequence for r in requests] == [False, False, True, False]
     assert all(r.operation is Operation.UPSCALE for r in requests)
@@ -185,10 +185,11 @@ def test_dropping_files_queues_the_right_jobs(
     assert len(window.inputs.sources) == 4
     wait_all_ended(qtbot, window)
     states = {
-        job.request.inputs[0].name: (job.state, job.message) for job in window.jobs.jobs.values()
+        job.request.inputs[0].name: (job.state, job.message)
+        for job in window.workspace.jobs.values()
     }
     assert all(state is JobState.FINISHED for state, _ in states.values()), states
-    result = window.jobs.jobs[requests[3].id].result
+    result = window.workspace.jobs[requests[3].id].result
     assert result is not None and result.products[0].frames == 3  # the GIF stays animated
 
 
@@ -199,13 +200,13 @@ def test_a_numbered_set_of_frames_is_one_sequence_job_when_the_person_says_so(
     use_model(window, models, "up2.onnx")
     shots = [photo(tmp_path / f"shot_{i}.png", 20, 16, seed=i) for i in (10, 9, 11)]
     drop(window, shots)
-    assert len(window.jobs.sources) == 3  # three images, until the person chooses otherwise
+    assert len(window.workspace.sources) == 3  # three images, until the person chooses otherwise
     assert window.notice.action_button.text() == "Process as one sequence"
     qtbot.mouseClick(window.notice.action_button, Qt.MouseButton.LeftButton)
-    (source,) = window.jobs.sources.values()
+    (source,) = window.workspace.sources.values()
     assert source.sequence and source.paths == (shots[1], shots[0], shots[2])  # frame order
     window.run_selected()
-    (job,) = window.jobs.jobs.values()
+    (job,) = window.workspace.jobs.values()
     assert job.request.sequence
     assert job.request.inputs == (shots[1], shots[0], shots[2])
 
@@ -214,7 +215,7 @@ def test_a_dropped_text_file_is_refused_with_a_message(window: MainWindow, tmp_p
     notes = tmp_path / "notes.txt"
     notes.write_text("shopping list\n- milk\n")
     drop(window, [notes])
-    assert window.jobs.jobs == {}
+    assert window.workspace.jobs == {}
     assert window.inputs.sources == {}
     assert "notes.txt" in window.notice.text()
     assert "not an image" in window.notice.text()
@@ -232,7 +233,7 @@ def test_a_dropped_onnx_model_is_installed_or_refused(
     qtbot.waitUntil(
         lambda: window.panel.select_model(str(window.models_dir() / "my-upscaler.onnx"))
     )
-    assert window.jobs.jobs == {}  # a model is not a job
+    assert window.workspace.jobs == {}  # a model is not a job
 
     strings = make_two_strings(incoming / "strings.onnx")
     drop(window, [strings])
@@ -252,7 +253,7 @@ def test_a_pasted_image_is_saved_in_the_pictures_folder(
     pasted = list((tmp_path / "Pictures").glob("pasted-*.png"))
     assert len(pasted) == 1
     assert list(window.inputs.sources) == [str(pasted[0])]
-    assert window.jobs.jobs == {}
+    assert window.workspace.jobs == {}
 
 
 # ------------------------------------------------------------------------------- running jobs
@@ -351,13 +352,13 @@ def test_a_queued_job_is_cancelled_at_once_and_esc_cancels_the_running_one(
     assert queued_row is not None and queued_row.state_label.text() == "Queued"
     qtbot.mouseClick(queued_row.cancel_button, Qt.MouseButton.LeftButton)
     assert queued_row.state_label.text() == "Cancelled"  # at once, not after the running job
-    assert window.jobs.jobs[first].state is JobState.RUNNING
+    assert window.workspace.jobs[first].state is JobState.RUNNING
 
     assert window.cancel_action.shortcut() == QKeySequence(QKeySequence.StandardKey.Cancel)
     with qtbot.waitSignal(window.engine.operationCancelled, timeout=JOB_TIMEOUT_MS) as blocker:
         window.cancel_action.trigger()
     assert blocker.args[0].request_id == first
-    assert window.jobs.jobs[first].state is JobState.CANCELLED
+    assert window.workspace.jobs[first].state is JobState.CANCELLED
 
 
 def test_two_jobs_with_the_same_model_create_one_session(
@@ -569,7 +570,8 @@ def test_the_window_polls_the_gauge_with_and_without_a_gpu(
     monkeypatch.setattr(
         engine_memory, "snapshot", lambda: MemorySnapshot((), _ram(), "no driver here")
     )
-    window.poll_memory()
+    window.poll_memory()  # read on the task thread, shown when it is in
+    qtbot.waitUntil(lambda: window.gauge.text.startswith("No NVIDIA GPU"), timeout=5_000)
     assert window.gauge.text.startswith("No NVIDIA GPU")
     gpu = GpuSnapshot(
         0, "NVIDIA Test", 24 * GB, 10 * GB, 14 * GB, 2 * GB, (ProcessUsage(7, "other-ai", 6 * GB),)

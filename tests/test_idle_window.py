@@ -57,10 +57,12 @@ def test_the_idle_window_holds_no_model_at_start_nor_after_unload(
     # A job the person asks for loads the model; Unload hands it back.
     image = photo(tmp_path / "p.png", 40, 30)
     win.accept_paths([image])
-    qtbot.waitUntil(lambda: bool(win.jobs.sources), timeout=10_000)
-    win.jobs.queue(list(win.jobs.sources.values()), settings)
+    qtbot.waitUntil(lambda: bool(win.workspace.sources), timeout=10_000)
+    win.jobs.queue(list(win.workspace.sources.values()), settings)
     qtbot.waitUntil(
-        lambda: bool(win.jobs.jobs) and all(j.state.ended for j in win.jobs.jobs.values()),
+        lambda: (
+            bool(win.workspace.jobs) and all(j.state.ended for j in win.workspace.jobs.values())
+        ),
         timeout=JOB_MS,
     )
     assert [s.model_name for s in loaded(qtbot, win)] == ["realesrgan-x4plus.onnx"]

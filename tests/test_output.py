@@ -12,6 +12,7 @@ from PIL import Image
 from engine.api import Engine
 from engine.errors import UsageError
 from engine.io.resize import resize_frame
+from engine.operations.products import export_product
 from engine.options import OutputFormat, OutputOptions, parse_output_options
 from engine.requests import Operation, OperationRequest, ProductKind
 from engine.samples.contract_models import make_da3, make_u2net, make_upscaler
@@ -283,3 +284,27 @@ def test_output_options_are_checked() -> None:
     assert OutputOptions(factor=0.5).target_size(101, 50) == (50, 25)
     assert OutputOptions(width=300).target_size(100, 50) == (300, 150)
     assert OutputOptions().target_size(100, 50) is None
+
+
+def test_save_as_is_the_jobs_own_output_step(engine: Engine, models: Path, tmp_path: Path) -> None:
+    """Save as… (`export_product`) of the lossless product at JPEG ×2 writes the bytes a job
+    asked for JPEG ×2 writes; a WebP at a width has the job's size; a replaced file is whole."""
+    image = photo(tmp_path / "photo.png", 60, 40)
+    model = str(models / "up4.onnx")
+    (png,) = run(engine, Operation.UPSCALE, model, (image,), tmp_path / "png")
+    options = OutputOptions(OutputFormat.JPEG, 85, factor=2.0)
+    (jpeg,) = run(engine, Operation.UPSCALE, model, (image,), tmp_path / "jpeg", options)
+    saved = export_product(png, tmp_path / "saved.jpg", options, (60, 40))
+    assert saved == tmp_path / "saved.jpg"
+    assert saved.read_bytes() == jpeg.read_bytes()
+    webp = OutputOptions(OutputFormat.WEBP, 80, width=100)
+    target = tmp_path / "small.webp"
+    target.write_bytes(b"an older file, replaced as a whole")
+    assert export_product(png, target, webp, (60, 40)) == target
+    with Image.open(target) as written:
+        assert written.format == "WEBP" and written.size == (100, 67)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == [
+        "photo.png",
+        "saved.jpg",
+        "small.webp",
+    ]  # nothing half-written or numbered beside them

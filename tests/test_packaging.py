@@ -142,6 +142,12 @@ def test_spec_lists_only_files_that_exist(tmp_path: Path) -> None:
         ("realesrgan-animevideov3-x2.onnx", "models"),  # where gui/self_test.py looks
         ("realesrgan-animevideov3-x2.txt", "models/licenses"),
         ("LICENSE.txt", "licenses/third-party/numpy-2"),
+        # PyAV's FFmpeg: x264/x265 are GPL, so the bundle ships the GNU texts (issue #23)
+        ("FFmpeg.md", "resources/licenses"),
+        ("GPL-2.0.txt", "resources/licenses"),
+        ("GPL-3.0.txt", "resources/licenses"),
+        ("LGPL-2.1.txt", "resources/licenses"),
+        ("LGPL-3.0.txt", "resources/licenses"),
     ]:
         assert expected in dests
     for module in ("gui.single_instance", "gui.self_test", "engine.operations.upscale", "engine"):

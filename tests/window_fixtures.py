@@ -1,19 +1,29 @@
-"""The app's main window for tests: `make_window` builds one on fresh settings over the test
-module's own `models` fixture, `window` is one such window. Loaded for every test module by
-tests/conftest.py (`pytest_plugins`), so modules request them without importing them."""
+"""The app's main window for tests, in one place: `make_window` builds one on fresh settings over
+the `models` fixture (up2, up4 and a slow upscaler unless the test module has its own), `window`
+is one such window, and the helpers the window tests share (choosing a model, waiting for the
+jobs, what the viewer shows, dragging and dropping files, test images). Loaded for every test
+module by tests/conftest.py (`pytest_plugins`), so modules request the fixtures without
+importing them."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
-from PySide6.QtCore import QSettings
+from PIL import Image
+from PySide6.QtCore import QMimeData, QPointF, QSettings, Qt, QUrl
+from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
+from engine.requests import Operation
+from engine.samples.contract_models import make_upscaler
 from engine.settings import EngineSettings
 from gui.main_window import MainWindow
 from gui.settings import AppSettings
+from tests.slow_models import make_slow_upscaler
 
 WindowFactory = Callable[..., MainWindow]
 
@@ -51,3 +61,79 @@ def make_window(qtbot: QtBot, models: Path, tmp_path: Path) -> Iterator[WindowFa
 @pytest.fixture
 def window(make_window: WindowFactory) -> MainWindow:
     return make_window()
+
+
+JOB_MS = 60_000
+
+
+@pytest.fixture
+def models(models_dir: Path) -> Path:
+    folder = Path(models_dir)
+    make_upscaler(folder / "up2.onnx", scale=2)
+    make_upscaler(folder / "up4.onnx", scale=4)
+    make_slow_upscaler(folder / "slow.onnx", layers=300)
+    return folder
+
+
+def use_model(win: MainWindow, models: Path, name: str) -> None:
+    win.panel.select_operation(Operation.UPSCALE)
+    assert win.panel.select_model(str(models / name)), f"{name} is not offered"
+
+
+def wait_ended(qtbot: QtBot, win: MainWindow) -> None:
+    qtbot.waitUntil(
+        lambda: (
+            bool(win.workspace.jobs) and all(j.state.ended for j in win.workspace.jobs.values())
+        ),
+        timeout=JOB_MS,
+    )
+
+
+def shown_paths(win: MainWindow) -> tuple[Path | None, Path | None]:
+    before, after = win.viewer.before, win.viewer.after
+    return (before.path if before else None, after.path if after else None)
+
+
+def jpeg(path: Path, width: int, height: int, seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width]
+    pixels = np.stack([x * 255 // width, y * 255 // height, (x + y) % 255], axis=2)
+    noisy = np.clip(pixels + rng.integers(-8, 8, pixels.shape), 0, 255).astype(np.uint8)
+    Image.fromarray(noisy).save(path, quality=92)
+    return path
+
+
+def truncated_png(path: Path) -> Path:
+    whole = path.with_name("whole-" + path.name)
+    Image.fromarray(np.full((60, 80, 3), 90, np.uint8)).save(whole)
+    path.write_bytes(whole.read_bytes()[:120])
+    whole.unlink()
+    return path
+
+
+def drag_files(win: MainWindow, paths: list[Path]) -> QDragEnterEvent:
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(p)) for p in paths])
+    enter = QDragEnterEvent(
+        win.rect().center(),
+        Qt.DropAction.CopyAction,
+        mime,
+        Qt.MouseButton.LeftButton,
+        Qt.KeyboardModifier.NoModifier,
+    )
+    QApplication.sendEvent(win, enter)
+    enter.mime = mime  # type: ignore[attr-defined]  # kept alive with the event
+    return enter
+
+
+def drop_files(win: MainWindow, paths: list[Path]) -> None:
+    enter = drag_files(win, paths)
+    assert enter.isAccepted()
+    event = QDropEvent(
+        QPointF(win.rect().center()),
+        Qt.DropAction.CopyAction,
+        enter.mime,  # type: ignore[attr-defined]
+        Qt.MouseButton.LeftButton,
+        Qt.KeyboardModifier.NoModifier,
+    )
+    QApplication.sendEvent(win, event)

@@ -34,6 +34,7 @@ from engine.bench.preview import measure_preview
 from engine.bench.samplers import PeakRss
 from engine.bench.startup import measure_cli, measure_window
 from engine.bench.table import Row, Table, find_model, scratch, table_for
+from engine.bench.video import measure_video
 from engine.cancel import CancelToken
 from engine.errors import Cancelled
 from engine.requests import Operation, OperationRequest, Progress, ProgressKind
@@ -293,6 +294,7 @@ def run_cpu_bench(args: argparse.Namespace) -> int:
         measure_held(table, settings, fast_model, label, work, 1 if quick else 3)
         measure_family_peaks(table, settings, (1024, 768) if quick else (4000, 3000), work)
         measure_frames(table, settings, work, (10, 60) if quick else (30, 300))
+        measure_video(table, settings, work, quick)  # clips: memory flat, decode + encode cost
 
         # Against the peers' runtime, and what each CPU optimisation gives (issue 15).
         if anime is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, overload
 
@@ -54,6 +55,33 @@ IMAGE_SUFFIXES = frozenset(
         ".qoi",
     }
 )
+# Clips (engine/io/video.py, which imports PyAV only when a clip is opened).
+VIDEO_SUFFIXES = frozenset(
+    {
+        ".mp4",
+        ".m4v",
+        ".mov",
+        ".mkv",
+        ".webm",
+        ".avi",
+        ".mpg",
+        ".mpeg",
+        ".ts",
+        ".m2ts",
+        ".mts",
+        ".wmv",
+        ".flv",
+        ".ogv",
+        ".3gp",
+        ".mxf",
+    }
+)
+
+
+def is_video(path: Path) -> bool:
+    return Path(path).suffix.lower() in VIDEO_SUFFIXES
+
+
 WRITE_FORMATS = {
     ".png": "PNG",
     ".apng": "PNG",
@@ -72,6 +100,38 @@ DEFAULT_DURATION_MS = 100
 
 
 @dataclass(frozen=True)
+class VideoMeta:
+    """What a clip's products keep from it (engine/io/video.py reads it from the header, its
+    packets and its first frame; the products' encoder writes it back)."""
+
+    container: (
+        str  # FFmpeg's name of the input's format: "mov,mp4,m4a,3gp,3g2,mj2", "matroska,webm"
+    )
+    codec: str  # the video stream's codec: h264, hevc, vp9, av1, prores, ffv1, …
+    stream_index: int  # the video stream decoded
+    stored_size: tuple[int, int]  # (width, height) as stored, before the display rotation
+    pix_fmt: str  # the decoder's pixel format: yuv420p, yuv420p10le, yuva420p, …
+    bit_depth: int  # bits per sample of the stream (8, 10, 12, 16)
+    time_base: Fraction  # of the timestamps below
+    rate: Fraction  # the average frame rate (frames per second)
+    pts: tuple[int, ...]  # presentation time of each frame, in time_base (variable rate kept)
+    rotation: int  # degrees counter-clockwise the player turns the stored frames (0/90/180/270)
+    colorspace: int  # FFmpeg's AVColorSpace, AVColorPrimaries, AVColorTransferCharacteristic
+    color_primaries: int
+    color_trc: int
+    color_range: int  # 1 limited (MPEG), 2 full (JPEG), 0 unspecified
+    copied_streams: tuple[int, ...] = ()  # audio and subtitle streams copied into the products
+    copied_codecs: tuple[str, ...] = ()  # their codecs (which containers can hold them)
+    duration_s: float = 0.0
+    exact: bool = True  # pts counted from the packets; False: from the header (probe_video)
+    sample_aspect: Fraction | None = None  # a pixel's width ÷ height (anamorphic DVDs); None: 1
+
+    @property
+    def frame_count(self) -> int:
+        return len(self.pts)
+
+
+@dataclass(frozen=True)
 class ImageMeta:
     format: str  # "PNG", "JPEG", "GIF", "WEBP", "TIFF", ...
     mode: str  # the PIL mode of the file, before any conversion
@@ -82,6 +142,7 @@ class ImageMeta:
     durations: tuple[int, ...] = ()  # ms per frame of an animation; () for stills
     loop: int | None = None  # 0 = forever; None = not stated by the file
     dpi: tuple[float, float] | None = None
+    video: VideoMeta | None = None  # a clip's own metadata (frames upright, as for images)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ done: a cancelled or failed input leaves none.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -32,12 +33,14 @@ import numpy as np
 from engine.io.image import DecodedImage, ImageMeta
 from engine.io.png import FrameLike
 from engine.io.publish import PendingOutput, open_output
+from engine.io.reading import load_image
 from engine.io.resize import resize_frame
 from engine.io.tiff import TiffWriter
 from engine.io.writing import ImageStream
 from engine.operations.base import RunContext, output_name
-from engine.options import OutputFormat, OutputOptions
+from engine.options import OutputFormat, OutputOptions, VideoCodec
 from engine.requests import Product, ProductKind
+from engine.settings import DEFAULT_MAX_PIXELS
 
 
 def data_meta(image: DecodedImage) -> ImageMeta:
@@ -84,6 +87,7 @@ class _ImageSink(_Sink):
         if self.target is not None:
             self.suffix = f"{suffix}-{self.output.size_tag()}"  # photo-realesrgan-x4plus-x2.jpg
         self.quality = self.output.quality if self.output.format.lossy else None
+        self.numbered = products.several_files  # one file per frame (a clip as PNG frames too)
 
     def _path(self, index: int, ext: str) -> Path:
         name = self.suffix if index < 0 else f"{self.suffix}-{index + 1:04d}"
@@ -99,7 +103,7 @@ class _ImageSink(_Sink):
         frame = self._sized(frame)
         shape = (int(frame.shape[0]), int(frame.shape[1]), int(frame.shape[2]))
         count = self.p.count
-        if count == 1 or self.p.several_files:
+        if count == 1 or self.numbered:
             index = -1 if count == 1 else len(self.streams)
             stream = ImageStream(
                 self._path(index, self.output.format.suffix),
@@ -133,7 +137,7 @@ class _ImageSink(_Sink):
         self.streams[0].add(frame)
 
     def publish(self) -> list[Product]:
-        frames = 1 if self.p.count == 1 or self.p.several_files else self.p.count
+        frames = 1 if self.p.count == 1 or self.numbered else self.p.count
         for stream in self.streams:
             self.published.append(Product(stream.publish(), self.kind, self.p.image.source, frames))
         return self.published
@@ -141,6 +145,100 @@ class _ImageSink(_Sink):
     def discard(self) -> None:
         for stream in self.streams[len(self.published) :]:
             stream.discard()
+
+
+# Products of a clip kept bit for bit (FFV1): data, not pictures.
+_LOSSLESS_KINDS = frozenset(
+    {ProductKind.MASK, ProductKind.DEPTH16, ProductKind.NORMAL, ProductKind.SKY}
+)
+
+
+class _VideoSink(_Sink):
+    """One product of a clip: a clip itself (engine/io/video.py), encoded as its frames come.
+
+    The main image product (and the depth preview) is written with the request's video
+    choices; masks, depth and normals losslessly (FFV1 in Matroska). Asked for PNG, a clip's
+    products are numbered PNG frames instead (16-bit where the frames are)."""
+
+    def __init__(
+        self,
+        products: Products,
+        suffix: str,
+        kind: ProductKind,
+        meta: ImageMeta,
+        text: Mapping[str, str] | None,
+    ) -> None:
+        self.p, self.suffix, self.kind, self.text = products, suffix, kind, text
+        assert meta.video is not None
+        self.meta = meta.video
+        request = products.ctx.request
+        self.options = request.output.video
+        output = request.output if kind is ProductKind.IMAGE else OutputOptions()
+        self.target = output.target_size(*products.image.size)
+        if self.target is not None:
+            self.suffix = f"{suffix}-{output.size_tag()}"
+        self.writer: Any = None  # engine.io.video_writing.VideoWriter once the first frame came
+        self.published: list[Product] = []
+
+    def add(self, frame: FrameLike) -> None:
+        whole = frame if isinstance(frame, np.ndarray) else frame[0 : frame.shape[0]]
+        if self.target is not None:
+            whole = resize_frame(whole, *self.target)
+        if self.writer is None:
+            from engine.io.video_writing import VideoWriter, plan_output  # PyAV, for clips only
+
+            height, width = whole.shape[:2]
+            if self.meta.rotation in (90, 270):
+                width, height = height, width
+            copied = _copied_codecs(self.p.image)
+            plan = plan_output(
+                self.meta,
+                self.options,
+                channels=int(whole.shape[2]),
+                wide=whole.dtype == np.uint16,
+                lossless=self.kind in _LOSSLESS_KINDS,
+                copied=copied,
+                odd=bool(width % 2 or height % 2),
+            )
+            self.writer = VideoWriter(
+                self.p.ctx.out_dir / output_name(self.p.image.source, self.suffix, plan.suffix),
+                self.p.image.source,
+                self.meta,
+                plan,
+                (width, height),
+                tags=self.text,
+                check=self.p.check,
+            )
+        self.writer.add(whole)
+
+    def publish(self) -> list[Product]:
+        if self.writer is not None and not self.published:
+            path = self.writer.publish()
+            self.published.append(Product(path, self.kind, self.p.image.source, self.p.count))
+        return self.published
+
+    def discard(self) -> None:
+        if self.writer is not None and not self.published:
+            self.writer.discard()
+
+
+def _copied_codecs(image: DecodedImage) -> tuple[str, ...]:
+    """The codecs of the clip's audio and subtitle streams (which containers hold them)."""
+    video = image.meta.video
+    return video.copied_codecs if video is not None else ()
+
+
+class _NullSink(_Sink):
+    """A product a clip does not get (float TIFF pages, per-frame PLY/JSON of every frame)."""
+
+    def add(self, frame: Any) -> None:
+        pass
+
+    def publish(self) -> list[Product]:
+        return []
+
+    def discard(self) -> None:
+        pass
 
 
 class _FloatSink(_Sink):
@@ -215,6 +313,7 @@ class Products:
         self.image = image
         self.count = len(image.frames)
         self.several_files = ctx.sequence  # frames from several files: numbered products
+        self.video = image.meta.video is not None and not ctx.sequence  # a clip in, clips out
         # What a writer calls between blocks of rows: the request's cancel check.
         self.check = ctx.cancel.check if ctx.cancel is not None else None
         self._sinks: list[_Sink] = []
@@ -226,13 +325,26 @@ class Products:
         kind: ProductKind,
         meta: ImageMeta,
         text: Mapping[str, str] | None = None,
-    ) -> _ImageSink:
-        return self._sink(suffix, lambda: _ImageSink(self, suffix, kind, meta, text))
+    ) -> _ImageSink | _VideoSink:
+        return self._sink(suffix, lambda: self._image_sink(suffix, kind, meta, text))
 
-    def float_product(self, suffix: str, kind: ProductKind) -> _FloatSink:
+    def _image_sink(
+        self, suffix: str, kind: ProductKind, meta: ImageMeta, text: Mapping[str, str] | None
+    ) -> _ImageSink | _VideoSink:
+        if self.video and self.ctx.request.output.video.codec is not VideoCodec.PNG:
+            return _VideoSink(self, suffix, kind, meta, text)
+        sink = _ImageSink(self, suffix, kind, meta, text)
+        sink.numbered = sink.numbered or self.video  # a clip as PNG: one file per frame
+        return sink
+
+    def float_product(self, suffix: str, kind: ProductKind) -> _FloatSink | _NullSink:
+        if self.video:  # a clip's lossless depth is its 16-bit FFV1 (or PNG) product
+            return self._sink(f"{suffix}.tif", _NullSink)
         return self._sink(f"{suffix}.tif", lambda: _FloatSink(self, suffix, kind))
 
-    def bytes_product(self, suffix: str, ext: str, kind: ProductKind) -> _BytesSink:
+    def bytes_product(self, suffix: str, ext: str, kind: ProductKind) -> _BytesSink | _NullSink:
+        if self.video:  # no point cloud and intrinsics file for every frame of a clip
+            return self._sink(f"{suffix}{ext}", _NullSink)
         return self._sink(f"{suffix}{ext}", lambda: _BytesSink(self, suffix, ext, kind))
 
     def _sink(self, name: str, make: Callable[[], Any]) -> Any:
@@ -279,3 +391,47 @@ class Products:
         # operation lets go of them, not at the next garbage collection.
         self._sinks.clear()
         self._by_name.clear()
+        close = getattr(self.image.frames, "close", None)
+        if close is not None:
+            close()  # a clip's decoding thread ends here, also after a cancel or a failure
+
+
+def export_product(
+    source: Path,
+    target: Path,
+    options: OutputOptions,
+    input_size: tuple[int, int],
+    *,
+    max_pixels: int = DEFAULT_MAX_PIXELS * 4,
+) -> Path:
+    """Save as: the finished product `source` written again through a job's output step —
+    `options`' format and quality, and its size taken relative to the job's input
+    (`input_size`, (0, 0) when unknown: the product's own size) — with the encoder the job's
+    products use. Never half-written; an existing `target` is replaced as a whole (the person
+    confirmed it). Returns the path written."""
+    decoded = load_image(source, max_pixels)
+    size = options.target_size(*input_size) if all(input_size) else None
+    frames = decoded.frames[:1] if options.format is OutputFormat.JPEG else decoded.frames
+    target = target if target.suffix else target.with_suffix(options.format.suffix)
+    sized = [resize_frame(f, *size) if size else f for f in frames]
+    first = sized[0]
+    stream = ImageStream(
+        target,
+        shape=(int(first.shape[0]), int(first.shape[1]), int(first.shape[2])),
+        dtype=first.dtype,
+        frames=len(sized),
+        meta=decoded.meta,
+        format=options.format.value,
+        quality=options.quality if options.format.lossy else None,
+    )
+    try:
+        for frame in sized:
+            stream.add(frame)
+        written = stream.publish()
+    except BaseException:
+        stream.discard()
+        raise
+    if written != target and target.exists():
+        os.replace(written, target)
+        return target
+    return written

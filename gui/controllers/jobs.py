@@ -1,8 +1,8 @@
-"""Inputs, jobs and their results, without widgets.
+"""Where a job is queued: actions on the workspace's inputs and jobs, without widgets.
 
-`JobsController` keeps the inputs the person added (each image its own input), queues one
-job per input through the engine thread, follows every job to its one terminal signal, and
-turns results into versions: each input has a strip of them (the original, ×2, x4plus,
+`JobsController` adds the inputs the person gives (each image its own input) to the
+workspace, queues one job per input through the engine thread, follows every job to its one
+terminal signal, and has the workspace turn results into versions: each input has a strip of them (the original, ×2, x4plus,
 cut-out…), and a failed job is a version marked failed with its reason. It also decides what
 the viewer should show, so new work is never hidden: new inputs are shown at once, and a
 finished result appears unless the person has chosen to look at something else.
@@ -12,33 +12,34 @@ reopening it; the new versions say what they were run on ("Quick cut-out → Ani
 job remembers its steps from the original (a list of JobSettings), so a chain can be run again
 on other inputs as a batch (`run_chain`): each step's main product feeds the next step.
 
-Signals are QtCore's only; tests drive this class with a real engine thread and no window.
+The state it acts on lives in `gui.workspace`; signals are QtCore's only; tests drive this
+class with a real engine thread, or a fake one (tests/fake_engine.py), and no window.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
-from engine.options import OutputOptions
 from engine.requests import (
     Operation,
     OperationCancellation,
     OperationFailure,
     OperationRequest,
     ProductKind,
-    Progress,
     Result,
 )
 from gui.controllers.speed import Calibrator, Estimate, SpeedBook
 from gui.engine_thread import EngineThread
 from gui.inputs import InputSource, as_sequence, classify_paths
 from gui.jobs import (
+    ORIGINAL,
     Job,
+    JobSettings,
     JobState,
     Version,
     describe_inputs,
@@ -47,22 +48,9 @@ from gui.jobs import (
     job_versions,
 )
 from gui.messages import Notice, NoticeLevel, Topic
+from gui.workspace import Workspace
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class JobSettings:
-    """What the operation panel says when Run is pressed; every job of the batch keeps it."""
-
-    operation: Operation
-    model: str  # a catalog id or a file path
-    model_label: str  # "Photo ×4"
-    device: str = "cpu"
-    runtime: str = "auto"
-    tile: int | None = None
-    output_dir: Path | None = None  # None: next to each input
-    output: OutputOptions = field(default_factory=OutputOptions)
 
 
 @dataclass(frozen=True)
@@ -76,37 +64,30 @@ class AddOutcome:
 
 
 class JobsController(QObject):
-    inputsChanged = Signal()  # inputs added, removed or merged
-    inputChanged = Signal(str)  # an input's versions or its failure mark changed
-    jobAdded = Signal(str)
-    jobChanged = Signal(str)  # state or progress (progress is coalesced by the window)
-    jobEnded = Signal(str)
-    showRequested = Signal(str, str)  # input key, version id ("" for its newest): show it
+    """Actions on the workspace's inputs and jobs, and the engine thread's job signals."""
+
+    statusRequested = Signal(str)  # a line for the status bar
     noticeRequested = Signal(object)  # Notice
+    noticeCleared = Signal(object)  # Topic: an earlier notice of it is stale
+    showRequested = Signal(str, str)  # input key, version id ("" for its newest): show it
 
     def __init__(
-        self, engine: EngineThread, speeds: SpeedBook, parent: QObject | None = None
+        self,
+        workspace: Workspace,
+        engine: EngineThread,
+        speeds: SpeedBook,
+        parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
+        self.workspace = workspace
         self.engine = engine
         self.speeds = speeds
         self.calibrator = Calibrator(engine, speeds, self)
         self.calibrator.calibrated.connect(self._on_calibrated)
-        self.sources: dict[str, InputSource] = {}  # in the order they were added
-        self.jobs: dict[str, Job] = {}
-        self.job_input: dict[str, str] = {}  # job id → input key
-        self._versions: dict[str, list[Version]] = {}  # input key → its products, oldest first
         self._deferred: list[InputSource] = []  # to run once the model list is in
-        # Chains: what the next job of an input starts from, each job's steps from the
-        # original, and the steps still to run after a job of a chain run.
-        self.bases: dict[str, str] = {}  # input key → version id (absent: the original)
-        self.chains: dict[str, tuple[JobSettings, ...]] = {}  # job id → steps from the original
-        self._then: dict[str, tuple[JobSettings, ...]] = {}  # job id → steps after it
-        # What the person is looking at, and whether the window may move the view for them.
-        self.viewing: tuple[str | None, str | None] = (None, None)  # (input key, version id)
-        self.following = True
+        self._then: dict[str, tuple[JobSettings, ...]] = {}  # job id → chain steps after it
         engine.operationStarted.connect(self._on_started)
-        engine.progressChanged.connect(self._on_progress)
+        engine.progressChanged.connect(workspace.job_progressed)
         engine.operationFinished.connect(self._on_finished)
         engine.operationFailed.connect(self._on_failed)
         engine.operationCancelled.connect(self._on_cancelled)
@@ -114,189 +95,92 @@ class JobsController(QObject):
     # -- inputs -------------------------------------------------------------------------------
     def add_paths(self, paths: Sequence[Path | str]) -> AddOutcome:
         """Add every image as its own input and show the first new one."""
+        ws = self.workspace
         found = classify_paths([Path(p) for p in paths])
-        added = [s for s in found.sources if s.key not in self.sources]
-        for source in added:
-            self.sources[source.key] = source
-        if added:
-            self.inputsChanged.emit()
-            self.following = True
-            self.show(added[0].key, "")
-        elif found.sources:  # already there: show it anyway, the person asked for it
-            self.following = True
-            self.show(found.sources[0].key, "")
+        added = ws.add_sources(found.sources)
+        shown = added[0] if added else (found.sources[0] if found.sources else None)
+        if shown is not None:  # already there: shown anyway, the person asked for it
+            ws.set_following(True)
+            self.show(shown.key, "")
         offer = found.sequence_offer if len(found.sequence_offer) == len(found.sources) else ()
         return AddOutcome(tuple(added), found.models, found.refused, offer)
 
     def merge_as_sequence(self, paths: Sequence[Path]) -> InputSource | None:
         """The person chose "Process as one sequence": the stills become one input."""
+        ws = self.workspace
         keys = [str(p) for p in paths]
-        stills = [self.sources[k] for k in keys if k in self.sources]
+        stills = [ws.sources[k] for k in keys if k in ws.sources]
         if len(stills) < 2:
             return None
         sequence = as_sequence(stills)
-        for job in self.jobs.values():
-            if self.job_input.get(job.id) in keys and job.state is JobState.QUEUED:
+        for job in list(ws.jobs.values()):
+            if ws.job_input.get(job.id) in keys and job.state is JobState.QUEUED:
                 self.cancel(job.id)
         ordered: dict[str, InputSource] = {}
-        for key, source in self.sources.items():
+        for key, source in ws.sources.items():
             if key in keys:
-                if sequence.key not in ordered:
-                    ordered[sequence.key] = sequence
+                ordered.setdefault(sequence.key, sequence)
             else:
                 ordered[key] = source
-        self.sources = ordered
-        self.inputsChanged.emit()
+        ws.replace_sources(ordered)
         self.show(sequence.key, "")
         return sequence
 
     def remove(self, keys: Sequence[str]) -> None:
-        for key in keys:
-            self.sources.pop(key, None)
-            self._versions.pop(key, None)
-            self.bases.pop(key, None)
-        if self.viewing[0] in keys:
-            self.viewing = (None, None)
-        self.inputsChanged.emit()
+        self.workspace.remove_sources(keys)
 
     def clear(self) -> None:
-        self.sources.clear()
-        self._versions.clear()
-        self.bases.clear()
         self._deferred.clear()
-        self.viewing = (None, None)
-        self.following = True
-        self.inputsChanged.emit()
+        self.workspace.clear_sources()
 
-    def source(self, key: str | None) -> InputSource | None:
-        return self.sources.get(key) if key else None
-
-    def versions(self, key: str) -> list[Version]:
-        """The original first, then every product of the input's jobs, newest last."""
-        source = self.sources.get(key)
-        if source is None:
-            return []
-        original = Version(key, "Original", source.paths)
-        return [original, *self._versions.get(key, [])]
-
-    def version(self, key: str, version_id: str) -> Version | None:
-        return next((v for v in self.versions(key) if v.id == version_id), None)
-
-    def newest(self, key: str) -> Version | None:
-        """The newest viewable product of the input, else its original."""
-        versions = self.versions(key)
-        viewable = [v for v in versions if v.viewable]
-        return viewable[-1] if viewable else None
-
-    def failure(self, key: str) -> str:
-        """The reason the input's latest job failed; empty when it did not."""
-        latest = [
-            j for j in self.jobs.values() if self.job_input.get(j.id) == key and j.state.ended
-        ]
-        if not latest:
-            return ""
-        last = latest[-1]
-        return last.message if last.state is JobState.FAILED else ""
-
-    def running_for(self, key: str) -> bool:
-        return any(self.job_input.get(j.id) == key and j.state.active for j in self.jobs.values())
-
-    # -- what is shown ------------------------------------------------------------------------
     def show(self, key: str, version_id: str) -> None:
-        self.viewing = (key, version_id or None)
+        self.workspace.set_viewing(key, version_id or None)
         self.showRequested.emit(key, version_id)
 
-    def person_viewed(self, key: str | None, version_id: str | None) -> None:
-        """The person chose what to look at (a thumbnail, a version, a job): stop following new
-        results elsewhere until they press Run or add images again."""
-        self.following = False
-        self.viewing = (key, version_id)
-
     def _show_result(self, job: Job) -> None:
-        key = self.job_input.get(job.id)
-        if key is None or key not in self.sources:
+        ws = self.workspace
+        key = ws.job_input.get(job.id)
+        if key is None or key not in ws.sources:
             return
         versions = [v for v in job_versions(job, key) if v.viewable]
         if not versions:
             return
-        viewing_key, viewing_version = self.viewing
+        viewing_key, viewing_version = ws.viewing
         looking_here = viewing_key == key and (
             viewing_version is None or self._is_newest_or_original(key, viewing_version, job.id)
         )
-        if self.following or looking_here or viewing_key is None:
-            self.viewing = (key, versions[0].id)
+        if ws.following or looking_here or viewing_key is None:
+            ws.set_viewing(key, versions[0].id)
             self.showRequested.emit(key, versions[0].id)
 
     def _is_newest_or_original(self, key: str, version_id: str, new_job: str) -> bool:
-        if version_id == "original":
+        if version_id == ORIGINAL:
             return True
-        older = [v for v in self._versions.get(key, []) if v.job_id != new_job and v.viewable]
+        older = [v for v in self.workspace.results(key) if v.job_id != new_job and v.viewable]
         return bool(older) and older[-1].id == version_id
 
     # -- running ------------------------------------------------------------------------------
-    def targets(self, selected: Sequence[str]) -> list[InputSource]:
+    def targets(self, selected: Sequence[str] | None = None) -> list[InputSource]:
         """What Run runs: the selected inputs when the person selected several, else all."""
-        chosen = [self.sources[k] for k in selected if k in self.sources]
-        return chosen if len(chosen) >= 2 else list(self.sources.values())
+        ws = self.workspace
+        keys = ws.selected if selected is None else selected
+        chosen = [ws.sources[k] for k in keys if k in ws.sources]
+        return chosen if len(chosen) >= 2 else list(ws.sources.values())
 
-    def run_label(self, selected: Sequence[str]) -> str:
+    def run_label(self, selected: Sequence[str] | None = None) -> str:
         """The Run button's words: what it will do."""
-        chosen = [k for k in selected if k in self.sources]
+        ws = self.workspace
+        keys = ws.selected if selected is None else selected
+        chosen = [k for k in keys if k in ws.sources]
         if len(chosen) >= 2:
             return f"Run selected ({len(chosen)})"
-        count = len(self.sources)
+        count = len(ws.sources)
         if count == 0:
             return "Run"
         if count == 1:
-            base = self.base(next(iter(self.sources)))
+            base = ws.base(next(iter(ws.sources)))
             return "Run 1 image" if base is None or base.is_original else f"Run on {base.label}"
         return f"Run {count} images"
-
-    # -- chains -------------------------------------------------------------------------------
-    def use_as_input(self, key: str, version_id: str) -> Version | None:
-        """The input's next job starts from this version (a result; the original resets)."""
-        version = self.version(key, version_id)
-        if version is None or not version.viewable:
-            return None
-        if version.is_original:
-            self.bases.pop(key, None)
-        else:
-            self.bases[key] = version_id
-        self.inputChanged.emit(key)
-        return version
-
-    def base(self, key: str) -> Version | None:
-        """What the input's next job starts from: the chosen result, else the original."""
-        versions = self.versions(key)
-        if not versions:
-            return None
-        chosen = self.bases.get(key)
-        found = next((v for v in versions if v.id == chosen and v.viewable), None)
-        return found or versions[0]
-
-    def find_version(self, version_id: str) -> Version | None:
-        """A result version by its id, whichever input it belongs to."""
-        key = self.job_input.get(version_id.partition(":")[0])
-        return self.version(key, version_id) if key is not None else None
-
-    def chain_of(self, version: Version) -> tuple[JobSettings, ...]:
-        """The steps that made `version` from its input's original."""
-        return self.chains.get(version.job_id or "", ())
-
-    def run_chain(self, steps: Sequence[JobSettings], sources: Sequence[InputSource]) -> list[str]:
-        """Run `steps` in order on each input, from its original: each step's main product is
-        the next step's input. Returns the first step's job ids."""
-        if not steps:
-            return []
-        ids: list[str] = []
-        for source in sources:
-            original = self.versions(source.key)[0]
-            job_id = self._queue_one(source, steps[0], original, ())
-            self._then[job_id] = tuple(steps[1:])
-            ids.append(job_id)
-        if ids:
-            self.following = True
-        return ids
 
     def estimate(self, sources: Sequence[InputSource], settings: JobSettings) -> Estimate | None:
         megapixels = sum(s.megapixels for s in sources)
@@ -327,17 +211,60 @@ class JobsController(QObject):
             return f"Measuring how fast {settings.model_label} runs on {where}…"
         return f"The first job measures how fast {settings.model_label} runs on {where}."
 
+    def estimate_line(self, where: str) -> str:
+        """The estimate for what Run runs now, with the workspace's settings."""
+        settings = self.workspace.settings
+        if settings is None:
+            return ""
+        return self.estimate_text(self.targets(), settings, where, not self.engine.is_busy())
+
+    def run_selected(self, operation: Operation | None = None) -> list[str]:
+        """Run: every image, or the selected ones when several are selected."""
+        sources = self.targets()
+        if not sources:
+            self._warn(
+                "Add images first: drop them on the window or use File ▸ Open.", Topic.INPUTS
+            )
+            return []
+        return self.queue_jobs(sources, operation)
+
+    def run_one(self, key: str, operation: Operation | None = None) -> list[str]:
+        source = self.workspace.source(key)
+        return self.queue_jobs([source], operation) if source is not None else []
+
+    def queue_jobs(
+        self, sources: Sequence[InputSource], operation: Operation | None = None
+    ) -> list[str]:
+        """Run's work with the workspace's settings, and what to say about it."""
+        settings = self.workspace.settings
+        if settings is None:
+            what = operation.label.lower() if operation is not None else "this operation"
+            self._warn(
+                f"No model for {what} is installed, so nothing was queued. "
+                "Use Get… beside the model list, or drop an .onnx model file.",
+                Topic.MODELS,
+            )
+            return []
+        ids = self.queue(sources, settings)
+        count = len(ids)
+        self.statusRequested.emit(
+            f"Queued {count} job{'s' if count != 1 else ''}: "
+            f"{settings.operation.label} with {settings.model_label}."
+        )
+        self.noticeCleared.emit(Topic.JOBS)
+        return ids
+
     def queue(self, sources: Sequence[InputSource], settings: JobSettings) -> list[str]:
         """One job per input, in order, each from its base (the original, or the result
         chosen with `use_as_input`); the view follows their results."""
         ids: list[str] = []
         for source in sources:
-            start = self.base(source.key)
+            start = self.workspace.base(source.key)
             if start is None:
                 continue
             ids.append(self._queue_one(source, settings, start, ()))
         if ids:
-            self.following = True
+            self.workspace.set_following(True)
         return ids
 
     def _queue_one(
@@ -348,6 +275,7 @@ class JobsController(QObject):
         then: tuple[JobSettings, ...],
     ) -> str:
         """One job of `settings` on the version `start` of `source`."""
+        ws = self.workspace
         inputs = start.paths
         sequence = source.sequence if start.is_original else len(inputs) > 1
         request = OperationRequest(
@@ -357,7 +285,7 @@ class JobsController(QObject):
             device=settings.device,
             runtime=settings.runtime,
             output_dir=settings.output_dir,
-            tile=settings.tile if settings.operation is Operation.UPSCALE else None,
+            tile=settings.job_tile,
             sequence=sequence,
             output=settings.output,
         )
@@ -370,22 +298,16 @@ class JobsController(QObject):
         )
         guess = self.estimate([source], settings)
         job.expected_s = guess.seconds if guess is not None else None
-        self.jobs[request.id] = job
-        self.job_input[request.id] = source.key
-        self.chains[request.id] = (
-            *(() if start.is_original else self.chain_of(start)),
-            settings,
-        )
+        chain = (*(() if start.is_original else ws.chain_of(start)), settings)
         if then:
             self._then[request.id] = then
         self.engine.submit(request)
-        self.jobAdded.emit(request.id)
-        self.inputChanged.emit(source.key)
+        ws.add_job(job, source.key, chain)
         return request.id
 
     def _on_calibrated(self, model: str, device: str) -> None:
         """A speed is known now: jobs queued before it get their estimate."""
-        for job in self.jobs.values():
+        for job in list(self.workspace.jobs.values()):
             request = job.request
             if job.expected_s is not None or not job.state.active:
                 continue
@@ -395,8 +317,7 @@ class JobsController(QObject):
                 request.operation, model, device, job.megapixels, job.frames
             )
             if guess is not None:
-                job.expected_s = guess.seconds
-                self.jobChanged.emit(job.id)
+                self.workspace.job_estimated(job.id, guess.seconds)
 
     def defer(self, sources: Sequence[InputSource]) -> None:
         """Jobs to queue once the model list is in (files given at start-up)."""
@@ -404,63 +325,99 @@ class JobsController(QObject):
 
     def take_deferred(self) -> list[InputSource]:
         waiting, self._deferred = self._deferred, []
-        return [s for s in waiting if s.key in self.sources]
+        return [s for s in waiting if s.key in self.workspace.sources]
 
     def cancel(self, job_id: str) -> None:
-        job = self.jobs.get(job_id)
-        if job is not None and job.state.cancellable:
-            job.on_cancel_requested()
-            self.jobChanged.emit(job_id)
+        self.workspace.job_cancel_requested(job_id)
         self.engine.cancel(job_id)
 
     def cancel_running(self) -> None:
         running = self.engine.running_id
-        if running is not None and running in self.jobs:
+        if running is not None and running in self.workspace.jobs:
             self.cancel(running)
 
     def cancel_all(self) -> None:
-        for job in list(self.jobs.values()):
+        for job in list(self.workspace.jobs.values()):
             if job.state.cancellable:
                 self.cancel(job.id)
 
     def active(self) -> list[Job]:
-        return [j for j in self.jobs.values() if j.state.active]
+        return self.workspace.active()
 
     def forget_ended(self) -> list[str]:
-        """Clear finished jobs from the list; their products stay in the strips."""
-        gone = [job_id for job_id, job in self.jobs.items() if job.state.ended]
-        for job_id in gone:
-            del self.jobs[job_id]
-        return gone
+        return self.workspace.forget_ended()
+
+    # -- chains -------------------------------------------------------------------------------
+    def use_as_input(self, key: str, version_id: str) -> Version | None:
+        """The input's next job starts from this version (a result; the original resets)."""
+        version = self.workspace.version(key, version_id)
+        if version is None or not version.viewable:
+            return None
+        self.workspace.set_base(key, version_id)
+        if version.is_original:
+            self.statusRequested.emit("The next job starts from the original again.")
+        else:
+            self.statusRequested.emit(
+                f"The next job of this image starts from {version.label}: choose the operation "
+                "and press Run (Preview shows it first)."
+            )
+        return version
+
+    def run_chain(self, steps: Sequence[JobSettings], sources: Sequence[InputSource]) -> list[str]:
+        """Run `steps` in order on each input, from its original: each step's main product is
+        the next step's input. Returns the first step's job ids."""
+        if not steps:
+            return []
+        ids: list[str] = []
+        for source in sources:
+            original = self.workspace.versions(source.key)[0]
+            ids.append(self._queue_one(source, steps[0], original, tuple(steps[1:])))
+        if ids:
+            self.workspace.set_following(True)
+        return ids
+
+    def run_chain_from(self, version: Version | None) -> list[str]:
+        """Every step that made this result, on the other images (or the selected ones)."""
+        ws = self.workspace
+        steps = ws.chain_of(version) if version is not None else ()
+        if version is None or not steps:
+            self.statusRequested.emit(
+                "Show a result on the right first: its steps are what is run again."
+            )
+            return []
+        selected = [k for k in ws.selected if k != version.input_key]
+        keys = selected if len(selected) >= 1 and len(ws.selected) >= 2 else []
+        targets = [ws.sources[k] for k in keys] or [
+            s for k, s in ws.sources.items() if k != version.input_key
+        ]
+        if not targets:
+            self.statusRequested.emit(
+                "Add the other images first; the chain then runs on each of them."
+            )
+            return []
+        ids = self.run_chain(steps, targets)
+        names = " → ".join(step.model_label for step in steps)
+        plural = "s" if len(targets) != 1 else ""
+        self.statusRequested.emit(f"Running {names} on {len(targets)} image{plural}.")
+        return ids
 
     # -- the engine's signals -----------------------------------------------------------------
     def _on_started(self, request: OperationRequest) -> None:
-        job = self.jobs.get(request.id)
-        if job is not None:
-            job.on_started()
-            self.jobChanged.emit(job.id)
-
-    def _on_progress(self, event: Progress) -> None:
-        job = self.jobs.get(event.request_id)
-        if job is not None:
-            job.on_progress(event)
-            self.jobChanged.emit(job.id)
+        self.workspace.job_started(request.id)
 
     def _on_finished(self, result: Result) -> None:
-        job = self.jobs.get(result.request_id)
+        ws = self.workspace
+        job = ws.jobs.get(result.request_id)
         if job is None:
             return
-        job.on_finished(result)
-        key = self.job_input.get(job.id, "")
-        added = job_versions(job, key)
-        self._versions.setdefault(key, []).extend(added)
+        added = ws.job_finished(result)
         if job.state is JobState.FINISHED:
             self._learn(job)
             if job.message:  # some inputs of a multi-input job failed
-                self.noticeRequested.emit(Notice(job.message, NoticeLevel.WARNING, Topic.JOBS))
-        self._ended(job)
+                self._warn(job.message, Topic.JOBS)
+        ws.announce_end(job.id)
         self._show_result(job)
-        self._next_step(job, key, added)
+        self._next_step(job, ws.job_input.get(job.id, ""), added)
 
     def _next_step(self, job: Job, key: str, added: list[Version]) -> None:
         """A chain run goes on from the job's main product (the cut-out, the upscaled
@@ -468,7 +425,7 @@ class JobsController(QObject):
         then = self._then.pop(job.id, ())
         if not then:
             return
-        source = self.sources.get(key)
+        source = self.workspace.sources.get(key)
         if source is None:
             return
         main = next((v for v in added if v.kind is ProductKind.IMAGE), None)
@@ -480,39 +437,22 @@ class JobsController(QObject):
 
     def _chain_stopped(self, job: Job, why: str) -> None:
         name = describe_inputs(job.request.inputs, job.request.sequence)
-        self.noticeRequested.emit(
-            Notice(
-                f"The chain stopped at {job.model_label} for {name}: {why}",
-                NoticeLevel.WARNING,
-                Topic.JOBS,
-            )
-        )
+        self._warn(f"The chain stopped at {job.model_label} for {name}: {why}", Topic.JOBS)
 
     def _on_failed(self, failure: OperationFailure) -> None:
-        job = self.jobs.get(failure.request_id)
-        if job is None:
+        if failure.request_id not in self.workspace.jobs:
             return
-        job.on_failed(failure.message)
-        key = self.job_input.get(job.id, "")
-        self._versions.setdefault(key, []).extend(job_versions(job, key))
-        self._ended(job)
+        self.workspace.job_failed(failure.request_id, failure.message)
+        job = self.workspace.jobs[failure.request_id]
         if self._then.pop(job.id, ()):
             self._chain_stopped(job, failure.message)
 
     def _on_cancelled(self, cancellation: OperationCancellation) -> None:
-        job = self.jobs.get(cancellation.request_id)
-        if job is None:
-            return
-        job.on_cancelled()
-        self._ended(job)
-        self._then.pop(job.id, None)  # a cancelled step ends its chain run, quietly
+        self.workspace.job_cancelled(cancellation.request_id)
+        self._then.pop(cancellation.request_id, None)  # a cancelled step ends its chain run
 
-    def _ended(self, job: Job) -> None:
-        self.jobChanged.emit(job.id)
-        self.jobEnded.emit(job.id)
-        key = self.job_input.get(job.id)
-        if key is not None:
-            self.inputChanged.emit(key)
+    def _warn(self, text: str, topic: Topic) -> None:
+        self.noticeRequested.emit(Notice(text, NoticeLevel.WARNING, topic))
 
     def _learn(self, job: Job) -> None:
         seconds = job.working_seconds()

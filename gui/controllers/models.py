@@ -13,15 +13,19 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal
 
 from engine.models.catalog import CatalogEntry, Family, Source
-from engine.models.contracts import ModelSpec
-from engine.models.inventory import ModelInventory, discover, install_model
 from gui.fetcher import FetchOutcome, ModelFetcher
 from gui.messages import Notice, NoticeLevel, Topic
 from gui.tasks import TaskOutcome, TaskThread
+
+if TYPE_CHECKING:  # the model list is read on the task thread: onnx is not loaded by the window
+    from engine.models.contracts import ModelSpec
+    from engine.models.inventory import ModelInventory
+
 
 log = logging.getLogger(__name__)
 
@@ -222,7 +226,7 @@ class ModelsController(QObject):
 
     def refresh(self) -> None:
         folder = self.models_dir()
-        self.tasks.submit(lambda: discover(folder), self._on_inventory)
+        self.tasks.submit(lambda: _discover(folder), self._on_inventory)
 
     def _on_inventory(self, outcome: TaskOutcome) -> None:
         if self._closed:
@@ -241,7 +245,7 @@ class ModelsController(QObject):
 
     def install(self, path: Path) -> None:
         folder = self.models_dir()
-        self.tasks.submit(lambda: install_model(path, folder), lambda o: self._installed(path, o))
+        self.tasks.submit(lambda: _install(path, folder), lambda o: self._installed(path, o))
 
     def _installed(self, path: Path, outcome: TaskOutcome) -> None:
         if self._closed:
@@ -298,3 +302,17 @@ class ModelsController(QObject):
     def stop(self) -> None:
         self._closed = True
         self.fetcher.kill()
+
+
+# The inventory reads each model's graph (onnx): imported on the task thread when the list is
+# first read, after the window is shown, not when the window's modules load.
+def _discover(folder: Path) -> ModelInventory:
+    from engine.models.inventory import discover
+
+    return discover(folder)
+
+
+def _install(path: Path, folder: Path) -> ModelSpec:
+    from engine.models.inventory import install_model
+
+    return install_model(path, folder)

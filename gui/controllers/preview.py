@@ -9,6 +9,10 @@ newest generation are passed on to be drawn. A change of what is previewed (inpu
 settings) also tells the view to forget what it drew (`resetRequested`); a pan keeps it, since
 those pixels are still the product's.
 
+Preview on/off, the region in view and the settings are the workspace's (`gui.workspace`);
+this controller is where a preview is asked for and where its answer is turned into what the
+viewer draws.
+
 Background, depth and geometry run the model once on the whole image whatever the view shows:
 a pan asks nothing of the engine for them.
 """
@@ -30,8 +34,10 @@ from engine.requests import (
     Progress,
     ProgressKind,
 )
-from gui.controllers.jobs import JobSettings
 from gui.engine_thread import EngineThread
+from gui.jobs import is_tiled, viewable_products
+from gui.tasks import TaskOutcome, TaskThread
+from gui.workspace import Workspace
 
 PAN_DEBOUNCE_MS = 40  # a drag sends many moves; the engine hears of the view at this pace
 
@@ -51,7 +57,7 @@ class PreviewTarget:
 
     @property
     def tiled(self) -> bool:
-        return self.operation is Operation.UPSCALE
+        return is_tiled(self.operation)
 
 
 class PreviewController(QObject):
@@ -61,19 +67,22 @@ class PreviewController(QObject):
     finished = Signal(object)  # PreviewResult of the newest generation
     failed = Signal(str)
     enabledChanged = Signal(bool)
+    pictureLoaded = Signal(object)  # a non-tiled family's whole preview, decoded: DisplayImage
 
     def __init__(
         self,
+        workspace: Workspace,
         engine: EngineThread,
-        settings: Callable[[], JobSettings | None],
+        tasks: TaskThread | None = None,
+        loader: Callable[[tuple[Path, ...]], object] | None = None,
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
+        self.workspace = workspace
         self.engine = engine
-        self.settings = settings
-        self.enabled = False
+        self.tasks = tasks
+        self.loader = loader
         self.generation = 0
-        self.region: Region | None = None  # in the previewed image's pixels
         self.target: PreviewTarget | None = None
         self._source: tuple[str, Path] | None = None
         self._started: str | None = None  # the newest generation's request on the engine
@@ -89,11 +98,20 @@ class PreviewController(QObject):
         engine.previewFailed.connect(self._on_failed)
         engine.previewCancelled.connect(self._on_cancelled)
 
+    @property
+    def enabled(self) -> bool:
+        return self.workspace.preview_on
+
+    @property
+    def region(self) -> Region | None:
+        """The part of the image in view, in the previewed image's pixels."""
+        return self.workspace.region
+
     # -- what changes -------------------------------------------------------------------------
     def set_enabled(self, on: bool) -> None:
         if on == self.enabled:
             return
-        self.enabled = on
+        self.workspace.set_preview(on)
         self.enabledChanged.emit(on)
         if on:
             self.refresh()
@@ -112,14 +130,33 @@ class PreviewController(QObject):
         source = (input_key, path) if input_key is not None and path is not None else None
         if source != self._source:
             self._source = source
-            self.region = None  # the view says what it shows of the new image
+            self.workspace.set_region(None)  # the view says what it shows of the new image
             self.refresh()
+
+    def follow_left(self) -> str:
+        """The left version's file is what the preview works on (one image file). Returns
+        why there is nothing to preview, or an empty string."""
+        ws = self.workspace
+        key = ws.viewing[0]
+        path: Path | None = None
+        if key is not None:
+            version = ws.version(key, ws.pair(key)[0])
+            if version is not None and len(version.paths) == 1 and version.paths[0].is_file():
+                path = version.paths[0]
+        self.set_source(key, path)
+        if self.enabled and key is not None and path is None:
+            return "Preview shows single images, not sequences."
+        return ""
+
+    def label(self) -> str:
+        settings = self.workspace.settings
+        return f"Preview · {settings.model_label}" if settings is not None else "Preview"
 
     def set_region(self, region: Region | None) -> None:
         """The part of the image the view shows (a pan or zoom): asked again after a pause."""
         if region == self.region:
             return
-        self.region = region
+        self.workspace.set_region(region)
         if self.enabled and self.target is not None and self.target.tiled:
             self._timer.start()
 
@@ -143,7 +180,7 @@ class PreviewController(QObject):
     def close(self) -> None:
         """The window closes: nothing more is asked (the engine thread cancels the rest)."""
         self._timer.stop()
-        self.enabled = False
+        self.workspace.set_preview(False)
 
     def cancel(self) -> None:
         """The person's ✕: stop the preview in flight; Preview stays on for the next change."""
@@ -154,7 +191,7 @@ class PreviewController(QObject):
 
     # -- asking the engine --------------------------------------------------------------------
     def _target(self) -> PreviewTarget | None:
-        settings = self.settings()
+        settings = self.workspace.settings
         if settings is None or self._source is None:
             return None
         key, path = self._source
@@ -166,7 +203,7 @@ class PreviewController(QObject):
             settings.model_label,
             settings.device,
             settings.runtime,
-            settings.tile if settings.operation is Operation.UPSCALE else None,
+            settings.job_tile,
         )
 
     def _request(self) -> None:
@@ -221,6 +258,20 @@ class PreviewController(QObject):
             return
         self.statusChanged.emit(_summary(result), False)
         self.finished.emit(result)
+        self._load_picture(result)
+
+    def _load_picture(self, result: PreviewResult) -> None:
+        """A non-tiled family's preview is a file: decode its picture off the GUI thread."""
+        shown = viewable_products(result.products)
+        if not shown or self.tasks is None or self.loader is None:
+            return
+        generation, path, loader = result.generation, shown[0].path, self.loader
+
+        def loaded(outcome: TaskOutcome) -> None:
+            if generation == self.generation and self.enabled and outcome.error is None:
+                self.pictureLoaded.emit(outcome.value)
+
+        self.tasks.submit(lambda: loader((path,)), loaded, urgent=True)
 
     def _on_failed(self, failure: OperationFailure) -> None:
         if failure.request_id == self._started and self.enabled:

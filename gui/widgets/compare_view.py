@@ -73,9 +73,6 @@ class PreviewLayer:
         """Forget patches out of view: what is drawn stays bounded by what is shown."""
         self.patches = [(r, p) for r, p in self.patches if QRectF(r).intersects(visible)]
 
-    def covered(self) -> int:
-        return sum(r.width() * r.height() for r, _ in self.patches)
-
 
 class CompareView(QWidget):
     """Paints `before` and `after`, both scaled to one canvas: the after image's size when

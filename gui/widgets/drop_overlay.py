@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QObject, QRectF, Qt
-from PySide6.QtGui import QColor, QFont, QPainter, QPaintEvent, QPalette, QPen
+from collections.abc import Callable
+
+from PySide6.QtCore import QEvent, QMimeData, QObject, QRectF, Qt
+from PySide6.QtGui import (
+    QColor,
+    QDragMoveEvent,
+    QDropEvent,
+    QFont,
+    QPainter,
+    QPaintEvent,
+    QPalette,
+    QPen,
+)
 from PySide6.QtWidgets import QWidget
+
+from gui.controllers.inputs import drop_words
 
 
 class DropOverlay(QWidget):
@@ -47,4 +60,42 @@ class DropOverlay(QWidget):
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if watched is self.host and event.type() == QEvent.Type.Resize and self.isVisible():
             self.setGeometry(self.host.rect())
+        return False
+
+
+class DropTarget(QObject):
+    """Makes `window` take drops: the overlay while files or a picture are dragged over it,
+    and `dropped(mime)` when they are let go (an event filter, so the window needs no drag
+    handlers of its own)."""
+
+    def __init__(
+        self, window: QWidget, overlay: DropOverlay, dropped: Callable[[QMimeData], object]
+    ) -> None:
+        super().__init__(window)
+        self.overlay = overlay
+        self.dropped = dropped
+        window.setAcceptDrops(True)
+        window.installEventFilter(self)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        kind = event.type()
+        if kind in (QEvent.Type.DragEnter, QEvent.Type.DragMove) and isinstance(
+            event, QDragMoveEvent
+        ):
+            mime = event.mimeData()
+            if not (mime.hasUrls() or mime.hasImage()):
+                event.ignore()
+                return True
+            event.acceptProposedAction()
+            if kind == QEvent.Type.DragEnter:
+                self.overlay.show_text(drop_words(mime))
+            return True
+        if kind == QEvent.Type.DragLeave:
+            self.overlay.hide()
+            return False
+        if kind == QEvent.Type.Drop and isinstance(event, QDropEvent):
+            self.overlay.hide()
+            self.dropped(event.mimeData())
+            event.acceptProposedAction()
+            return True
         return False

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QMessageBox,
     QPushButton,
     QVBoxLayout,
     QWidget,
@@ -97,3 +98,21 @@ class ExportDialog(QDialog):
         )
         if name:
             self.path.setText(name)
+
+    def ask(self) -> tuple[Path, OutputOptions] | None:
+        """Run the dialog, then "Replace the file?" where the target exists: the target and
+        options chosen, or None when the person cancelled."""
+        if not self.exec():
+            return None
+        target = self.target()
+        if target.exists() and target != self.product:
+            answer = QMessageBox.question(
+                self.parentWidget(),
+                "Replace the file?",
+                f"{target.name} exists in {target.parent}. Replace it?",
+                QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+                QMessageBox.StandardButton.No,
+            )
+            if answer != QMessageBox.StandardButton.Yes:
+                return None
+        return target, self.options()

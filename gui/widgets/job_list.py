@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
+    QMessageBox,
     QProgressBar,
     QPushButton,
     QScrollArea,
@@ -273,15 +274,6 @@ class JobList(QWidget):
             self._scroll_pending = False
             self.scroll_to_newest()
 
-    def newest_visible(self) -> bool:
-        """Whether the newest row lies inside the visible part of the list."""
-        row = self.rows.get(self._newest or "")
-        if row is None or not self.scroll_area.isVisible():
-            return False
-        viewport = self.scroll_area.viewport()
-        top = row.mapTo(viewport, row.rect().topLeft()).y()
-        return top >= 0 and top + row.height() <= viewport.height() + 1
-
     def _update(self) -> None:
         states = [row.job.state for row in self.rows.values()]
         active = sum(1 for s in states if s.active)
@@ -326,3 +318,16 @@ class JobList(QWidget):
             self.clock.start()
         elif not active:
             self.clock.stop()
+
+
+def confirm_quit(parent: QWidget, active: int) -> bool:
+    """Closing with jobs running or queued: whether the person wants them cancelled."""
+    answer = QMessageBox.question(
+        parent,
+        "Jobs are running",
+        f"{active} job{'s are' if active != 1 else ' is'} still running or queued. "
+        "Cancel and quit?",
+        QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+        QMessageBox.StandardButton.No,
+    )
+    return answer == QMessageBox.StandardButton.Yes

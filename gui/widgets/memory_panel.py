@@ -9,12 +9,14 @@ import time
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QFrame,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QPushButton,
     QTableWidget,
     QTableWidgetItem,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -186,3 +188,31 @@ class MemoryPanel(QWidget):
                 else:
                     lines.append(f"  {other.name} (pid {other.pid}): {fmt_bytes(other.used)}")
         return "\n".join(lines)
+
+
+class MemoryDock(QFrame):
+    """The memory panel with its title and close button, opened under the jobs beside the
+    operation panel (the viewer keeps most of its height and Run stays in view)."""
+
+    closeRequested = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.panel = MemoryPanel()
+        close = QToolButton()
+        close.setText("✕")
+        close.setAutoRaise(True)
+        close.setToolTip("Hide the memory panel (Ctrl+M)")
+        close.clicked.connect(self.closeRequested)
+        head = QHBoxLayout()
+        head.setContentsMargins(6, 2, 2, 0)
+        head.addWidget(QLabel("<b>Loaded models and memory</b>"), 1)
+        head.addWidget(close)
+        box = QVBoxLayout(self)
+        box.setContentsMargins(0, 0, 0, 0)
+        box.setSpacing(0)
+        box.addLayout(head)
+        box.addWidget(self.panel)
+        self.setMaximumHeight(190)
+        self.hide()

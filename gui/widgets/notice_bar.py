@@ -80,9 +80,6 @@ class NoticeBar(QFrame):
         self.raise_()
         self._place()
 
-    def show_message(self, text: str, level: NoticeLevel = NoticeLevel.INFO) -> None:
-        self.show_notice(Notice(text, level))
-
     def dismiss(self) -> None:
         self.timer.stop()
         self.notice = None

@@ -6,6 +6,7 @@ estimate; and Run, which names what it will do."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QAction, QStandardItem, QStandardItemModel
@@ -29,11 +30,9 @@ from PySide6.QtWidgets import (
 )
 
 from engine.models.catalog import CatalogEntry, Family
-from engine.models.inventory import ModelInventory
+from engine.operation_specs import operations
 from engine.options import OutputOptions
 from engine.requests import Operation
-from engine.runtime.devices import RuntimeReport
-from gui.controllers.jobs import JobSettings
 from gui.controllers.models import (
     ModelChoice,
     ModelGroup,
@@ -43,9 +42,15 @@ from gui.controllers.models import (
     missing_hint,
     model_groups,
 )
+from gui.jobs import JobSettings, is_tiled
 from gui.settings import AppSettings
 from gui.widgets.elided_label import WrappedLabel
 from gui.widgets.output_options import OutputEditor
+
+if TYPE_CHECKING:  # the model list is read on the task thread: onnx is not loaded by the window
+    from engine.models.inventory import ModelInventory
+    from engine.runtime.devices import RuntimeReport
+
 
 RUNTIME_LABELS = {
     "auto": "Automatic",
@@ -55,7 +60,6 @@ RUNTIME_LABELS = {
     "directml": "DirectML",
     "coreml": "CoreML",
 }
-OPERATIONS = (Operation.UPSCALE, Operation.REMOVE_BACKGROUND, Operation.DEPTH, Operation.GEOMETRY)
 DATA = Qt.ItemDataRole.UserRole
 
 
@@ -105,6 +109,7 @@ class OperationPanel(QWidget):
     fetchRequested = Signal(object)  # CatalogEntry to download, or None for the starter models
     addModelRequested = Signal()
     choicesChanged = Signal()
+    settingsChanged = Signal(object)  # JobSettings | None: what Run would start with now
 
     def __init__(self, settings: AppSettings, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -116,7 +121,7 @@ class OperationPanel(QWidget):
         self.setMinimumWidth(300)
 
         self.operation = QComboBox()
-        for op in OPERATIONS:
+        for op in operations():  # the operation table, in the order it offers them
             self.operation.addItem(op.label, op)
         self.model = QComboBox()
         self.model.setSizeAdjustPolicy(
@@ -230,6 +235,13 @@ class OperationPanel(QWidget):
         )
         self.output_editor.changed.connect(self._output_options_changed)
         self.run_on_drop.toggled.connect(self._run_on_drop_changed)
+        # Every edit, and every refill of the lists, may change what Run starts with.
+        self.choicesChanged.connect(self._settings_edited)
+        self.tile.valueChanged.connect(self._settings_edited)
+        self.output.textChanged.connect(self._settings_edited)
+
+    def _settings_edited(self) -> None:
+        self.settingsChanged.emit(self.job_settings())
 
     # -- restore and persist ------------------------------------------------------------------
     def _restore(self) -> None:
@@ -296,7 +308,7 @@ class OperationPanel(QWidget):
         self.settings.run_on_drop = checked
 
     def _update_tile_enabled(self) -> None:
-        upscale = self.current_operation() is Operation.UPSCALE
+        upscale = is_tiled(self.current_operation())
         self.tile.setEnabled(upscale)
         self.tile.setToolTip(
             "Tile edge for upscaling, in input pixels. Auto picks the largest tile that fits the "
@@ -316,6 +328,7 @@ class OperationPanel(QWidget):
     def set_inventory(self, inventory: ModelInventory) -> None:
         self.inventory = inventory
         self._fill_models()
+        self._settings_edited()
 
     def current_operation(self) -> Operation:
         data = self.operation.currentData()
@@ -325,7 +338,7 @@ class OperationPanel(QWidget):
         return self.current_operation().family
 
     def select_operation(self, operation: Operation) -> None:
-        self.operation.setCurrentIndex(OPERATIONS.index(operation))
+        self.operation.setCurrentIndex(operations().index(operation))
 
     def current_group(self) -> ModelGroup | None:
         index = self.model.currentIndex()
@@ -466,7 +479,7 @@ class OperationPanel(QWidget):
             model_label=choice.label,
             device=self.current_device(),
             runtime=self.current_runtime(),
-            tile=self.current_tile() if operation is Operation.UPSCALE else None,
+            tile=self.current_tile() if is_tiled(operation) else None,
             output_dir=self.output_dir(),
             output=self.output_options(),
         )
@@ -475,6 +488,7 @@ class OperationPanel(QWidget):
     def set_runtimes(self, reports: tuple[RuntimeReport, ...]) -> None:
         self.reports = tuple(reports)
         self._fill_devices()
+        self._settings_edited()
 
     def _devices(self) -> list[str]:
         devices = ["cpu"]

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
 
 from engine.options import MAX_WIDTH, OutputFormat, OutputOptions
 from engine.requests import Operation
+from gui.jobs import has_scale
 from gui.widgets.elided_label import WrappedLabel
 
 FACTORS = (0.5, 1.0, 2.0, 3.0, 4.0)
@@ -82,15 +83,15 @@ class OutputEditor(QWidget):
     def _fill_sizes(self) -> None:
         self.size_box.blockSignals(True)
         self.size_box.clear()
-        if self.operation is Operation.UPSCALE:
+        if has_scale(self.operation):
             own = f"Model's size (×{self.scale})" if self.scale else "Model's size"
         else:
             own = "Same as the input"
         self.size_box.addItem(own, None)
         for factor in FACTORS:
-            if self.operation is Operation.UPSCALE and self.scale and factor == self.scale:
+            if has_scale(self.operation) and self.scale and factor == self.scale:
                 continue
-            if self.operation is not Operation.UPSCALE and factor == 1.0:
+            if not has_scale(self.operation) and factor == 1.0:
                 continue
             label = f"×{factor:g} of the input"
             if factor == 1.0:
@@ -121,7 +122,7 @@ class OutputEditor(QWidget):
             self.size_box.setCurrentIndex(self.size_box.findData(WIDTH))
         elif options.factor is not None:
             index = self.size_box.findData(float(options.factor))
-            if index < 0 and self.operation is Operation.UPSCALE and options.factor == self.scale:
+            if index < 0 and has_scale(self.operation) and options.factor == self.scale:
                 index = 0  # ×4 of a ×4 model is its own size
             self.size_box.setCurrentIndex(max(0, index))
         else:
@@ -148,7 +149,7 @@ class OutputEditor(QWidget):
         elif self.operation is Operation.REMOVE_BACKGROUND:
             notes.append("The mask stays PNG.")
         if (
-            self.operation is Operation.UPSCALE
+            has_scale(self.operation)
             and options.factor is not None
             and self.scale
             and options.factor > self.scale

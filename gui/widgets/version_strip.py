@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from PySide6.QtCore import (
     QMimeData,
@@ -16,6 +16,7 @@ from PySide6.QtGui import (
     QDrag,
     QImage,
     QMouseEvent,
+    QPixmap,
 )
 from PySide6.QtWidgets import (
     QApplication,
@@ -31,9 +32,6 @@ from PySide6.QtWidgets import (
 
 from gui.jobs import Version
 
-if TYPE_CHECKING:
-    from gui.widgets.viewer import ViewerPanel
-
 
 def file_mime(paths: list[Path], image: QImage | None = None) -> QMimeData:
     """What a drag or a copy of a result carries: the file (for file managers and editors that
@@ -48,11 +46,17 @@ def file_mime(paths: list[Path], image: QImage | None = None) -> QMimeData:
 
 class DragHandle(QToolButton):
     """Drag this out of the viewer into a file manager, a mail or an editor: the right-hand
-    version's file goes with it."""
+    version's file goes with it. `mime` and `pixmap` say what a drag carries now (the
+    viewer's), so this module does not import the viewer."""
 
-    def __init__(self, panel: ViewerPanel) -> None:
-        super().__init__(panel)
-        self.panel = panel
+    def __init__(
+        self,
+        parent: QWidget,
+        mime: Callable[[], QMimeData | None],
+        pixmap: Callable[[], QPixmap | None],
+    ) -> None:
+        super().__init__(parent)
+        self.mime, self.pixmap = mime, pixmap
         self.setText("⇱ Drag out")
         self.setToolTip("Drag the result into a file manager, an editor or a mail")
         self.setCursor(Qt.CursorShape.OpenHandCursor)
@@ -77,13 +81,13 @@ class DragHandle(QToolButton):
         super().mouseMoveEvent(event)
 
     def start_drag(self) -> Qt.DropAction:
-        mime = self.panel.drag_mime()
+        mime = self.mime()
         if mime is None:
             return Qt.DropAction.IgnoreAction
         drag = QDrag(self)
         drag.setMimeData(mime)
         self.last_mime = mime
-        thumb = self.panel.drag_pixmap()
+        thumb = self.pixmap()
         if thumb is not None:
             drag.setPixmap(thumb)
         self.last_drop = drag.exec(Qt.DropAction.CopyAction)

@@ -143,7 +143,7 @@ class ViewerPanel(QWidget):
         self.copy_button.setText("Copy")
         self.copy_button.setToolTip("Copy the right-hand version to the clipboard (Ctrl+C)")
         self.copy_button.clicked.connect(self.copyRequested)
-        self.drag_handle = DragHandle(self)
+        self.drag_handle = DragHandle(self, self.drag_mime, self.drag_pixmap)
         self.continue_button = QToolButton()
         self.continue_button.setText("Use as input ▸")
         self.continue_button.setToolTip(

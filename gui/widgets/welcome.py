@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QFont, QPalette
@@ -19,8 +20,11 @@ from PySide6.QtWidgets import (
 )
 
 from engine.models.catalog import Source
-from engine.models.inventory import ModelInventory
 from gui.widgets.elided_label import ElidedLabel
+
+if TYPE_CHECKING:  # the model list is read on the task thread: onnx is not loaded by the window
+    from engine.models.inventory import ModelInventory
+
 
 RECENT_SHOWN = 6
 

@@ -1,4 +1,4 @@
-"""Issue 14, "Live preview of what the viewer shows, and chained operations": the window with a
+"""The window's live preview of what the viewer shows, and chained operations: the window with a
 real engine thread on the offscreen platform, real ORT sessions on models built here.
 
 - a pan cancels the running preview, and only the newest preview is drawn (the race made
@@ -101,7 +101,9 @@ def open_image(qtbot: QtBot, win: MainWindow, path: Path) -> None:
 
 def wait_ended(qtbot: QtBot, win: MainWindow) -> None:
     qtbot.waitUntil(
-        lambda: bool(win.jobs.jobs) and all(j.state.ended for j in win.jobs.jobs.values()),
+        lambda: (
+            bool(win.workspace.jobs) and all(j.state.ended for j in win.workspace.jobs.values())
+        ),
         timeout=JOB_MS,
     )
 
@@ -248,7 +250,7 @@ def test_the_preview_region_equals_the_same_region_of_the_full_product(
 
     (job_id,) = window.run_selected()
     wait_ended(qtbot, window)
-    job = window.jobs.jobs[job_id]
+    job = window.workspace.jobs[job_id]
     assert job.state is JobState.FINISHED and job.result is not None
     product = pixels(job.result.products[0].path)
     assert product.shape == (1040, 1600, 3)
@@ -284,15 +286,15 @@ def test_a_chained_remove_background_then_upscale_keeps_alpha_and_runs_again_as_
     window.run_selected()
     wait_ended(qtbot, window)
     key = str(first)
-    cutout = next(v for v in window.jobs.versions(key) if v.kind is ProductKind.IMAGE)
-    qtbot.waitUntil(lambda: window.jobs.viewing == (key, cutout.id), timeout=10_000)
+    cutout = next(v for v in window.workspace.versions(key) if v.kind is ProductKind.IMAGE)
+    qtbot.waitUntil(lambda: window.workspace.viewing == (key, cutout.id), timeout=10_000)
 
     window.continue_from_result()  # the cut-out is the next step's input: no save, no reopen
-    assert window.view.pairs[key][0] == cutout.id  # shown on the left
+    assert window.workspace.pairs[key][0] == cutout.id  # shown on the left
     use(window, models, "up2.onnx")
     assert window.panel.run_button.text() == f"Run on {cutout.label}"
     (job_id,) = window.run_selected()
-    job = window.jobs.jobs[job_id]
+    job = window.workspace.jobs[job_id]
     assert job.request.inputs == cutout.paths  # the very file the first step wrote
     wait_ended(qtbot, window)
     assert job.result is not None and job.state is JobState.FINISHED
@@ -316,18 +318,19 @@ def test_a_chained_remove_background_then_upscale_keeps_alpha_and_runs_again_as_
 
     # The chain again, on the other image, as a batch: each step's product feeds the next.
     window.accept_paths([second])
-    final = next(v for v in window.jobs.versions(key) if v.job_id == job_id)
+    final = next(v for v in window.workspace.versions(key) if v.job_id == job_id)
     ids = window.run_chain_from(final.id)
     assert len(ids) == 1
     qtbot.waitUntil(
-        lambda: len([j for j in window.jobs.jobs.values() if j.state.ended]) == 4, timeout=JOB_MS
+        lambda: len([j for j in window.workspace.jobs.values() if j.state.ended]) == 4,
+        timeout=JOB_MS,
     )
-    versions = window.jobs.versions(str(second))
+    versions = window.workspace.versions(str(second))
     last = next(v for v in versions if "→" in v.label and v.kind is ProductKind.IMAGE)
     assert last.label == f"{cutout.label} → {job.model_label}"
     out = pixels(last.paths[0])
     assert out.shape == (100, 140, 4) and out[..., 3].min() < 128 < out[..., 3].max()
-    assert window.jobs.chain_of(last) == window.jobs.chain_of(final)
+    assert window.workspace.chain_of(last) == window.workspace.chain_of(final)
 
 
 # -- scheduling: jobs first, one session ----------------------------------------------------
@@ -342,7 +345,7 @@ def test_a_preview_during_a_full_job_waits_and_never_creates_a_second_session(
     use(window, models, "slower.onnx")
     window.panel.tile.setValue(96)  # 15 tiles of a fifth of a second
     (job_id,) = window.run_selected()
-    qtbot.waitUntil(lambda: window.jobs.jobs[job_id].first_run is not None, timeout=JOB_MS)
+    qtbot.waitUntil(lambda: window.workspace.jobs[job_id].first_run is not None, timeout=JOB_MS)
     window.set_preview(True)  # while the job runs
     assert window.viewer.preview_status == "Preview waits for the running job…"
     # A job asked for after the preview still goes before it (one the window does not show,

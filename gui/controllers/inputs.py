@@ -1,0 +1,226 @@
+"""What comes into the window: dropped, opened, pasted and handed-over files and pictures.
+
+`InputsController` turns a drop (its MIME data), a file list or a pasted picture into inputs
+of the workspace (through the jobs controller), installs dropped `.onnx` models, asks for each
+new input's thumbnail off the GUI thread, remembers recent files, queues jobs when
+"Start jobs for dropped files" is on, and says why anything was refused. No widgets.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QMimeData, QObject, Signal
+
+from engine.requests import Operation
+from gui.controllers.jobs import JobsController
+from gui.controllers.models import ModelsController
+from gui.inputs import InputSource
+from gui.messages import Notice, NoticeLevel, Topic
+from gui.settings import AppSettings
+from gui.tasks import TaskOutcome, TaskThread
+
+if TYPE_CHECKING:  # QtGui is loaded only when a picture is pasted (controllers load no QtGui)
+    from PySide6.QtGui import QImage
+
+Thumbnailer = Callable[[Path], object]  # an image file → its thumbnail (on the task thread)
+
+
+@dataclass(frozen=True)
+class DropOutcome:
+    """What one drop (or open, or paste) did."""
+
+    sources: tuple[InputSource, ...]
+    jobs: tuple[str, ...]  # request ids queued
+    models: tuple[Path, ...]  # .onnx files sent to installation
+    refused: tuple[str, ...]  # the reasons, one per refused path
+    sequence_offer: tuple[Path, ...] = ()
+
+
+def local_paths(mime: QMimeData) -> tuple[list[Path], list[str]]:
+    paths: list[Path] = []
+    remote: list[str] = []
+    for url in mime.urls():
+        if url.isLocalFile():
+            paths.append(Path(url.toLocalFile()))
+        else:
+            remote.append(url.toString())
+    return paths, remote
+
+
+def drop_words(mime: QMimeData) -> str:
+    """What the drop overlay says while something is dragged over the window."""
+    paths, remote = local_paths(mime)
+    if paths:
+        count = len(paths)
+        return f"Drop to add {count} file{'s' if count != 1 else ''}"
+    if mime.hasImage():
+        return "Drop to add this picture"
+    return "Only files on this computer can be dropped" if remote else "Drop to add"
+
+
+class InputsController(QObject):
+    statusRequested = Signal(str)
+    noticeRequested = Signal(object)  # Notice
+    noticeCleared = Signal(object)  # Topic: an earlier notice of it is stale
+    thumbnailReady = Signal(str, object)  # input key, its thumbnail (None: cannot be read)
+
+    def __init__(
+        self,
+        jobs: JobsController,
+        models: ModelsController,
+        tasks: TaskThread,
+        settings: AppSettings,
+        thumbnailer: Thumbnailer,
+        run_on_drop: Callable[[], bool],
+        run_text: Callable[[], str],
+        operation: Callable[[], Operation],
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.jobs = jobs
+        self.models = models
+        self.tasks = tasks
+        self.settings = settings
+        self.thumbnailer = thumbnailer
+        self.run_on_drop = run_on_drop
+        self.run_text = run_text
+        self.operation = operation
+        self.closed = False
+
+    def _warn(self, text: str) -> None:
+        self.noticeRequested.emit(Notice(text, NoticeLevel.WARNING, Topic.INPUTS))
+
+    def accept_mime(self, mime: QMimeData) -> DropOutcome | None:
+        if mime.hasUrls():
+            paths, remote = local_paths(mime)
+            if remote and not paths:
+                self._warn(
+                    "Only files on this computer can be dropped; download "
+                    f"{remote[0]} first. Nothing was added."
+                )
+                return None
+            outcome = self.accept_paths(paths)
+            if remote:
+                self._warn("Skipped what is not a local file: " + ", ".join(remote[:3]))
+            return outcome
+        if mime.hasImage():
+            from PySide6.QtGui import QImage
+
+            image = mime.imageData()
+            if isinstance(image, QImage) and not image.isNull():
+                return self.accept_image(image)
+        self._warn(
+            "Only image files, folders of frames and .onnx models can be dropped here. "
+            "Nothing was added."
+        )
+        return None
+
+    def accept_paths(self, paths: Sequence[Path | str], *, run: bool | None = None) -> DropOutcome:
+        """Add images and folders as inputs (each image its own input) and show the first;
+        queue jobs when run-on-drop is on; install .onnx files; say why anything was refused."""
+        found = self.jobs.add_paths(paths)
+        for model in found.models:
+            self.statusRequested.emit(f"Checking {model.name}…")
+            self.models.install(model)
+        for source in found.sources:
+            self.request_thumbnail(source)
+        if found.sources:
+            self.settings.add_recent([str(s.paths[0]) for s in found.sources])
+        if found.refused:
+            tail = "" if found.sources or found.models else " Nothing was added."
+            self._warn("\n".join(found.refused) + tail)
+        elif found.sources:
+            self.noticeCleared.emit(Topic.INPUTS)  # an earlier refusal is stale now
+        run = self.run_on_drop() if run is None else run
+        jobs: list[str] = []
+        if found.sources and run:
+            if self.models.inventory is None:
+                self.jobs.defer(found.sources)
+                self.statusRequested.emit(
+                    "Looking for the installed models; the jobs start in a moment."
+                )
+            else:
+                jobs = self.jobs.queue_jobs(list(found.sources), self.operation())
+        elif found.sources:
+            count = len(found.sources)
+            self.statusRequested.emit(
+                f"Added {count} image{'s' if count != 1 else ''}. "
+                f"Press {self.run_text()} (Ctrl+Return) when ready."
+            )
+        if found.sequence_offer and not found.refused:
+            offer = found.sequence_offer
+            self.noticeRequested.emit(
+                Notice(
+                    f"These {len(offer)} numbered images are the same size. Each is processed on "
+                    "its own; if they are the frames of one animation, process them as one "
+                    "sequence instead.",
+                    NoticeLevel.INFO,
+                    Topic.INPUTS,
+                    "Process as one sequence",
+                    lambda: self.merge_as_sequence(offer),
+                )
+            )
+        return DropOutcome(
+            found.sources, tuple(jobs), found.models, found.refused, found.sequence_offer
+        )
+
+    def merge_as_sequence(self, paths: Sequence[Path]) -> InputSource | None:
+        sequence = self.jobs.merge_as_sequence(paths)
+        if sequence is not None:
+            self.request_thumbnail(sequence)
+            self.statusRequested.emit(f"{sequence.name}: one sequence of {sequence.frames} frames.")
+        return sequence
+
+    def accept_image(self, image: QImage) -> DropOutcome | None:
+        """A pasted or dragged-in picture: saved as a PNG in the pasted-images folder (Pictures/
+        Tessera unless Preferences say otherwise, so it and its results can be found), then an
+        input like any other."""
+        folder = self.settings.pasted_dir
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            self._warn(f"Cannot save the pasted image in {folder}: {e.strerror or e}.")
+            return None
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        path = folder / f"pasted-{stamp}.png"
+        n = 1
+        while path.exists():
+            path = folder / f"pasted-{stamp}-{n}.png"
+            n += 1
+        if not image.save(str(path)):  # the .png suffix picks the format
+            self._warn(f"Cannot save the pasted image as {path}.")
+            return None
+        outcome = self.accept_paths([path])
+        self.noticeRequested.emit(
+            Notice(f"Pasted image saved as {path}.", NoticeLevel.INFO, Topic.INPUTS)
+        )
+        return outcome
+
+    def paste(self) -> None:
+        from PySide6.QtGui import QGuiApplication
+
+        clipboard = QGuiApplication.clipboard()
+        mime = clipboard.mimeData()
+        if mime is not None and mime.hasUrls():
+            self.accept_mime(mime)
+            return
+        image = clipboard.image()
+        if image.isNull():
+            self._warn("The clipboard holds no image or files to add.")
+            return
+        self.accept_image(image)
+
+    def request_thumbnail(self, source: InputSource) -> None:
+        path, make = source.paths[0], self.thumbnailer
+
+        def done(outcome: TaskOutcome) -> None:
+            if not self.closed:
+                image = outcome.value if outcome.error is None else None
+                self.thumbnailReady.emit(source.key, image)
+
+        self.tasks.submit(lambda: make(path), done)

@@ -1,0 +1,72 @@
+"""The memory gauge's readings, taken off the GUI thread.
+
+NVML and psutil can take milliseconds (the first reading, which starts NVML, a few hundred), so
+`MemoryController` reads them on the task thread once a second and hands the snapshot to the
+gauge and the memory panel; a reading still under way is not asked for again. It also says how
+many models are loaded, from the engine thread's `sessionsChanged`. No widgets.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from engine.runtime import memory
+from engine.runtime.memory import MemorySnapshot
+from engine.runtime.sessions import SessionInfo
+from gui.engine_thread import EngineThread
+from gui.tasks import TaskOutcome, TaskThread
+
+log = logging.getLogger(__name__)
+
+POLL_MS = 1000  # the memory gauge's pace
+
+
+def _read() -> MemorySnapshot:
+    return memory.snapshot()  # looked up at each call: tests replace it
+
+
+class MemoryController(QObject):
+    snapshotTaken = Signal(object)  # MemorySnapshot
+    sessionsChanged = Signal(object, str)  # tuple[SessionInfo, ...], "2 models loaded"
+
+    def __init__(self, engine: EngineThread, tasks: TaskThread, parent: QObject | None = None):
+        super().__init__(parent)
+        self.engine = engine
+        self.tasks = tasks
+        self._pending = False
+        self.closed = False
+        self.timer = QTimer(self)
+        self.timer.setInterval(POLL_MS)
+        self.timer.timeout.connect(self.poll)
+        engine.sessionsChanged.connect(self._on_sessions)
+
+    def start(self) -> None:
+        """The first reading, then one a second once it is in."""
+        self.poll(start_timer=True)
+
+    def poll(self, start_timer: bool = False) -> None:
+        if self._pending or self.closed:
+            return
+        self._pending = True
+        self.tasks.submit(_read, lambda outcome: self._taken(outcome, start_timer))
+
+    def _taken(self, outcome: TaskOutcome, start_timer: bool) -> None:
+        self._pending = False
+        if self.closed:
+            return
+        if outcome.error is not None:  # a flaky driver must not break the window
+            log.error("memory snapshot failed: %s", outcome.error)
+        elif isinstance(outcome.value, MemorySnapshot):
+            self.snapshotTaken.emit(outcome.value)
+        if start_timer:
+            self.timer.start()
+
+    def _on_sessions(self, sessions: tuple[SessionInfo, ...]) -> None:
+        n = len(sessions)
+        self.sessionsChanged.emit(sessions, f"{n} model{'s' if n != 1 else ''} loaded")
+
+    def stop(self) -> None:
+        self.closed = True
+        self.timer.stop()

@@ -1,0 +1,197 @@
+"""The window's menus and their shortcuts (every shortcut also works with the menu bar hidden),
+the Open recent list, and About."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QFileDialog, QMainWindow, QMenu, QMessageBox
+
+from gui.controllers.jobs import JobsController
+from gui.controllers.models import ModelsController
+from gui.settings import AppSettings
+from gui.widgets.preferences import PreferencesDialog
+from gui.widgets.viewer import ViewerPanel
+from gui.widgets.welcome import WelcomePage
+
+Keys = Sequence[QKeySequence | QKeySequence.StandardKey | str]
+IMAGE_FILTER = (
+    "Images (*.png *.jpg *.jpeg *.webp *.gif *.tif *.tiff *.bmp *.avif *.tga *.qoi);;"
+    "ONNX models (*.onnx);;All files (*)"
+)
+
+
+class MenuHost(Protocol):
+    """What the menus call: the window (a protocol, so this module does not import it)."""
+
+    settings: AppSettings
+    data_dir: Path
+    jobs: JobsController
+    models: ModelsController
+    viewer: ViewerPanel
+    welcome: WelcomePage
+
+    def paste(self) -> None: ...
+    def save_as(self, version_id: str = "") -> None: ...
+    def copy_result(self) -> None: ...
+    def apply_preferences(self) -> None: ...
+    def set_preview(self, on: bool) -> None: ...
+    def memory_toggled(self, shown: bool) -> None: ...
+    def run_selected(self) -> list[str]: ...
+    def clear_finished(self) -> None: ...
+    def continue_from_result(self) -> None: ...
+    def run_chain_from(self, version_id: str = "") -> list[str]: ...
+    def open_log_folder(self) -> None: ...
+    def accept_paths(self, paths: Sequence[Path | str], *, run: bool | None = None) -> object: ...
+    def models_dir(self) -> Path: ...
+
+
+def action(
+    window: QMainWindow,
+    text: str,
+    slot: Callable[[], object],
+    keys: Keys = (),
+    tip: str = "",
+    menu: QMenu | None = None,
+) -> QAction:
+    made = QAction(text, window)
+    shortcuts = [k if isinstance(k, QKeySequence) else QKeySequence(k) for k in keys]
+    shortcuts = [k for k in shortcuts if not k.isEmpty()]
+    if shortcuts:
+        made.setShortcuts(shortcuts)
+    if tip:
+        made.setStatusTip(tip)
+    made.triggered.connect(lambda _checked=False: slot())
+    window.addAction(made)  # shortcuts work even with the menu bar hidden
+    if menu is not None:
+        menu.addAction(made)
+    return made
+
+
+def toggle(
+    window: QMainWindow, text: str, keys: str, menu: QMenu, slot: Callable[[bool], None]
+) -> QAction:
+    made = QAction(text, window)
+    made.setCheckable(True)
+    made.setShortcut(QKeySequence(keys))
+    made.toggled.connect(slot)
+    window.addAction(made)
+    menu.addAction(made)
+    return made
+
+
+class WindowMenus:
+    """The menu bar of `window`; the actions the window enables or renames are kept here."""
+
+    def __init__(self, window: QMainWindow, host: MenuHost) -> None:
+        self.window, self.host = window, host
+        self.build()
+
+    def build(self) -> None:
+        h = self.host
+        key, bar = QKeySequence.StandardKey, self.window.menuBar()
+
+        def a(text: str, slot: Callable[[], object], keys: Keys = (), tip: str = "") -> QAction:
+            return action(self.window, text, slot, keys, tip, current)
+
+        current = bar.addMenu("&File")
+        a("&Open images…", self.open_dialog, [key.Open])
+        a("Open a &folder of frames…", self.open_folder_dialog)
+        self.recent_menu = current.addMenu("Open &recent")
+        self.recent_menu.aboutToShow.connect(self.fill_recent)
+        a("&Paste image", h.paste, [key.Paste], "Add the image (or files) on the clipboard")
+        current.addSeparator()
+        a("&Save result as…", h.save_as, ["Ctrl+Shift+S"])
+        a("&Copy result", h.copy_result, [key.Copy])
+        current.addSeparator()
+        a("&Add a model file…", self.add_model_dialog)
+        a("Refresh the &model list", h.models.refresh)
+        current.addSeparator()
+        a("Pr&eferences…", self.preferences, [key.Preferences])
+        current.addSeparator()
+        a("&Quit", self.window.close, [key.Quit])
+
+        current, view = bar.addMenu("&View"), h.viewer.view
+        a("Zoom &in", view.zoom_in, [key.ZoomIn, "Ctrl+="])
+        a("Zoom &out", view.zoom_out, [key.ZoomOut])
+        a("&Fit", view.fit, ["Ctrl+0"])
+        a("&Actual size", view.actual_size, ["Ctrl+1"])
+        current.addAction(h.viewer.flip_action)
+        self.preview_action = toggle(self.window, "&Preview", "Ctrl+P", current, h.set_preview)
+        self.preview_action.setStatusTip(
+            "Show what the chosen operation and model make of the part of the image in view"
+        )
+        current.addSeparator()
+        self.memory_action = toggle(
+            self.window, "&Memory panel", "Ctrl+M", current, h.memory_toggled
+        )
+
+        current, jobs = bar.addMenu("&Jobs"), h.jobs
+        tip = "Queue a job for every image, or for the selected ones"
+        self.run_action = a("&Run", h.run_selected, ["Ctrl+Return", "Ctrl+Enter"], tip)
+        self.cancel_action = a("&Cancel the running job", jobs.cancel_running, [key.Cancel])
+        a("Cancel &all jobs", jobs.cancel_all)
+        a("C&lear finished jobs", h.clear_finished)
+        current.addSeparator()
+        tip = "The next job of this image starts from the result on the right"
+        a("Use the shown result as &input", h.continue_from_result, tip=tip)
+        tip = "Every step that made the result on the right, on the other images"
+        a("Run the shown &chain on other images", h.run_chain_from, tip=tip)
+
+        current = bar.addMenu("&Help")
+        a("Open the &log folder", h.open_log_folder)
+        a("&About Tessera", self.about)
+
+    def fill_recent(self) -> None:
+        host, menu = self.host, self.recent_menu
+        menu.clear()
+        recent = [p for p in host.settings.recent_files() if Path(p).exists()]
+        for path in recent:
+            item = menu.addAction(Path(path).name)
+            item.setToolTip(path)
+            item.triggered.connect(lambda _c=False, p=path: host.accept_paths([Path(p)]))
+        if not recent:
+            menu.addAction("No recent files").setEnabled(False)
+        else:
+            menu.addSeparator()
+            menu.addAction("Clear the list", self.clear_recent)
+
+    def clear_recent(self) -> None:
+        self.host.settings.clear_recent()
+        self.host.welcome.set_recent([])
+
+    def about(self) -> None:
+        host = self.host
+        QMessageBox.about(
+            self.window,
+            "About Tessera",
+            "<b>Tessera</b><br>Edit images with local ONNX models. One loaded copy of each "
+            "model, reused for every job; GPU memory handed back after each operation.<br><br>"
+            f"Models: {host.models_dir()}<br>Log: {host.data_dir / 'logs'}",
+        )
+
+    # -- the dialogs the File menu opens ------------------------------------------------------
+    def open_dialog(self) -> None:
+        files, _ = QFileDialog.getOpenFileNames(self.window, "Open images", "", IMAGE_FILTER)
+        if files:
+            self.host.accept_paths([Path(f) for f in files])
+
+    def open_folder_dialog(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self.window, "Open a folder of frames")
+        if folder:
+            self.host.accept_paths([Path(folder)])
+
+    def add_model_dialog(self) -> None:
+        files, _ = QFileDialog.getOpenFileNames(
+            self.window, "Add a model", "", "ONNX models (*.onnx)"
+        )
+        for f in files:
+            self.host.models.install(Path(f))
+
+    def preferences(self) -> None:
+        dialog = PreferencesDialog(self.host.settings, str(self.host.models_dir()), self.window)
+        if dialog.exec():
+            self.host.apply_preferences()

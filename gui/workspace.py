@@ -1,0 +1,295 @@
+"""The window's state, in one place: the one writer of what the person is doing.
+
+`Workspace` holds the inputs and their versions, the jobs, what each input's next job starts
+from (its base) and the steps that made every result (its chain), what is viewed (the input
+and its left/right pair), the job settings the operation panel shows, Preview on/off and the
+part of the image in view, the job rows waiting to be redrawn, and the inputs selected. Every
+change goes through a method here and is announced by a signal, so widgets render it and
+controllers act on it without writing each other's fields (krita-ai-diffusion's `model/`,
+ndv's evented models). QtCore only; touched on the GUI thread only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from PySide6.QtCore import QObject, Signal
+
+from engine.previews import Region
+from engine.requests import Progress, Result
+from gui.inputs import InputSource
+from gui.jobs import ORIGINAL, Job, JobSettings, JobState, Version, job_versions
+
+
+class Workspace(QObject):
+    inputsChanged = Signal()  # inputs added, removed, merged or cleared
+    inputChanged = Signal(str)  # an input's versions, base or failure mark changed
+    selectionChanged = Signal()  # the inputs the person selected
+    jobAdded = Signal(str)
+    jobChanged = Signal(str)  # state or progress (rows redraw coalesced: `dirty`)
+    jobEnded = Signal(str)
+    jobsForgotten = Signal(list)  # job ids cleared from the list
+    viewingChanged = Signal(object, object)  # input key, right-hand version id (or None)
+    settingsChanged = Signal()  # the job settings the panel shows
+    previewChanged = Signal(bool)  # Preview on or off
+    regionChanged = Signal(object)  # Region in view (in the previewed image's pixels) or None
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.sources: dict[str, InputSource] = {}  # in the order they were added
+        self.selected: tuple[str, ...] = ()
+        self.jobs: dict[str, Job] = {}
+        self.job_input: dict[str, str] = {}  # job id → input key
+        self._versions: dict[str, list[Version]] = {}  # input key → its products, oldest first
+        self.bases: dict[str, str] = {}  # input key → version id (absent: the original)
+        self.chains: dict[str, tuple[JobSettings, ...]] = {}  # job id → steps from the original
+        self.viewing: tuple[str | None, str | None] = (None, None)  # (input key, version id)
+        self.following = True  # the view may move to new results for the person
+        self.pairs: dict[str, tuple[str, str]] = {}  # input key → (left, right) version ids
+        self.settings: JobSettings | None = None
+        self.preview_on = False
+        self.region: Region | None = None
+        self.dirty: set[str] = set()  # job rows whose progress is not drawn yet
+
+    # -- inputs -------------------------------------------------------------------------------
+    def add_sources(self, sources: Sequence[InputSource]) -> list[InputSource]:
+        added = [s for s in sources if s.key not in self.sources]
+        for source in added:
+            self.sources[source.key] = source
+        if added:
+            self.inputsChanged.emit()
+        return added
+
+    def replace_sources(self, ordered: dict[str, InputSource]) -> None:
+        self.sources = dict(ordered)
+        self._drop_stale_pairs()
+        self.inputsChanged.emit()
+
+    def remove_sources(self, keys: Sequence[str]) -> None:
+        for key in keys:
+            self.sources.pop(key, None)
+            self._versions.pop(key, None)
+            self.bases.pop(key, None)
+        if self.viewing[0] in keys:
+            self.viewing = (None, None)
+        self.selected = tuple(k for k in self.selected if k in self.sources)
+        self._drop_stale_pairs()
+        self.inputsChanged.emit()
+
+    def clear_sources(self) -> None:
+        self.sources.clear()
+        self._versions.clear()
+        self.bases.clear()
+        self.pairs.clear()
+        self.selected = ()
+        self.viewing = (None, None)
+        self.following = True
+        self.inputsChanged.emit()
+
+    def _drop_stale_pairs(self) -> None:
+        for key in [k for k in self.pairs if k not in self.sources]:
+            del self.pairs[key]
+
+    def select(self, keys: Sequence[str]) -> None:
+        chosen = tuple(keys)
+        if chosen != self.selected:
+            self.selected = chosen
+            self.selectionChanged.emit()
+
+    def source(self, key: str | None) -> InputSource | None:
+        return self.sources.get(key) if key else None
+
+    # -- versions -----------------------------------------------------------------------------
+    def versions(self, key: str) -> list[Version]:
+        """The original first, then every product of the input's jobs, newest last."""
+        source = self.sources.get(key)
+        if source is None:
+            return []
+        original = Version(key, "Original", source.paths)
+        return [original, *self._versions.get(key, [])]
+
+    def results(self, key: str) -> list[Version]:
+        """The input's products only, oldest first."""
+        return list(self._versions.get(key, []))
+
+    def version(self, key: str, version_id: str) -> Version | None:
+        return next((v for v in self.versions(key) if v.id == version_id), None)
+
+    def find_version(self, version_id: str) -> Version | None:
+        """A result version by its id, whichever input it belongs to."""
+        key = self.job_input.get(version_id.partition(":")[0])
+        return self.version(key, version_id) if key is not None else None
+
+    def newest(self, key: str) -> Version | None:
+        """The newest viewable version of the input (its original when it has no result)."""
+        viewable = [v for v in self.versions(key) if v.viewable]
+        return viewable[-1] if viewable else None
+
+    def failure(self, key: str) -> str:
+        """The reason the input's latest job failed; empty when it did not."""
+        latest = [
+            j for j in self.jobs.values() if self.job_input.get(j.id) == key and j.state.ended
+        ]
+        if not latest:
+            return ""
+        last = latest[-1]
+        return last.message if last.state is JobState.FAILED else ""
+
+    def running_for(self, key: str) -> bool:
+        return any(self.job_input.get(j.id) == key and j.state.active for j in self.jobs.values())
+
+    # -- bases and chains ---------------------------------------------------------------------
+    def set_base(self, key: str, version_id: str) -> None:
+        """The input's next job starts from `version_id` (the original resets)."""
+        if version_id == ORIGINAL:
+            self.bases.pop(key, None)
+        else:
+            self.bases[key] = version_id
+        self.inputChanged.emit(key)
+
+    def base(self, key: str) -> Version | None:
+        """What the input's next job starts from: the chosen result, else the original."""
+        versions = self.versions(key)
+        if not versions:
+            return None
+        chosen = self.bases.get(key)
+        found = next((v for v in versions if v.id == chosen and v.viewable), None)
+        return found or versions[0]
+
+    def chain_of(self, version: Version) -> tuple[JobSettings, ...]:
+        """The steps that made `version` from its input's original."""
+        return self.chains.get(version.job_id or "", ())
+
+    # -- jobs ---------------------------------------------------------------------------------
+    def add_job(self, job: Job, key: str, chain: tuple[JobSettings, ...]) -> None:
+        self.jobs[job.id] = job
+        self.job_input[job.id] = key
+        self.chains[job.id] = chain
+        self.jobAdded.emit(job.id)
+        self.inputChanged.emit(key)
+
+    def job_started(self, job_id: str) -> None:
+        job = self.jobs.get(job_id)
+        if job is not None:
+            job.on_started()
+            self._changed(job)
+
+    def job_progressed(self, event: Progress) -> None:
+        job = self.jobs.get(event.request_id)
+        if job is not None:
+            job.on_progress(event)
+            self._changed(job)
+
+    def job_cancel_requested(self, job_id: str) -> None:
+        job = self.jobs.get(job_id)
+        if job is not None and job.state.cancellable:
+            job.on_cancel_requested()
+            self._changed(job)
+
+    def job_estimated(self, job_id: str, seconds: float) -> None:
+        job = self.jobs.get(job_id)
+        if job is not None:
+            job.expected_s = seconds
+            self._changed(job)
+
+    def job_finished(self, result: Result) -> list[Version]:
+        """The job's products become versions of its input; returns them. The controller
+        announces the end (`announce_end`) once it has learnt from the job."""
+        job = self.jobs.get(result.request_id)
+        if job is None:
+            return []
+        job.on_finished(result)
+        key = self.job_input.get(job.id, "")
+        added = job_versions(job, key)
+        self._versions.setdefault(key, []).extend(added)
+        return added
+
+    def announce_end(self, job_id: str) -> None:
+        job = self.jobs.get(job_id)
+        if job is not None:
+            self._ended(job)
+
+    def job_failed(self, job_id: str, message: str) -> None:
+        job = self.jobs.get(job_id)
+        if job is None:
+            return
+        job.on_failed(message)
+        key = self.job_input.get(job.id, "")
+        self._versions.setdefault(key, []).extend(job_versions(job, key))
+        self._ended(job)
+
+    def job_cancelled(self, job_id: str) -> None:
+        job = self.jobs.get(job_id)
+        if job is not None:
+            job.on_cancelled()
+            self._ended(job)
+
+    def forget_ended(self) -> list[str]:
+        """Clear finished jobs from the list; their products stay in the strips."""
+        gone = [job_id for job_id, job in self.jobs.items() if job.state.ended]
+        for job_id in gone:
+            del self.jobs[job_id]
+            self.dirty.discard(job_id)
+        if gone:
+            self.jobsForgotten.emit(gone)
+        return gone
+
+    def active(self) -> list[Job]:
+        return [j for j in self.jobs.values() if j.state.active]
+
+    def _changed(self, job: Job) -> None:
+        # Rows of running jobs redraw at the list's pace; a state the person waits on, now.
+        if job.state.ended or job.state in (JobState.LOADING, JobState.CANCELLING):
+            self.dirty.discard(job.id)
+        else:
+            self.dirty.add(job.id)
+        self.jobChanged.emit(job.id)
+
+    def _ended(self, job: Job) -> None:
+        self._changed(job)
+        self.jobEnded.emit(job.id)
+        key = self.job_input.get(job.id)
+        if key is not None:
+            self.inputChanged.emit(key)
+
+    def take_dirty(self) -> set[str]:
+        dirty, self.dirty = self.dirty, set()
+        return dirty
+
+    # -- what is viewed -----------------------------------------------------------------------
+    def set_viewing(self, key: str | None, version_id: str | None) -> None:
+        if (key, version_id) != self.viewing:
+            self.viewing = (key, version_id)
+            self.viewingChanged.emit(key, version_id)
+
+    def set_following(self, following: bool) -> None:
+        self.following = following
+
+    def set_pair(self, key: str, left: str, right: str) -> None:
+        self.pairs[key] = (left, right)
+
+    def pair(self, key: str) -> tuple[str, str]:
+        return self.pairs.get(key, (ORIGINAL, ""))
+
+    def viewed(self, version_id: str = "") -> Version | None:
+        """The version `version_id` of the input shown, else the right-hand one."""
+        key, right = self.viewing
+        if key is None:
+            return None
+        return self.version(key, version_id or right or "")
+
+    # -- job settings and preview -------------------------------------------------------------
+    def set_settings(self, settings: JobSettings | None) -> None:
+        if settings != self.settings:
+            self.settings = settings
+            self.settingsChanged.emit()
+
+    def set_preview(self, on: bool) -> None:
+        if on != self.preview_on:
+            self.preview_on = on
+            self.previewChanged.emit(on)
+
+    def set_region(self, region: Region | None) -> None:
+        if region != self.region:
+            self.region = region
+            self.regionChanged.emit(region)

@@ -1,0 +1,122 @@
+"""The start script checks the Qt libraries the window needs before the app starts, names the
+missing ones with the install command of the distribution, and the .deb depends on them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _fake_ldd(folder: Path, missing: list[str]) -> Path:
+    folder.mkdir(exist_ok=True)
+    ldd = folder / "ldd"
+    lines = "".join(f'echo "\t{name} => not found"\n' for name in missing)
+    ldd.write_text("#!/bin/sh\n" + lines + 'echo "\tlibc.so.6 => /lib/libc.so.6"\n')
+    ldd.chmod(0o755)
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("distro", "command"),
+    [
+        (
+            "ID=ubuntu\nID_LIKE=debian",
+            "sudo apt-get install libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1",
+        ),
+        ("ID=fedora", "sudo dnf install xcb-util-cursor xcb-util-wm xcb-util-keysyms"),
+        ("ID=arch", "sudo pacman -S --needed xcb-util-cursor xcb-util-wm xcb-util-keysyms"),
+        (
+            'ID="opensuse-tumbleweed"\nID_LIKE="opensuse suse"',
+            "sudo zypper install libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1",
+        ),
+    ],
+)
+def test_12_the_start_script_names_the_missing_qt_libraries(
+    tmp_path: Path, distro: str, command: str
+) -> None:
+    fake = _fake_ldd(
+        tmp_path / "bin", ["libxcb-cursor.so.0", "libxcb-icccm.so.4", "libxcb-keysyms.so.1"]
+    )
+    os_release = tmp_path / "os-release"
+    os_release.write_text(distro + "\n")
+    env = {
+        **os.environ,
+        "PATH": f"{fake}:{os.environ['PATH']}",
+        "OS_RELEASE": str(os_release),
+    }
+    env.pop("QT_QPA_PLATFORM", None)
+    done = subprocess.run(
+        [str(ROOT / "scripts" / "check_qt_libs.sh"), sys.executable],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert command in done.stderr
+    assert "libxcb-icccm.so.4" in done.stderr
+    assert "could not load" not in done.stderr
+
+
+def test_12_the_check_passes_where_the_libraries_are_there_and_runs_before_the_app(
+    tmp_path: Path,
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "QT_QPA_PLATFORM"}
+    real = subprocess.run(
+        [str(ROOT / "scripts" / "check_qt_libs.sh"), sys.executable],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    import PySide6
+
+    qxcb = Path(PySide6.__file__).parent / "Qt" / "plugins" / "platforms" / "libqxcb.so"
+    ldd = subprocess.run(["ldd", str(qxcb)], capture_output=True, text=True, timeout=60)
+    expect_missing = "not found" in ldd.stdout
+    assert real.returncode == (1 if expect_missing else 0), real.stderr
+    start = (ROOT / "scripts" / "start.sh").read_text()
+    assert start.index("check_qt_libs.sh") < start.index("fetch-starter") < start.index("-m gui")
+
+
+def test_12_the_deb_depends_on_every_xcb_library_the_plugin_loads(tmp_path: Path) -> None:
+    import PySide6
+
+    source = (ROOT / "packaging" / "build.py").read_text(encoding="utf-8")
+    block = source.split("DEB_DEPENDS = (", 1)[1].split(")", 1)[0]
+    deb_depends = "".join(part.strip().strip('"') for part in block.splitlines())
+
+    qt = Path(PySide6.__file__).parent / "Qt"
+    needed: set[str] = set()
+    for lib in (qt / "plugins" / "platforms" / "libqxcb.so", qt / "lib" / "libQt6XcbQpa.so.6"):
+        out = subprocess.run(["ldd", str(lib)], capture_output=True, text=True, timeout=60).stdout
+        needed |= {
+            line.split()[0]
+            for line in out.splitlines()
+            if line.strip().startswith(("libxcb", "libxkbcommon", "libX11-xcb"))
+        }
+    assert needed, "the plugin links no xcb library?"
+    # every one reported missing, on Debian: the packages the script names must be in Depends
+    fake = _fake_ldd(tmp_path / "bin", sorted(needed))
+    os_release = tmp_path / "os-release"
+    os_release.write_text("ID=debian\n")
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "OS_RELEASE": str(os_release)}
+    env.pop("QT_QPA_PLATFORM", None)
+    done = subprocess.run(
+        [str(ROOT / "scripts" / "check_qt_libs.sh"), sys.executable],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    packages = done.stderr.split("sudo apt-get install ", 1)[1].split()
+    declared = {p.strip() for p in deb_depends.split(",")}
+    assert set(packages) <= declared, set(packages) - declared
