@@ -121,11 +121,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     from engine.runtime import records
+    from engine.settings import join_socket_path
+    from gui.controllers.joined import JoinedRequests
     from gui.main_window import MainWindow
 
     records.declare(records.ProcessKind.APP)  # `engine memory` names this window's models
     window = MainWindow(data_dir=data_dir)
     instance.filesReceived.connect(window.open_files_and_raise)
+    # `python -m engine run` of this user and settings, on any display, joins this engine.
+    joined = JoinedRequests(window.workspace, window.engine, window)
+    socket_path = join_socket_path()
+    if joined.listen(socket_path):
+        records.declare(records.ProcessKind.APP, endpoint=str(socket_path))
 
     def excepthook(
         kind: type[BaseException], value: BaseException, tb: TracebackType | None
@@ -142,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(app.exec())
     finally:
+        joined.close()
         window.shutdown()
         instance.close()
         sys.excepthook = sys.__excepthook__

@@ -166,6 +166,7 @@ class Job:
     megapixels: float = 0.0  # of its input, for the speed it will teach
     frames: int = 1
     parent_label: str = ""  # the result it was run on ("Quick cut-out"); empty: the original
+    origin: str = ""  # who asked, when not this window: "command line (pid 123)"
 
     @property
     def id(self) -> str:
@@ -173,10 +174,11 @@ class Job:
 
     @property
     def title(self) -> str:
-        return (
+        title = (
             f"{self.request.operation.label} · "
             f"{describe_inputs(self.request.inputs, self.request.sequence)} · {self.model_label}"
         )
+        return f"{title} — from the {self.origin}" if self.origin else title
 
     @property
     def fraction(self) -> float:

@@ -23,6 +23,7 @@ import onnxruntime as ort
 from PIL import Image
 
 from engine.api import Engine
+from engine.bench.joined import measure_join
 from engine.bench.memory import measure_family_peaks, measure_frames, measure_held
 from engine.bench.peers import (
     measure_against_ncnn,
@@ -295,6 +296,8 @@ def run_cpu_bench(args: argparse.Namespace) -> int:
         measure_family_peaks(table, settings, (1024, 768) if quick else (4000, 3000), work)
         measure_frames(table, settings, work, (10, 60) if quick else (30, 300))
         measure_video(table, settings, work, quick)  # clips: memory flat, decode + encode cost
+        # One copy per machine (issue #22): a command line joined to the app, vs standalone.
+        measure_join(table, settings, fast_model, "animevideov3" if anime else "synthetic", work)
 
         # Against the peers' runtime, and what each CPU optimisation gives (issue 15).
         if anime is not None:
