@@ -141,7 +141,8 @@ class EngineSettings:
     keep_cpu_arena: bool = False  # True: no CPU hand-back (M11); ORT's own arenas keep peaks
     gpu_mem_limit: int | None = None  # bytes; CUDA gpu_mem_limit (M9)
     max_pixels: int = DEFAULT_MAX_PIXELS
-    overlap: int = 32  # tile overlap in input pixels
+    # Tile overlap in input pixels; None: the one measured for each model (upscale's calibration)
+    overlap: int | None = None
     min_tile: int = 64  # floor for automatic tile halving on out-of-memory (M5)
     threads: int = 0  # ORT intra-op threads; 0 lets ORT choose
     optimized_copies: bool = True  # CPU: load models from their optimised copies (optimize.py)

@@ -35,6 +35,9 @@ log = logging.getLogger("gui")
 
 LOG_BYTES = 2 * 1024 * 1024
 LOG_BACKUPS = 3
+# The bench's start-up probe (engine/bench/startup.py): set, the app prints "shown" once its
+# window is on screen, and quits after that many seconds when the value is above 0.
+STARTUP_PROBE_ENV = "TESSERA_STARTUP_PROBE"
 
 
 def resources_dir() -> Path:
@@ -74,6 +77,17 @@ def _qt_messages(kind: QtMsgType, _context: QMessageLogContext, message: str) ->
         QtMsgType.QtFatalMsg: logging.CRITICAL,
     }.get(kind, logging.WARNING)
     logging.getLogger("qt").log(level, "%s", message)
+
+
+def _startup_probe(app: QApplication, quit_after_s: float) -> None:
+    from PySide6.QtCore import QTimer
+
+    def shown() -> None:
+        print("shown", flush=True)
+        if quit_after_s > 0:
+            QTimer.singleShot(int(quit_after_s * 1000), app.quit)
+
+    QTimer.singleShot(0, shown)  # the first turn of the event loop: the window is mapped
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -142,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
 
     sys.excepthook = excepthook
     window.show()
+    if STARTUP_PROBE_ENV in os.environ:
+        _startup_probe(app, float(os.environ[STARTUP_PROBE_ENV] or 0))
     if files:
         window.open_files_and_raise(files)
     try:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
+from engine.io.image import VIDEO_SUFFIXES
 from engine.options import OutputOptions
 from engine.requests import (
     Operation,
@@ -92,7 +93,17 @@ PRODUCT_LABELS = {
     ProductKind.CONFIDENCE: "Confidence",
     ProductKind.SKY: "Sky",
 }
-VIEWABLE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".gif", ".tif", ".tiff", ".bmp"}
+VIEWABLE_SUFFIXES = {
+    ".png",
+    ".jpg",
+    ".jpeg",
+    ".webp",
+    ".gif",
+    ".tif",
+    ".tiff",
+    ".bmp",
+    *VIDEO_SUFFIXES,  # a product clip: the clip bar reads its frames
+}
 
 
 def viewable_products(products: tuple[Product, ...] | list[Product]) -> list[Product]:

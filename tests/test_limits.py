@@ -334,7 +334,8 @@ def test_a_read_only_models_folder_with_an_empty_copies_folder_still_runs(
     shared = read_only_view(models)
     got = _upscaled(Engine(EngineSettings()), shared / "compact.onnx", image, tmp_path / "out")
     assert np.abs(got.astype(int) - plain.astype(int)).max() <= 1  # the in-memory rewrite
-    assert os.listdir(models / optimize.FOLDER) == []
+    left = os.listdir(models / optimize.FOLDER)  # (the plain run's calibration notes stay)
+    assert not [n for n in left if ".partial" in n or n.endswith(".onnx")], left
 
 
 def test_a_copy_under_another_models_name_is_dropped_and_the_run_retried(tmp_path: Path) -> None:
@@ -486,7 +487,7 @@ def test_a_name_that_is_not_utf8_is_printed_as_its_bytes(models: Path, tmp_path:
 @pytest.mark.parametrize(
     ("command", "inside"),
     [
-        (("-m", "engine", "models", "list"), "ml_dtypes"),  # onnx, through the models' parser
+        (("-m", "engine", "models", "list"), "numpy"),  # inside the models' imports
         (("-m", "gui", "--self-test"), "PySide6.QtCore"),
     ],
 )
