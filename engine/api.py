@@ -24,8 +24,8 @@ from engine.errors import (
     UsageError,
 )
 from engine.io.image import DecodedImage, is_video
-from engine.io.reading import load_image
-from engine.io.sequences import list_sequence, load_sequence
+from engine.io.reading import image_size, load_image
+from engine.io.sequences import SEQUENCE_PRODUCTS, list_sequence, load_sequence
 from engine.models.contracts import ModelSpec
 from engine.models.inventory import resolve_model
 from engine.operations.base import OperationBase, RegionDraw, RunContext
@@ -183,9 +183,11 @@ class Engine:
         if cancel is not None:
             cancel.check()
         groups = self._groups(request)
+        self._check_before_loading(op, spec, request, groups)
         with memory.RssPeak() as peak:
             emit(Progress(request.id, ProgressKind.STARTED, input_count=len(groups)))
             session = SessionHandle(self.sessions, key)
+            session.tiled = op.operation.tiled
             session.entry()
             rss_after_load = memory.process_rss()
             gpu_after_load = self._gpu_used(key)
@@ -402,6 +404,30 @@ class Engine:
                 groups.append([p])
         return groups
 
+    def _check_before_loading(
+        self,
+        op: OperationBase,
+        spec: ModelSpec,
+        request: OperationRequest,
+        groups: list[list[Path]],
+    ) -> None:
+        """What fails the whole request is said before the model loads: an output "folder"
+        that is a file, and a product over the pixel limit (from the inputs' headers)."""
+        out = request.output_dir
+        if out is not None and out.exists() and not out.is_dir():
+            raise UsageError(f"The output folder {out} is a file; give a folder with --out.")
+        for group in groups:
+            try:
+                width, height, _ = image_size(group[0])
+            except EngineError:
+                continue  # the input's own failure is said when it is reached
+            if width * height > self.settings.max_pixels:
+                continue  # so is an input over the limit itself
+            name = group[0].name if len(group) == 1 else group[0].parent.name
+            op.check_product_size(
+                name, (width, height), spec, request.output, self.settings.max_pixels
+            )
+
     def _load(
         self, group: list[Path], cancel: CancelToken | None, request: OperationRequest
     ) -> DecodedImage:
@@ -424,7 +450,11 @@ class Engine:
         return load_sequence(group, self.settings.max_pixels, check, stream=True)
 
     def _out_dir(self, request: OperationRequest, source: Path) -> Path:
-        out = request.output_dir or (source if source.is_dir() else source.parent)
+        # A sequence's products go into a `Tessera` folder inside its own folder, never among
+        # its frames: the next run of that folder must not take them as frames.
+        out = request.output_dir or (
+            source / SEQUENCE_PRODUCTS if source.is_dir() else source.parent
+        )
         if request.output_dir is not None and out.exists() and not out.is_dir():
             raise UsageError(f"The output folder {out} is a file; give a folder with --out.")
         try:
@@ -461,6 +491,7 @@ class _Preview:
         source = request.source
         emit(Progress(request.id, ProgressKind.STARTED))
         session = SessionHandle(engine.sessions, key)
+        session.tiled = op.operation.tiled
         session.entry()
         emit(Progress(request.id, ProgressKind.LOADED))
         ctx = RunContext(

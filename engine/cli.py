@@ -47,6 +47,7 @@ from engine.requests import (
 from engine.runtime import records
 from engine.runtime.records import ProcessKind
 from engine.settings import EngineSettings
+from engine.stopping import ready_for_keyboard_interrupt
 
 if TYPE_CHECKING:
     from engine.join import Joined
@@ -422,9 +423,23 @@ def _report_result(result: Result, as_json: bool, engine: str) -> int:
         data["engine"] = engine
         print(json.dumps(data, indent=2))
     else:
-        for p in result.products:
-            print(p.path)
+        print_paths([p.path for p in result.products])
     return code
+
+
+def print_paths(paths: list[Path]) -> None:
+    """One path a line, as the bytes the file system has: a name that is not UTF-8 (a Latin-1
+    file from an old archive) cannot be encoded by a strict UTF-8 stdout, and the product is
+    already written. (`--json` writes such names with its escapes instead.)"""
+    sys.stdout.flush()
+    out = getattr(sys.stdout, "buffer", None)
+    for path in paths:
+        if out is None:  # a stdout without bytes (a test's StringIO): its own encoding
+            print(os.fsdecode(path))
+        else:
+            out.write(os.fsencode(path) + b"\n")
+    if out is not None:
+        out.flush()
 
 
 def _report_failure(
@@ -721,7 +736,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     # Outside `run` (which cancels its engine thread instead), SIGTERM unwinds the main thread
     # like Ctrl+C, so the `finally` blocks remove their temp files; downloads keep their .part.
+    # (Until here, engine/stopping.py's early handlers ended the process quietly.)
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    previous_int = ready_for_keyboard_interrupt()
     try:
         if args.command == "run":
             return cmd_run(args)
@@ -746,6 +763,7 @@ def main(argv: list[str] | None = None) -> int:
         return 143 if isinstance(e, Terminated) else 130
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)  # type: ignore[arg-type]
     parser.error(f"unknown command {args.command}")
 
 

@@ -127,12 +127,18 @@ def is_out_of_memory(text: str) -> bool:
     return any(marker in low for marker in OOM_MARKERS)
 
 
-def map_error(error: BaseException, model: str, device: str) -> EngineError:
-    """Turn an ORT exception into an engine error with a message for a person."""
+def map_error(error: BaseException, model: str, device: str, tiled: bool = True) -> EngineError:
+    """Turn an ORT exception into an engine error with a message for a person. `tiled`: the
+    operation runs in tiles, so a smaller tile is a remedy (not for a whole-image model)."""
     text = str(error)
     if TERMINATE_MARKER in text.lower():
         return Cancelled()
     if is_out_of_memory(text):
+        if not tiled:
+            return ResourceError(
+                f"Out of memory on {device} while running {model}. Close other programs using "
+                "the device, raise the memory limit in the settings, or choose a smaller model."
+            )
         return ResourceError(
             f"Out of memory on {device} while running {model}. Use a smaller tile size "
             "(or automatic tiling), lower the image size, or close other programs using the device."

@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import logging
 import os
+import re
+import secrets
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -27,7 +30,15 @@ from pathlib import Path
 
 from engine.errors import Cancelled
 
-__all__ = ["LIVE", "LiveFiles", "ReplacedError", "move_new", "name_limits"]
+__all__ = [
+    "LIVE",
+    "LiveFiles",
+    "ReplacedError",
+    "move_new",
+    "name_limits",
+    "partial_name",
+    "sweep_leftovers",
+]
 
 # Errors that mean "this file system (or kernel) cannot do that", not "that failed".
 _UNSUPPORTED = {errno.EINVAL, errno.ENOSYS, errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP}
@@ -207,3 +218,63 @@ class LiveFiles:
 
 
 LIVE = LiveFiles()
+
+
+log = logging.getLogger(__name__)
+
+# Every temp name Tessera makes: `.NAME.partial-PID-HEX` (products, kept model copies), so the
+# next run in that folder can tell the leftovers of a killed process from a live writer's.
+# (Before, kept model copies were `.NAME.onnx.partial-PID`: those are swept too.)
+_PARTIAL = re.compile(r"^\..+(?:\.partial-(\d+)-[0-9a-f]{8}|\.onnx\.partial-(\d+))$")
+_swept: set[Path] = set()
+_swept_lock = threading.Lock()
+
+
+def partial_name(name: str) -> str:
+    """The hidden temp name of `name`, carrying this process's id."""
+    return f".{name}.partial-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process (EPERM): alive, and not ours to judge
+        return True
+    return True
+
+
+def sweep_leftovers(folder: Path) -> list[Path]:
+    """Remove in `folder` the temp files of Tessera processes that are gone (SIGKILL, a
+    crash): only names Tessera makes, only this user's files, only of dead processes. Once per
+    folder and process; never raises (a folder we cannot read or write keeps its files)."""
+    folder = Path(folder)
+    with _swept_lock:
+        if folder in _swept:
+            return []
+        _swept.add(folder)
+    removed: list[Path] = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    for name in names:
+        match = _PARTIAL.match(name)
+        if match is None or _alive(int(match.group(1) or match.group(2))):
+            continue
+        path = folder / name
+        try:
+            info = os.lstat(path)
+            if uid is not None and info.st_uid != uid:
+                continue
+            os.unlink(path)
+        except OSError:
+            continue
+        removed.append(path)
+    if removed:
+        log.info("removed %d leftover temp file(s) of ended processes in %s", len(removed), folder)
+    return removed

@@ -40,12 +40,15 @@ class Operation:
     family: Family  # the models it runs
     options_type: type[Any]  # its frozen options dataclass (engine/options.py)
     implementation: str  # "module:Class" of its OperationBase, imported when first run
-    # The product names after "<stem>-" ({scale}: the model's factor); checked against the
-    # output folder's file system before inference.
+    # The product names after "<stem>-" ({scale}: the model's factor, {model}: its id);
+    # checked against the output folder's file system before inference.
     products: tuple[str, ...] = ()
     writes: str = ""  # what it writes, in words, for the texts that offer its models
     tiled: bool = False  # runs tile by tile: the tile setting applies, a preview runs the view
     has_scale: bool = False  # the product is the model's scale times the input's size
+    # The first of `products` is the main image, which the request's output step shapes: its
+    # format's extension, its size (checked against the pixel limit) and the size tag.
+    main_image: bool = False
 
     # The built-in rows, set below.
     UPSCALE: ClassVar[Operation]
@@ -109,10 +112,11 @@ Operation.UPSCALE = register(
         Family.UPSCALE,
         UpscaleOptions,
         "engine.operations.upscale:Upscale",
-        products=("x{scale}.webp",),  # .png, .webp or .tif
+        products=("{model}.png",),  # {model}: the catalog id or file stem; .png, .webp or .tif
         writes="a larger image",
         tiled=True,
         has_scale=True,
+        main_image=True,
     )
 )
 Operation.REMOVE_BACKGROUND = register(
@@ -124,6 +128,7 @@ Operation.REMOVE_BACKGROUND = register(
         "engine.operations.background:RemoveBackground",
         products=("cutout.png", "mask.png"),
         writes="a cut-out with a transparent background, and its mask",
+        main_image=True,
     )
 )
 Operation.DEPTH = register(

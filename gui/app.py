@@ -10,14 +10,25 @@ import argparse
 import logging
 import logging.handlers
 import os
+import signal
+import socket
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
-from PySide6.QtCore import QMessageLogContext, QtMsgType, qInstallMessageHandler
+from PySide6.QtCore import (
+    QMessageLogContext,
+    QSocketNotifier,
+    QTimer,
+    QtMsgType,
+    qInstallMessageHandler,
+)
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
+from engine.files import LIVE
 from engine.settings import default_data_dir
 
 log = logging.getLogger("gui")
@@ -112,12 +123,15 @@ def main(argv: list[str] | None = None) -> int:
     if icon.is_file():
         app.setWindowIcon(QIcon(str(icon)))
 
+    # From here a stop signal is handled by the event loop (it waits if it comes before).
+    uninstall = install_stop_signals(app)
     from gui.single_instance import hand_off_or_listen
 
     files = [str(f) for f in args.files]
     instance = hand_off_or_listen(files)
     if instance is None:
         log.info("handed %d file(s) to the running Tessera", len(files))
+        uninstall()
         return 0
 
     from engine.runtime import records
@@ -150,6 +164,50 @@ def main(argv: list[str] | None = None) -> int:
         return int(app.exec())
     finally:
         joined.close()
-        window.shutdown()
-        instance.close()
+        window.shutdown()  # cancels the jobs (their temp files go), stops the speed tests
+        instance.close()  # the socket file goes
+        uninstall()
+        LIVE.abandon()  # a temp file a stuck C call still holds
         sys.excepthook = sys.__excepthook__
+
+
+def install_stop_signals(app: QApplication) -> Callable[[], None]:
+    """SIGTERM (logout, shutdown, `kill`) and SIGINT end the app as quitting does: the
+    event loop returns and `main` cancels, cleans up and closes. The signal only writes its
+    number into a socket pair (Python's wake-up fd) whose reading end a QSocketNotifier
+    watches, so it is handled in the event loop even while Qt waits in C. Returns the
+    function that puts the previous handlers back."""
+    if os.name == "nt" or threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    reader, writer = socket.socketpair()
+    reader.setblocking(False)
+    writer.setblocking(False)
+    previous_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    numbers = (signal.SIGTERM, signal.SIGINT)
+    # A Python-level handler must exist for the C handler to write the wake-up byte.
+    previous = {n: signal.signal(n, lambda *_: None) for n in numbers}
+    notifier = QSocketNotifier(reader.fileno(), QSocketNotifier.Type.Read, app)
+
+    def woken() -> None:
+        try:
+            data = reader.recv(64)
+        except OSError:
+            return
+        for number in data:
+            if number in numbers:
+                log.info("%s: quitting", signal.Signals(number).name)
+                # Through a timer: before the event loop runs, exit() alone would be lost.
+                QTimer.singleShot(0, lambda code=128 + number: app.exit(code))
+                return
+
+    notifier.activated.connect(woken)
+
+    def uninstall() -> None:
+        notifier.setEnabled(False)
+        signal.set_wakeup_fd(previous_fd)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        reader.close()
+        writer.close()
+
+    return uninstall

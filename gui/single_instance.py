@@ -1,10 +1,25 @@
-"""One running Tessera per user (DESIGN M6): a second launch hands its files over and exits.
+"""One running Tessera per user, settings folder and display (DESIGN M6): a second launch
+hands its files over and exits.
 
-The first instance listens on a per-user local socket (QLocalServer). A later launch connects,
-sends the absolute paths of its files as one length-prefixed JSON message, waits for the
-acknowledgement and exits; the running instance emits `filesReceived` and the app opens the
-files and raises its window. A socket left by a crashed instance (nobody answers) is removed
-and the new launch becomes the first instance.
+The first instance listens on a local socket (QLocalServer). A later launch connects, checks
+that the listener is this user's, sends the absolute paths of its files as one
+length-prefixed JSON message, waits for the acknowledgement and exits; the running instance
+emits `filesReceived` and the app opens the files and raises its window. A socket left by a
+crashed instance (nobody answers) is removed and the new launch becomes the first instance.
+
+Keys (two levels, so the command line of issue #22 can find the app without a display):
+- `app_key()`: the user id and the real paths of the settings and data folders (another HOME
+  or XDG_CONFIG_HOME/XDG_DATA_HOME is another app). Derivable anywhere, with no display.
+- `server_name()`: the window hand-off, `app_key()` plus the display (WAYLAND_DISPLAY or
+  DISPLAY): a launch on another display opens its own window there.
+
+Where the socket lives, so no other local user can squat its name: in Tessera's private
+runtime folder (`engine.settings.private_runtime_dir`, shared with the process records):
+`$XDG_RUNTIME_DIR/tessera` when that is ours alone; elsewhere (su, `sudo -i`, ssh without
+pam_systemd, cron, containers) `tessera-<uid>` in the temp folder, made 0700 and checked (a
+real folder, ours, nobody else's bits) before use. A folder that fails the check, or a
+listener whose peer credentials (SO_PEERCRED) are another user's, is not trusted: the launch
+starts its own window, without listening.
 
 Wiring in `main()` (after the QApplication exists, before any model is loaded):
 
@@ -13,25 +28,27 @@ Wiring in `main()` (after the QApplication exists, before any model is loaded):
         return 0  # the running instance has the files
     instance.filesReceived.connect(window.open_files_and_raise)
 
-`TESSERA_INSTANCE_NAME` adds a suffix to the socket name (tests use it so they never meet a
-running app).
+`TESSERA_INSTANCE_NAME` adds a suffix to the key (tests use it so they never meet a running
+app).
 """
 
 from __future__ import annotations
 
-import getpass
 import hashlib
 import json
 import logging
 import os
-import stat
+import socket as pysocket
 import struct
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from PySide6.QtCore import QCoreApplication, QDir, QLockFile, QObject, QTimer, Signal
+from PySide6.QtCore import QCoreApplication, QLockFile, QObject, QTimer, Signal
 from PySide6.QtNetwork import QLocalServer, QLocalSocket
+
+from engine.settings import default_data_dir, private_runtime_dir
 
 log = logging.getLogger(__name__)
 
@@ -43,49 +60,79 @@ DEFAULT_TIMEOUT_MS = 5000
 CONNECTION_TIMEOUT_MS = 10_000  # a client that never finishes its message is dropped
 
 
-def _user_key() -> str:
-    try:
-        user = getpass.getuser()
-    except Exception:  # getuser raises when no name is known (containers without passwd)
-        user = ""
-    uid = str(os.getuid()) if hasattr(os, "getuid") else os.environ.get("USERDOMAIN", "")
-    return f"{uid}|{user}"
+def _uid() -> str:
+    return str(os.getuid()) if hasattr(os, "getuid") else os.environ.get("USERNAME", "")
 
 
-def server_name(suffix: str | None = None) -> str:
-    """The per-user socket name; a hash, so neither user names nor odd characters leak into it.
+def settings_folders() -> tuple[str, str]:
+    """The real paths of Tessera's data folder and of the folder its settings file is in."""
+    if os.name == "nt" or sys.platform == "darwin":
+        config = Path.home()  # QSettings: the registry / ~/Library/Preferences: per HOME
+    else:
+        config = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    return os.path.realpath(default_data_dir()), os.path.realpath(config / "Tessera")
 
-    On Linux the socket goes into $XDG_RUNTIME_DIR when there is one: that folder belongs to
-    the user alone, so another user cannot even create a file of that name to block us.
-    """
+
+def app_key(suffix: str | None = None) -> str:
+    """This user's Tessera with these settings: the same on every display."""
     if suffix is None:
         suffix = os.environ.get(NAME_ENV, "")
-    digest = hashlib.sha256(f"tessera|{_user_key()}|{suffix}".encode()).hexdigest()[:16]
-    name = f"tessera-{digest}"
-    runtime_dir = _private_runtime_dir()
-    return str(runtime_dir / name) if runtime_dir is not None else name
+    data, config = settings_folders()
+    text = "\0".join(["tessera", _uid(), data, config, suffix])
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
-def _private_runtime_dir() -> Path | None:
-    if not sys.platform.startswith("linux"):
+def display_id() -> str:
+    """The display a window would open on (empty where there is only one)."""
+    return os.environ.get("WAYLAND_DISPLAY") or os.environ.get("DISPLAY") or ""
+
+
+def server_name(suffix: str | None = None) -> str | None:
+    """The window hand-off's socket: a path in a private folder (a plain name on Windows,
+    where Qt's named pipe is per session). None where no folder can be trusted."""
+    text = f"{app_key(suffix)}\0{display_id()}"
+    name = "tessera-" + hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    if os.name == "nt":
+        return name
+    folder = private_folder()
+    return str(folder / name) if folder is not None else None
+
+
+def private_folder() -> Path | None:
+    """Tessera's private runtime folder (engine.settings.private_runtime_dir: under
+    $XDG_RUNTIME_DIR when that is ours alone, else `<temp>/tessera-<uid>`, made 0700, owner and
+    mode checked); None when no folder can be trusted (someone else made it first)."""
+    folder = private_runtime_dir()
+    if folder is None:
+        log.warning(
+            "single instance: no private folder for the socket; this launch opens its own window"
+        )
+    return folder
+
+
+def peer_uid(descriptor: int) -> int | None:
+    """The user id of the process at the other end of a connected Unix socket (Linux), or
+    None where the system cannot tell."""
+    if not hasattr(pysocket, "SO_PEERCRED") or descriptor < 0:
         return None
-    value = os.environ.get("XDG_RUNTIME_DIR")
-    if not value:
-        return None
-    path = Path(value)
     try:
-        info = path.stat()
+        dup = pysocket.socket(fileno=os.dup(descriptor))  # ours to close; Qt keeps its own
     except OSError:
         return None
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
-        return None  # not a private folder of ours: fall back to Qt's per-user-named socket
-    return path
+    try:
+        creds = dup.getsockopt(pysocket.SOL_SOCKET, pysocket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None
+    finally:
+        dup.close()
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return uid
 
 
 def _lock_path(name: str) -> str:
     if os.path.isabs(name):
         return name + ".lock"
-    return os.path.join(QDir.tempPath(), name + ".lock")
+    return os.path.join(tempfile.gettempdir(), name + ".lock")
 
 
 def encode_message(payload: dict[str, object]) -> bytes:
@@ -126,7 +173,9 @@ class SingleInstance(QObject):
 
     def __init__(self, name: str | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
+        # None: no private folder can be trusted; this launch neither hands off nor listens.
         self.server_name = name if name is not None else server_name()
+        self.untrusted = False  # a listener of another user answered
         self._server: QLocalServer | None = None
         self._peer: QLocalSocket | None = None
         self._buffers: dict[QLocalSocket, bytearray] = {}
@@ -141,6 +190,8 @@ class SingleInstance(QObject):
         A lock file serialises launches started at the same moment; without it two could both
         find nobody listening and both listen (Qt's listen replaces an existing socket file).
         """
+        if self.server_name is None:
+            return True  # alone: no hand-off can be trusted here
         lock = QLockFile(_lock_path(self.server_name))
         locked = lock.tryLock(timeout_ms)
         if not locked:
@@ -148,6 +199,8 @@ class SingleInstance(QObject):
         try:
             if self._connect(timeout_ms):
                 return False
+            if self.untrusted:
+                return True  # someone else's listener holds the name: alone, not listening
             # nobody answers: whatever socket file is there was left by a crashed instance
             QLocalServer.removeServer(self.server_name)
             self._listen()
@@ -205,9 +258,18 @@ class SingleInstance(QObject):
     # -- client side -----------------------------------------------------------------------
     def _connect(self, timeout_ms: int) -> bool:
         self._drop_peer()
+        if self.server_name is None:
+            return False
         socket = QLocalSocket()
         socket.connectToServer(self.server_name)
         if socket.waitForConnected(timeout_ms):
+            uid = peer_uid(int(socket.socketDescriptor()))
+            if uid is not None and hasattr(os, "getuid") and uid != os.getuid():
+                # Never hand file paths to another user's process.
+                log.warning("single instance: the listener is user %d's; not handing off", uid)
+                self.untrusted = True
+                socket.abort()
+                return False
             self._peer = socket
             return True
         log.debug("single instance: no server at %s (%s)", self.server_name, socket.errorString())
@@ -223,6 +285,7 @@ class SingleInstance(QObject):
     def _listen(self) -> None:
         if QCoreApplication.instance() is None:
             raise RuntimeError("create the QApplication before SingleInstance listens")
+        assert self.server_name is not None
         server = QLocalServer(self)
         # the socket file (or pipe) is accessible to this user only
         server.setSocketOptions(QLocalServer.SocketOption.UserAccessOption)

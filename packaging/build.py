@@ -546,7 +546,16 @@ def check_hand_off(executable: Path) -> str:
         home = Path(tmp)
         env = scratch_env(home)
         env[NAME_ENV] = f"build-check-{os.getpid()}"
-        name = server_name(env[NAME_ENV])
+        saved = dict(os.environ)  # the name depends on HOME and the display: the child's
+        os.environ.clear()
+        os.environ.update(env)
+        try:
+            name = server_name(env[NAME_ENV])
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        if name is None:
+            raise SystemExit("no private folder for the single-instance socket")
         socket_path = Path(name) if os.path.isabs(name) else Path(tempfile.gettempdir()) / name
         picture = home / "hand-off.png"
         Image.new("RGB", (8, 8), (200, 100, 50)).save(picture)

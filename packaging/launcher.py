@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import sys
 
+from engine.stopping import stop_quietly_until_ready
+
+stop_quietly_until_ready()  # a Ctrl-C while Qt or onnx import: quiet, not a traceback
+
 
 def main() -> int:
     args = sys.argv[1:]

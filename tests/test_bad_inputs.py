@@ -24,7 +24,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ from engine.samples.contract_models import (
 )
 from tests.engine_helpers import photo
 from tests.test_cli import png_header_only  # the header-only PNG bomb
+from tests.test_limits import big_icc_png, gif_with_a_growing_frame, tiff_with_a_larger_page
 
 ROOT = Path(__file__).resolve().parent.parent
 EXIT_BAD = 4
@@ -102,6 +103,7 @@ class Corpus:
     folder: Path
     bad: dict[str, Path]  # what the file is -> path
     good: dict[str, Path]
+    said: dict[str, str] = field(default_factory=dict)  # what -> a pattern its message has
 
     def inputs(self) -> list[Path]:
         return [*self.bad.values(), *self.good.values()]
@@ -130,6 +132,13 @@ def build_corpus(base: Path) -> Corpus:
     # 250 characters before ".png": every product name is over the 255-byte limit of the
     # file system, which must be found before the model runs, not when the product is written.
     add_bad("254-character name", "n" * 250 + ".png", png)
+    # A later page larger than page 1 is refused from its header, before it is decoded (#20).
+    bad["TIFF page 2 of 6000×6000"] = tiff_with_a_larger_page(folder / "pages.tif", 6000)
+    bad["GIF frame 2 growing the canvas"] = gif_with_a_growing_frame(folder / "grow.gif", 6000)
+    said = {
+        "TIFF page 2 of 6000×6000": r"frame 2 is 6000×6000 pixels but frame 1 is 4×4",
+        "GIF frame 2 growing the canvas": r"frame 2 is 6000×6000 pixels but frame 1 is 4×4",
+    }
 
     good: dict[str, Path] = {}
     rng = np.random.default_rng(7)
@@ -154,6 +163,8 @@ def build_corpus(base: Path) -> Corpus:
     frame = Image.fromarray(np.full((16, 20, 3), 120, np.uint8))
     frame.save(folder / "single.gif", save_all=True, duration=100, loop=0)
     good["animated GIF with one frame"] = folder / "single.gif"
+    # Past Pillow's 1 MB text-chunk limit, which called such a file damaged (#20).
+    good["PNG with a 2 MB ICC profile"] = big_icc_png(folder / "profiled.png", 2)
     photo(folder / "ünïcødé 图像.png", 20, 14, seed=3)
     good["unicode name"] = folder / "ünïcødé 图像.png"
     photo(folder / "spaced   name  .png", 18, 12, seed=4)
@@ -162,7 +173,7 @@ def build_corpus(base: Path) -> Corpus:
     # by characters rather than bytes would not.
     photo(folder / ("长" * 77 + ".png"), 16, 12, seed=5)
     good["231-byte CJK name"] = folder / ("长" * 77 + ".png")
-    return Corpus(folder, bad, good)
+    return Corpus(folder, bad, good, said)
 
 
 @pytest.fixture(scope="module")
@@ -293,6 +304,8 @@ def test_one_batch_per_family(
                 problems.append(f"message does not name the file: {f['message']!r}")
             if f"error: {f['message']}" not in p.stderr:
                 problems.append("message not on stderr")
+            if what in corpus.said and not re.search(corpus.said[what], f["message"]):
+                problems.append(f"message is not {corpus.said[what]!r}: {f['message']!r}")
         if path.name in products:
             problems.append("produced something")
         checks.case(f"bad: {what}", problems)

@@ -334,15 +334,15 @@ def test_good_tiles_are_taken(tile: str) -> None:
 
 
 def test_a_usage_error_found_at_an_input_exits_2(up4: Path, tmp_path: Path) -> None:
-    """An output "folder" that is a file is found when the first input is about to be
-    written; it is the command that needs changing, so the exit code is 2, not 4."""
+    """An output "folder" that is a file is found before the model loads (issue #20); it is
+    the command that needs changing, so the exit code is 2, not 4."""
     img = photo(tmp_path / "a.png", 12, 10)
     target = tmp_path / "out.png"
     target.write_bytes(b"a file, not a folder")
     p = engine_cli("run", "upscale", img, "--model", up4, "--out", target, "--json")
     assert p.returncode == 2, p.stderr
     data = json.loads(p.stdout)
-    assert data["failures"][0]["kind"] == "usage" and "is a file" in data["failures"][0]["message"]
+    assert data["error"]["kind"] == "usage" and "is a file" in data["error"]["message"]
     assert target.read_bytes() == b"a file, not a folder"
 
 

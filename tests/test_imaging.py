@@ -17,7 +17,7 @@ from PIL import Image, ImageCms, ImageOps
 
 from engine import files
 from engine.errors import BadInputError, ResourceError
-from engine.io import reading as imaging
+from engine.io import opening as imaging
 from engine.io import writing
 from engine.io.image import ImageMeta, from_float, to_float
 from engine.io.publish import atomic_output, unique_path, write_bytes

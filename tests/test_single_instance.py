@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,12 +63,16 @@ class Processes:
         self.started: list[subprocess.Popen[str]] = []
 
     def start(
-        self, *files: str, life: float = WAIT_S, cwd: Path | None = None
+        self,
+        *files: str,
+        life: float = WAIT_S,
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
     ) -> subprocess.Popen[str]:
         proc = subprocess.Popen(
             [sys.executable, "-c", PROGRAM, str(life), *files],
             cwd=cwd or ROOT,
-            env=self.env,
+            env={**self.env, **(env or {})},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -111,10 +117,9 @@ def procs(instance_name: str) -> Iterator[Processes]:
             _socket_path(server_name(instance_name)).unlink(missing_ok=True)
 
 
-def _socket_path(name: str) -> Path:
-    from PySide6.QtCore import QDir
-
-    return Path(name) if os.path.isabs(name) else Path(QDir.tempPath()) / name
+def _socket_path(name: str | None) -> Path:
+    assert name is not None, "no private folder for the socket"
+    return Path(name) if os.path.isabs(name) else Path(tempfile.gettempdir()) / name
 
 
 def test_second_launch_hands_its_file_to_the_first(procs: Processes, tmp_path: Path) -> None:
@@ -191,9 +196,9 @@ def test_names_differ_per_user_and_suffix(monkeypatch: pytest.MonkeyPatch) -> No
     base = server_name("a")
     assert server_name("a") == base
     assert server_name("b") != base
-    monkeypatch.setattr(si, "_user_key", lambda: "99999|someone-else")
+    monkeypatch.setattr(si, "_uid", lambda: "99999")
     assert server_name("a") != base
-    assert os.path.basename(base).startswith("tessera-")
+    assert base is not None and os.path.basename(base).startswith("tessera-")
 
 
 def test_messages_round_trip_and_reject_garbage() -> None:
@@ -208,3 +213,130 @@ def test_messages_round_trip_and_reject_garbage() -> None:
 
 def test_send_without_a_running_instance_fails_quickly(instance_name: str) -> None:
     assert SingleInstance().send(["x.png"], 200) is False
+
+
+# ------------------------------------------------------------------ issue #21 item 8: the key
+
+
+def test_another_home_or_display_opens_its_own_window(procs: Processes, tmp_path: Path) -> None:
+    home = {"HOME": str(tmp_path / "home"), "XDG_DATA_HOME": "", "XDG_CONFIG_HOME": ""}
+    first = procs.start(env={**home, "DISPLAY": ":5"})
+    assert _first_line(first) == "LISTENING"
+    other_home = {"HOME": str(tmp_path / "other"), "XDG_DATA_HOME": "", "XDG_CONFIG_HOME": ""}
+    elsewhere = procs.start("x.png", env={**other_home, "DISPLAY": ":5"})
+    assert _first_line(elsewhere) == "LISTENING"  # its own window, its own settings
+    other_display = procs.start("x.png", env={**home, "DISPLAY": ":6"})
+    assert _first_line(other_display) == "LISTENING"  # its own window on its own display
+    same = procs.start("y.png", env={**home, "DISPLAY": ":5"})
+    out, _ = same.communicate(timeout=WAIT_S)
+    assert (same.returncode, out.strip()) == (0, "HANDED")
+    line = _first_line(first)
+    assert line.startswith("RECEIVED ") and "y.png" in line
+
+
+def test_the_app_key_needs_no_display(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import gui.single_instance as si
+
+    monkeypatch.setenv("DISPLAY", ":1")
+    key, window = si.app_key("k"), server_name("k")
+    monkeypatch.setenv("DISPLAY", ":2")
+    assert si.app_key("k") == key and server_name("k") != window
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    assert si.app_key("k") != key
+
+
+# --------------------------------------------- issue #20 item 4: no squatting outside a runtime dir
+
+SQUATTER = """
+import hashlib, json, os, socket, struct, sys
+shared, victim_uid, victim_user, suffix, log = sys.argv[1:6]
+# What the name was before: computable by anyone who knows the user's id and name.
+digest = hashlib.sha256(f"tessera|{victim_uid}|{victim_user}|{suffix}".encode()).hexdigest()[:16]
+# And the victim's own folder, made first, open to all.
+folder = os.path.join(shared, f"tessera-{victim_uid}")
+os.mkdir(folder)
+os.chmod(folder, 0o777)
+servers = []
+for path in (os.path.join(shared, f"tessera-{digest}"), sys.argv[6]):
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(path)
+    os.chmod(path, 0o777)
+    s.listen(4)
+    s.settimeout(0.1)
+    servers.append(s)
+print("READY", flush=True)
+while True:
+    for s in servers:
+        try:
+            conn, _ = s.accept()
+        except socket.timeout:
+            continue
+        conn.settimeout(5)
+        data = conn.recv(1 << 20)
+        with open(log, "ab") as f:
+            f.write(data + b"\\n")
+        reply = json.dumps({"ok": True, "count": 1}).encode()
+        conn.sendall(struct.pack(">I", len(reply)) + reply)
+        conn.close()
+"""
+
+OTHER_UID = 54321
+
+
+@pytest.fixture
+def squatter(instance_name: str) -> Iterator[tuple[Path, Path, Path]]:
+    """Another local user listening where a launch would look: (shared temp, log, socket)."""
+    if not hasattr(os, "setuid") or os.getuid() != 0:
+        pytest.skip("acting as another local user needs root")
+    import getpass
+
+    # A shared temp folder that user can reach (pytest's own folders are root's alone).
+    shared = Path(tempfile.mkdtemp(prefix="tessera-shared tmp-"))
+    shared.chmod(0o1777)
+    log = shared / "squatter.log"
+    direct = shared / "theirs.sock"
+
+    def become_other() -> None:
+        os.setgid(OTHER_UID)
+        os.setuid(OTHER_UID)
+
+    # The system's Python (stdlib only): this checkout's may not be readable by that user.
+    python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
+    proc = subprocess.Popen(
+        [python, "-I", "-c", SQUATTER, str(shared), str(os.getuid()), getpass.getuser(),
+         instance_name, str(log), str(direct)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=become_other,
+        cwd=shared, env={"PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        if line != "READY":
+            _, err = proc.communicate(timeout=WAIT_S)
+            pytest.fail(f"the squatter did not start: {err}")
+        yield shared, log, direct
+    finally:
+        proc.kill()
+        proc.communicate(timeout=WAIT_S)
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_a_listener_of_another_user_in_the_shared_temp_folder_gets_nothing(
+    procs: Processes, squatter: tuple[Path, Path, Path]
+) -> None:
+    shared, log, _ = squatter
+    env = {k: v for k, v in procs.env.items() if k != "XDG_RUNTIME_DIR"}
+    procs.env = {**env, "TMPDIR": str(shared)}
+    launch = procs.start("/secret/plans.png")
+    assert _first_line(launch) == "ALONE"  # its own window: nothing to trust, nothing handed
+    assert not log.exists(), log.read_bytes()
+
+
+def test_a_listener_of_another_user_is_never_sent_the_files(
+    squatter: tuple[Path, Path, Path],
+) -> None:
+    _, log, direct = squatter
+    instance = SingleInstance(name=str(direct))
+    assert instance.send(["/secret/plans.png"], 2000) is False
+    assert instance.untrusted
+    assert not log.exists()

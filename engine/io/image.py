@@ -168,6 +168,15 @@ class DecodedImage:
 # Conversions
 
 
+def fmt_pixels(count: int) -> str:
+    if count >= 1_000_000_000:
+        return f"{count / 1e9:.1f} gigapixels"
+    if count >= 1_000_000:
+        value = count / 1e6
+        return f"{value:.1f} megapixels" if value < 10 else f"{value:.0f} megapixels"
+    return f"{count} pixels"
+
+
 def to_float(frame: np.ndarray) -> np.ndarray:
     """uint8 / uint16 → float32 in 0…1."""
     if frame.dtype == np.uint8:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from engine.errors import BadInputError, ResourceError
-from engine.files import LIVE, ReplacedError, name_limits
+from engine.files import LIVE, ReplacedError, name_limits, partial_name, sweep_leftovers
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,7 @@ __all__ = [
     "open_output",
     "unique_path",
     "write_bytes",
+    "write_error",
 ]
 
 _MAX_NUMBER = 100_000
@@ -49,10 +50,19 @@ def unique_path(path: Path) -> Path:
     return _numbered(path, number)
 
 
-def _write_error(path: Path, exc: OSError) -> Exception:
+FULL = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
+
+
+def write_error(path: Path, exc: OSError) -> Exception:
+    """The sentence for a failed write of `path`; every writer maps its OSErrors here."""
     folder = path.parent
-    if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+    if exc.errno in FULL:
         return ResourceError(f"{path.name}: the disk holding {folder} is full; free some space.")
+    if exc.errno == errno.EFBIG:
+        return ResourceError(
+            f"{path.name}: the file is larger than the file system of {folder} allows (FAT "
+            "holds at most 4 GB a file). Choose an output folder on another disk."
+        )
     if isinstance(exc, PermissionError) or exc.errno in (errno.EACCES, errno.EPERM):
         return BadInputError(
             f"{path.name}: permission denied; Tessera may not write into the folder {folder}. "
@@ -74,6 +84,11 @@ def _write_error(path: Path, exc: OSError) -> Exception:
             "input, or choose another output folder."
         )
     if isinstance(exc, FileNotFoundError):
+        if folder.is_dir():  # /proc, /sys: a folder that takes no new files
+            return BadInputError(
+                f"{path.name}: the folder {folder} does not take new files (a system folder). "
+                "Choose another output folder."
+            )
         return BadInputError(f"{path.name}: the output folder {folder} does not exist.")
     if isinstance(exc, NotADirectoryError):
         return BadInputError(f"{path.name}: the output location {folder} is not a folder.")
@@ -81,12 +96,13 @@ def _write_error(path: Path, exc: OSError) -> Exception:
 
 
 def _temp_name(path: Path) -> Path:
-    """A hidden name beside `path` that does not look finished; cut by bytes, not characters,
-    so a long non-ASCII name still gives a temp name the file system takes."""
+    """A hidden name beside `path` that does not look finished, with this process's id (the
+    next run sweeps a killed one's); cut by bytes, not characters, so a long non-ASCII name
+    still gives a temp name the file system takes."""
     stem = os.fsencode(path.name)[:_TEMP_STEM_BYTES].decode("utf-8", "ignore")
     if not stem:  # a cut through a surrogate-escaped name: keep it simple
         stem = "output"
-    return path.with_name(f".{stem}.partial-{secrets.token_hex(4)}")
+    return path.with_name(partial_name(stem))
 
 
 class PendingOutput:
@@ -122,7 +138,7 @@ class PendingOutput:
                 "another program while Tessera wrote it; nothing was published."
             ) from e
         except OSError as e:
-            raise _write_error(self.path, e) from e
+            raise write_error(self.path, e) from e
         raise BadInputError(
             f"{self.path.name}: too many numbered copies already exist in {self.path.parent}."
         )
@@ -136,16 +152,17 @@ def open_output(path: Path) -> Iterator[PendingOutput]:
     without publishing; OSErrors of the block are reported as write errors of `path`.
     """
     path = Path(path)
+    sweep_leftovers(path.parent)  # what a killed run left here (once per folder)
     temp = _temp_name(path)
     try:
         descriptor = LIVE.create(temp)
     except OSError as e:
-        raise _write_error(path, e) from e
+        raise write_error(path, e) from e
     pending = PendingOutput(path, temp, os.fdopen(descriptor, "w+b"))
     try:
         yield pending
     except OSError as e:
-        raise _write_error(path, e) from e
+        raise write_error(path, e) from e
     finally:
         if not pending.file.closed:
             try:
@@ -199,5 +216,5 @@ def check_output_name(folder: Path, name: str) -> None:
     except FileExistsError:
         return  # someone's file of that name: the name itself is fine
     except OSError as e:
-        raise _write_error(target, e) from e
+        raise write_error(target, e) from e
     LIVE.discard(probe)

@@ -14,8 +14,22 @@ import math
 import numpy as np
 from PIL import Image
 
+from engine.errors import UsageError
+from engine.io.image import fmt_pixels
+
 LANCZOS_SUPPORT = 3.0  # Pillow's LANCZOS reaches 3 source pixels (× the shrink factor)
 BAND_ROWS = 256  # output rows per band
+
+
+def check_product_size(name: str, width: int, height: int, max_pixels: int) -> None:
+    """Refuse a product over the pixel limit before anything is allocated for it: `--size
+    65535` of a 64×48 image is a 3.2-gigapixel target, and the process would be killed."""
+    total = width * height
+    if total > max_pixels:
+        raise UsageError(
+            f"{name}: the product would be {width}×{height} pixels ({fmt_pixels(total)}); the "
+            f"limit is {fmt_pixels(max_pixels)}. Choose a smaller output size."
+        )
 
 
 def resize_frame(frame: np.ndarray, width: int, height: int) -> np.ndarray:

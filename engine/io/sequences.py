@@ -11,15 +11,22 @@ from typing import Any
 import numpy as np
 
 from engine.errors import BadInputError
+from engine.io.frames import read_only, unify_frames
 from engine.io.image import (
     IMAGE_SUFFIXES,
     DecodedImage,
     ImageMeta,
     LazyFrames,
+    fmt_pixels,
     reshape_channels,
     to_16bit,
 )
-from engine.io.reading import fmt_pixels, image_size, load_image, read_only, unify_frames
+from engine.io.opening import image_size
+from engine.io.reading import load_image
+
+# Where a sequence's products go when no output folder is given: a folder of this name in
+# the sequence's own folder (list_sequence takes files only, so never them as frames).
+SEQUENCE_PRODUCTS = "Tessera"
 
 
 def load_sequence(
@@ -183,4 +190,22 @@ def list_sequence(folder: Path) -> list[Path]:
         and Path(entry.name).suffix.lower() in IMAGE_SUFFIXES
         and entry.is_file()
     ]
-    return [folder / name for name in sorted(names, key=_natural_key)]
+    names.sort(key=_natural_key)
+    return [folder / name for name in _without_products(names)]
+
+
+# A folder's products are named after its first frame, numbered per frame:
+# `<first>-<suffix>-0001.<ext>` (engine/operations/products.py).
+_PRODUCT_TAIL = re.compile(r"-.+-\d{4}\.[^.]+$")
+
+
+def _without_products(names: list[str]) -> list[str]:
+    """`names` less Tessera's own products of a sequence (left in the folder by an earlier run
+    with the folder as its output): a name that is another file's stem, then `-suffix-NNNN`."""
+    stems = {Path(n).stem for n in names}
+    kept = []
+    for name in names:
+        cuts = (i for i, ch in enumerate(name) if ch == "-" and name[:i] in stems)
+        if not any(_PRODUCT_TAIL.match(name, i) for i in cuts):
+            kept.append(name)
+    return kept

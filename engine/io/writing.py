@@ -261,8 +261,8 @@ class ImageStream:
         except MemoryError as e:
             self.discard()
             raise ResourceError(f"{self.path.name}: not enough memory to encode the image.") from e
-        except BaseException:
-            self.discard()
+        except BaseException as e:
+            self.discard(e)  # an OSError (a full disk) comes back as a sentence of its own
             raise
         self._added += 1
 

@@ -19,6 +19,7 @@ from engine.errors import EngineError, ModelError
 from engine.models.catalog import CatalogEntry, Family, Source, sha256_file
 from engine.models.contracts import Contract
 from engine.models.inventory import ModelInventory, discover, install_model, resolve_model
+from engine.runtime.sessions import check_loads
 from engine.settings import default_models_dir, packages_dir
 
 EXIT_OK, EXIT_USAGE, EXIT_MODEL, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 2, 4, 130, 143
@@ -268,6 +269,7 @@ def _verify(target: str, models_dir: Path, family: str | None, as_json: bool) ->
     ref = resolve_model(target, models_dir)
     if family is not None and ref.family is not Family(family):
         raise ModelError(f"{ref.path.name} is a {ref.family.value} model, not {family}.")
+    check_loads(ref.path)  # the contract holds, but can ONNX Runtime load it?
     sha_ok: bool | None = None
     entry = ref.entry
     mismatch = ""

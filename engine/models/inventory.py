@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import ModelError, ResourceError, UsageError
-from engine.files import LIVE
+from engine.files import LIVE, partial_name, sweep_leftovers
 from engine.models.catalog import CatalogEntry, Family, load_catalog, sha256_file
 from engine.models.contracts import Contract, ModelSpec, validate_model, with_entry
+from engine.runtime.sessions import check_loads
 from engine.settings import bundled_models_dir
 
 # ---------------------------------------------------------------------------------------------
@@ -222,9 +222,10 @@ def _copy_new(src: Path, dest: Path) -> None:
     """Copy src to dest atomically: a temp file in dest's folder written through its own
     descriptor, then a rename that never replaces a file (engine/files.py), on any file
     system. A different file already at dest is never replaced; an identical one is fine."""
-    tmp = dest.with_name(f".{dest.name}.{secrets.token_hex(8)}.tmp")
+    tmp = dest.with_name(partial_name(dest.name))  # with our PID: a killed copy is swept
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)  # external data may sit in a subfolder
+        sweep_leftovers(dest.parent)
         with open(src, "rb") as fin, os.fdopen(LIVE.create(tmp), "wb") as fout:
             shutil.copyfileobj(fin, fout, 1 << 20)
             fout.flush()
@@ -259,6 +260,7 @@ def install_model(path: Path, models_dir: Path, family: Family | None = None) ->
     if src.suffix.lower() != ".onnx":
         raise UsageError(f"{src.name} does not end in .onnx; only ONNX models can be added.")
     contract = validate_model(src, family)
+    check_loads(src)  # a model ONNX Runtime cannot load is never added
     entry = _entry_for_file(src.name)
     if entry is not None:
         if entry.family is not contract.family:

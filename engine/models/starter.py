@@ -19,7 +19,6 @@ import sys
 import tarfile
 import tempfile
 import time
-import uuid
 import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,7 +30,7 @@ import numpy as np
 import onnx
 
 from engine.errors import EngineError, ModelError, ResourceError, UsageError
-from engine.files import LIVE
+from engine.files import LIVE, partial_name, sweep_leftovers
 from engine.models.inventory import ensure_models_dir
 from engine.models.ncnn import convert
 from engine.runtime.providers import Device, Runtime, provider_plan
@@ -444,7 +443,8 @@ def _write_all(f: BinaryIO, data: bytes) -> None:
 def _staged(path: Path, data: bytes) -> Path:
     """`data` in a finished temp file beside `path` (registered, so a signal removes it)."""
     # an exclusive open (not mkstemp) so the file gets the user's usual permissions
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp = path.with_name(partial_name(path.name))  # with our PID: a killed one is swept
+    sweep_leftovers(path.parent)
     try:
         with os.fdopen(LIVE.create(tmp), "wb") as f:
             _write_all(f, data)

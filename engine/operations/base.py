@@ -21,9 +21,10 @@ from engine.cancel import CancelToken
 from engine.errors import ModelError, UsageError
 from engine.io.image import DecodedImage
 from engine.io.publish import check_output_name
+from engine.io.resize import check_product_size
 from engine.models.catalog import Family
 from engine.models.contracts import Contract, ModelSpec
-from engine.options import OperationOptions
+from engine.options import OperationOptions, OutputOptions
 from engine.previews import PreviewPatch, PreviewRequest, PreviewResult
 from engine.requests import Operation, OperationRequest, Product, Progress, ProgressKind
 from engine.runtime.handle import SessionHandle
@@ -248,16 +249,57 @@ class OperationBase(ABC):
         if not request.inputs:
             raise UsageError("No input files were given.")
 
+    def product_scale(self, spec: ModelSpec) -> int | None:
+        """How many times the input's size the main image product is (None: not known before
+        the model's probe run)."""
+        return spec.contract.scale if self.operation.has_scale else 1
+
+    def product_names(self, image: DecodedImage, ctx: RunContext) -> list[str]:
+        """The names this input's products will have: the model id, the output format's
+        extension and the size tag of the main image, as the products step makes them."""
+        numbered = "-0001" if len(image.frames) > 1 else ""
+        output = ctx.request.output
+        names = []
+        for index, product in enumerate(self.operation.products):
+            template = product.format(scale=ctx.spec.contract.scale or 1, model=model_id(ctx.spec))
+            suffix, _, ext = template.rpartition(".")
+            ext = "." + ext
+            if index == 0 and self.operation.main_image:
+                ext = output.format.suffix
+                if output.resized:
+                    suffix = f"{suffix}-{output.size_tag()}"
+            names.append(output_name(image.source, suffix + numbered, ext))
+        return names
+
+    def check_product_size(
+        self,
+        name: str,
+        size: tuple[int, int],
+        spec: ModelSpec,
+        output: OutputOptions,
+        max_pixels: int,
+    ) -> None:
+        """Refuse a main image product over the pixel limit, from the input's size alone."""
+        if not self.operation.main_image:
+            return
+        target = output.target_size(*size)
+        if target is None:
+            scale = self.product_scale(spec)
+            if scale is None:
+                return
+            target = (size[0] * scale, size[1] * scale)
+        check_product_size(name, *target, max_pixels)
+
     def check_output_names(self, image: DecodedImage, ctx: RunContext) -> None:
         """Refuse, before any model run, an input whose longest product name the output
-        folder's file system would refuse (too long, or characters it does not take)."""
+        folder's file system would refuse (too long, or characters it does not take), or
+        whose main product would be over the pixel limit."""
+        self.check_product_size(
+            image.source.name, image.size, ctx.spec, ctx.request.output, ctx.settings.max_pixels
+        )
         if not self.operation.products:
             return
-        numbered = "-0001" if len(image.frames) > 1 else ""
-        names = []
-        for product in self.operation.products:
-            suffix, dot, ext = product.format(scale=ctx.spec.contract.scale or 1).rpartition(".")
-            names.append(output_name(image.source, suffix + numbered, dot + ext))
+        names = self.product_names(image, ctx)
         check_output_name(ctx.out_dir, max(names, key=lambda n: len(n.encode("utf-8", "replace"))))
 
 
@@ -277,6 +319,12 @@ def static_buffers(
             return None
         buffers[name] = np.empty([d for d in dims if isinstance(d, int)], spec.dtype)
     return buffers
+
+
+def model_id(spec: ModelSpec) -> str:
+    """What an upscaled product's name carries: the catalog id, else the file's stem, so three
+    ×4 models give three names (`photo-realesrgan-x4plus.png`), not `-x4`, `-x4-1`, `-x4-2`."""
+    return spec.entry.id if spec.entry is not None else spec.path.stem
 
 
 def output_name(source: Path, suffix: str, ext: str) -> str:

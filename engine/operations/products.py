@@ -32,9 +32,9 @@ import numpy as np
 
 from engine.io.image import DecodedImage, ImageMeta
 from engine.io.png import FrameLike
-from engine.io.publish import PendingOutput, open_output
+from engine.io.publish import PendingOutput, open_output, write_error
 from engine.io.reading import load_image
-from engine.io.resize import resize_frame
+from engine.io.resize import check_product_size, resize_frame
 from engine.io.tiff import TiffWriter
 from engine.io.writing import ImageStream
 from engine.operations.base import RunContext, output_name
@@ -258,7 +258,11 @@ class _FloatSink(_Sink):
             )
             pending = output.__enter__()
             self.files.append((output, pending, TiffWriter(pending.file)))
-        self.files[-1][2].add_page(page)
+        output, pending, writer = self.files[-1]
+        try:
+            writer.add_page(page)
+        except OSError as e:  # a full disk: said like every writer says it (exit 3)
+            raise write_error(pending.path, e) from e
         if self.p.check is not None:
             self.p.check()
 
@@ -289,7 +293,10 @@ class _BytesSink(_Sink):
         output = open_output(self.p.ctx.out_dir / output_name(self.p.image.source, name, self.ext))
         pending = output.__enter__()
         self.files.append((output, pending))
-        write(pending.file)
+        try:
+            write(pending.file)
+        except OSError as e:
+            raise write_error(pending.path, e) from e
 
     def publish(self) -> list[Product]:
         for output, pending in self.files[len(self.published) :]:
@@ -409,8 +416,10 @@ def export_product(
     (`input_size`, (0, 0) when unknown: the product's own size) — with the encoder the job's
     products use. Never half-written; an existing `target` is replaced as a whole (the person
     confirmed it). Returns the path written."""
-    decoded = load_image(source, max_pixels)
     size = options.target_size(*input_size) if all(input_size) else None
+    if size is not None:  # refused before the product is even decoded (issue #20)
+        check_product_size(target.name, *size, DEFAULT_MAX_PIXELS)
+    decoded = load_image(source, max_pixels)
     frames = decoded.frames[:1] if options.format is OutputFormat.JPEG else decoded.frames
     target = target if target.suffix else target.with_suffix(options.format.suffix)
     sized = [resize_frame(f, *size) if size else f for f in frames]

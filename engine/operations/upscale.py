@@ -25,7 +25,13 @@ from engine.io.image import DecodedImage, to_float
 from engine.models.catalog import Layout
 from engine.models.contracts import Contract, ModelSpec
 from engine.operations import calibration
-from engine.operations.base import OperationBase, PreviewHost, RegionOutcome, RunContext
+from engine.operations.base import (
+    OperationBase,
+    PreviewHost,
+    RegionOutcome,
+    RunContext,
+    model_id,
+)
 from engine.operations.products import Products
 from engine.options import OperationOptions, UpscaleConfig, UpscaleOptions, of_type, settle
 from engine.previews import PreviewPatch, PreviewRequest, PreviewResult, Region
@@ -89,12 +95,6 @@ def probe_sizes(spec: ModelSpec, run: Callable[[np.ndarray], np.ndarray]) -> Mod
     if not scale or scale < 1:
         raise ModelError(f"{name}: could not work out the upscale factor.")
     return replace(spec, contract=replace(c, scale=int(scale), multiple_of=int(multiple_of)))
-
-
-def model_id(spec: ModelSpec) -> str:
-    """What an upscaled product's name carries: the catalog id, else the file's stem, so three
-    ×4 models give three names (`photo-realesrgan-x4plus.png`), not `-x4`, `-x4-1`, `-x4-2`."""
-    return spec.entry.id if spec.entry is not None else spec.path.stem
 
 
 # Below this many bytes of weights an upscaler is a light, memory-bound network (the compact

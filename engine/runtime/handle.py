@@ -17,7 +17,14 @@ from typing import Any
 import numpy as np
 
 from engine.cancel import CancelToken
-from engine.errors import Cancelled, DeviceFault, EngineError, ResourceError, map_error
+from engine.errors import (
+    Cancelled,
+    DeviceFault,
+    EngineError,
+    InferenceError,
+    ResourceError,
+    map_error,
+)
 from engine.runtime.providers import SHRINK_KEY
 from engine.runtime.sessions import SessionCache, SessionEntry, SessionKey
 
@@ -42,6 +49,8 @@ class SessionHandle:
         self.shrinks = 0
         self.load_seconds = 0.0
         self.first_run_at: float | None = None  # perf_counter at the start of the first run
+        self._retried = False  # a failed run on a kept copy was retried on the original
+        self.tiled = True  # the operation runs in tiles (what an out-of-memory message offers)
 
     @property
     def loaded(self) -> bool:
@@ -90,6 +99,7 @@ class SessionHandle:
         entry = self.entry()
         # A fresh RunOptions per run: `terminate` stays latched once set.
         options = ort.RunOptions()
+        options.log_severity_level = 4  # a failed run is our message, not ORT's coloured line
         shrink = entry.shrink_target if last else None
         if shrink is not None:
             options.add_run_config_entry(SHRINK_KEY, shrink)
@@ -112,6 +122,21 @@ class SessionHandle:
             if cancel is not None:
                 cancel.detach()
         if failure is not None:
+            kept = entry.kept_copy
+            if isinstance(failure, InferenceError) and kept is not None and not self._retried:
+                # A kept copy is known by its name: one that fails to run (x4's copy under
+                # x2's name, a model rewritten in place) goes, and the run is made once more
+                # on a session of the original.
+                log.warning(
+                    "%s failed on its kept copy %s; retrying on the original",
+                    self.key.model.name,
+                    kept.name,
+                )
+                self._retried = True
+                self.cache.distrust_copy(entry)
+                del entry
+                self.release()
+                return self.run(feeds, last=last, cancel=cancel, outputs=outputs, into=into)
             del entry  # this frame must not keep the session alive (its traceback outlives it)
             if isinstance(failure, (ResourceError, DeviceFault)):
                 # M5: destroyed with its arena here, before anyone can create the next one (and
@@ -182,7 +207,7 @@ class SessionHandle:
         if cancel is not None and cancel.cancelled:
             mapped = Cancelled()
         else:
-            mapped = map_error(error, self.key.model.name, str(self.key.device))
+            mapped = map_error(error, self.key.model.name, str(self.key.device), self.tiled)
         mapped.__cause__ = error
         return mapped
 

@@ -32,6 +32,9 @@ from typing import Any
 
 import numpy as np
 
+from engine.errors import Cancelled
+from engine.files import LIVE, partial_name, sweep_leftovers
+
 log = logging.getLogger(__name__)
 
 REWRITE_VERSION = 2  # bump when a rewrite changes: kept copies of the old one are not loaded
@@ -53,11 +56,11 @@ class CpuCopy:
         return isinstance(self.source, Path)
 
 
-def cpu_copy(path: Path, identity: tuple[int, int, int]) -> CpuCopy | None:
+def cpu_copy(path: Path, identity: tuple[int, ...]) -> CpuCopy | None:
     """The optimised copy of `path` for the CPU, or None: load the original as it is.
 
-    `identity` is the file's (size, mtime_ns, inode): another version of the file is another
-    copy.
+    `identity` is the file's (size, mtime_ns, inode, ctime_ns): another version of the file is
+    another copy.
     """
     folder = path.parent / FOLDER
     kept = folder / f"{path.stem}-{_digest(identity)}.onnx"
@@ -71,11 +74,14 @@ def cpu_copy(path: Path, identity: tuple[int, int, int]) -> CpuCopy | None:
         return None
     data = model.SerializeToString()
     del model
-    save_to: Path | None = None
     try:
         folder.mkdir(exist_ok=True)
-        save_to = folder / f".{kept.name}.partial-{os.getpid()}"
-    except OSError as e:
+        sweep_leftovers(folder)  # a killed process's half-saved copies
+        save_to = folder / partial_name(kept.name)
+        # Created here, exclusively: a folder ORT could not save into (read-only, another
+        # user's) is found now, and ORT never writes over a file it did not make.
+        os.close(LIVE.create(save_to, 0o644))
+    except (OSError, Cancelled) as e:
         log.info("%s: cannot keep an optimised copy (%s); rewriting at each load", path.name, e)
         return CpuCopy(data, tuple(rewrites), None, None)
     return CpuCopy(data, tuple(rewrites), save_to, kept)
@@ -86,23 +92,39 @@ def keep(copy: CpuCopy) -> None:
     if copy.save_to is None or copy.kept is None:
         return
     try:
+        if os.path.getsize(copy.save_to) == 0:  # ORT saved nothing into the file we made
+            raise OSError(f"{copy.save_to.name} is empty")
         os.replace(copy.save_to, copy.kept)
+        LIVE.forget(copy.save_to)
     except OSError as e:  # ORT did not write it, or the folder went away: load from memory
         log.info("the optimised copy %s was not kept (%s)", copy.kept.name, e)
         discard(copy)
         return
     stem = copy.kept.name.rsplit("-", 1)[0]
-    for old in copy.kept.parent.glob(f"{stem}-*.onnx"):
-        if old != copy.kept and old.name.rsplit("-", 1)[0] == stem:
-            old.unlink(missing_ok=True)
+    try:
+        for old in copy.kept.parent.glob(f"{stem}-*.onnx"):
+            if old != copy.kept and old.name.rsplit("-", 1)[0] == stem:
+                old.unlink(missing_ok=True)
+    except OSError as e:  # clean-up never turns a kept copy into a failure
+        log.info("older optimised copies of %s stay (%s)", stem, e)
 
 
 def discard(copy: CpuCopy) -> None:
+    """Remove the file ORT was to save into. Never raises: it runs in fallbacks (a read-only
+    folder answers EROFS even for a file that is not there)."""
     if copy.save_to is not None:
-        copy.save_to.unlink(missing_ok=True)
+        LIVE.discard(copy.save_to)
 
 
-def _digest(identity: tuple[int, int, int]) -> str:
+def drop_kept(path: Path) -> None:
+    """Remove a kept copy that failed; never raises."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as e:
+        log.info("the optimised copy %s stays (%s)", path.name, e)
+
+
+def _digest(identity: tuple[int, ...]) -> str:
     import onnxruntime as ort
 
     text = "|".join(

@@ -182,6 +182,12 @@ class _ThisProcess:
                 return
             self._write()
 
+    def forget(self, owner: int) -> None:
+        """A session cache that was garbage-collected: what it held goes from the record at
+        the next write. No lock: the finaliser may run inside a write that holds it (a GC in
+        the middle of `declare`), which would wait for itself for good."""
+        self._held.pop(owner, None)
+
     def record(self) -> ProcessRecord:
         with self._lock:
             return self._record()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import re
 import threading
 import time
 import weakref
@@ -64,6 +65,9 @@ class FileIdentity:
     size: int
     mtime_ns: int
     inode: int
+    # A file rewritten in place with size, inode and mtime kept (`touch -r`) still changes its
+    # ctime, which no one can set back.
+    ctime_ns: int = 0
 
     @classmethod
     def of(cls, path: Path) -> FileIdentity:
@@ -73,7 +77,7 @@ class FileIdentity:
             raise ModelError(
                 f"The model file {path.name} cannot be read ({e.strerror or e})."
             ) from e
-        return cls(st.st_size, st.st_mtime_ns, st.st_ino)
+        return cls(st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,7 @@ class SessionEntry:
     load_seconds: float
     shared_gpu_arena: bool = False  # its runs use the device's shared arena (arena.py)
     runs: int = 0  # successful runs over the session's life (the memory panel shows them)
+    kept_copy: Path | None = None  # loaded from this kept optimised copy (optimize.py)
     shrinks: int = 0
     # Output shapes and dtypes seen per input signature, so a later run with the same inputs
     # can have its outputs written into the caller's buffers (see SessionHandle.run's `into`).
@@ -146,7 +151,9 @@ def create_session(
     import onnxruntime as ort
 
     so = ort.SessionOptions()
-    so.log_severity_level = 3
+    # Fatal only: ORT's own coloured `[E:onnxruntime…]` lines would reach the user's stderr
+    # beside the sentence we say for the same failure (its text goes to our log).
+    so.log_severity_level = 4
     if threads:
         so.intra_op_num_threads = threads
     if save_optimized is not None:
@@ -170,6 +177,9 @@ def create_session(
         )
     except Exception as e:  # ORT's exceptions are not RuntimeError subclasses
         text = str(e)
+        known = _unloadable(name, text)
+        if known is not None:
+            raise ModelError(known) from e
         if is_out_of_memory(text):
             raise ResourceError(
                 f"Not enough memory to load {name}. Close other programs using the device, "
@@ -189,6 +199,36 @@ def create_session(
             raise ModelError(f"{name} is not a valid ONNX model ({_first_line(text)}).") from e
         raise ModelError(f"ONNX Runtime could not load {name}: {_first_line(text)}") from e
     return session
+
+
+def _unloadable(name: str, text: str) -> str | None:
+    """A sentence for the models this ONNX Runtime cannot load at all: a newer IR version or
+    opset than it knows, an operator it does not have."""
+    found = re.search(r"Unsupported model IR version: (\d+), max supported IR version: (\d+)", text)
+    if found:
+        return (
+            f"{name} was saved in a newer ONNX format (IR version {found[1]}) than this ONNX "
+            f"Runtime reads (up to {found[2]}). Export it again with an older onnx package."
+        )
+    found = re.search(r"Opset (\d+) is under development.*?till opset (\d+)", text, re.S)
+    if found:
+        return (
+            f"{name} uses ONNX opset {found[1]}, newer than this ONNX Runtime supports (up to "
+            f"{found[2]}). Export it again with opset {found[2]} or lower."
+        )
+    found = re.search(r"No Op registered for (\S+) with domain_version of (\d+)", text)
+    if found:
+        return (
+            f"{name} uses the operator {found[1]} (opset {found[2]}), which this ONNX Runtime "
+            "does not have. Export it again with standard operators."
+        )
+    found = re.search(r"(\S+):(\S+?)\(-?\d+\) is not a registered function/op", text)
+    if found:
+        return (
+            f"{name} uses the custom operator {found[2]} of {found[1]}, which ONNX Runtime does "
+            "not have. Export it again with standard operators."
+        )
+    return None
 
 
 def _shrinker_model() -> bytes:
@@ -242,8 +282,25 @@ def _held(entry: SessionEntry) -> records.HeldSession:
 
 
 def _first_line(text: str) -> str:
+    """ORT's reason: its message without the error code, the source location and the C++
+    signature in front, and its end kept when long (the reason comes last)."""
     line = text.strip().splitlines()[0] if text.strip() else text
-    return line[:300]
+    line = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", line)
+    line = re.sub(r"^\S*onnxruntime_src\S*:\d+ ", "", line)
+    signature = re.match(r"^[\w:<>,\s*&]+\(.*\)(?: const)? (?=[A-Z])", line)
+    if signature:
+        line = line[signature.end() :]
+    return line if len(line) <= 300 else "…" + line[-300:]
+
+
+def check_loads(path: Path) -> None:
+    """Refuse a model file this ONNX Runtime cannot load, by loading it once on the CPU (a
+    graph can pass every contract check and still be one ORT refuses: a newer IR version)."""
+    session = create_session(
+        path, provider_plan(Device("cpu"), Runtime.CPU), threads=1, name=path.name
+    )
+    del session
+    gc.collect()
 
 
 SessionWrap = Callable[[Any, SessionKey], Any]
@@ -265,6 +322,8 @@ class SessionCache:
         self._wrap = wrap
         self._cpu_shrink = cpu_shrink  # hand the shared CPU arena back (M11) where registered
         self._cpu_copies = cpu_copies  # load CPU sessions from optimised copies (optimize.py)
+        self._distrusted: set[Path] = set()  # models whose kept copy failed a run: originals
+        self._loaded_from: Path | None = None  # the kept copy the last `_load` used
         self._owner: int | None = None
         # Totals over the cache's life; a request's own counts are on its SessionHandle.
         self.created = 0
@@ -275,7 +334,7 @@ class SessionCache:
         self.last_run_started: float | None = None  # perf_counter at the start of the latest run
         # This process's record says what the cache holds (records.py); a cache dropped
         # without unloading stops counting.
-        weakref.finalize(self, records.THIS.hold, id(self), ()).atexit = False
+        weakref.finalize(self, records.THIS.forget, id(self)).atexit = False
 
     def _check_thread(self) -> None:
         me = threading.get_ident()
@@ -353,16 +412,28 @@ class SessionCache:
             created_at=now,
             last_used=now,
             load_seconds=time.perf_counter() - start,
+            kept_copy=self._loaded_from,
             shared_gpu_arena=env_allocators(plan)[1],
         )
+
+    def distrust_copy(self, entry: SessionEntry) -> None:
+        """A run on a kept copy failed: the copy goes, and this model loads from its original
+        from now on in this process (a copy under the wrong name, or a stale one, must not
+        fail every run for good)."""
+        if entry.kept_copy is not None:
+            optimize.drop_kept(entry.kept_copy)
+        self._distrusted.add(entry.key.model)
 
     def _load(self, key: SessionKey, plan: ProviderPlan) -> Any:
         """The session for `key`: on the CPU from the model's optimised copy where it has one."""
         path = key.model
+        self._loaded_from = None
         copy = None
-        if self._cpu_copies and key.runtime is Runtime.CPU:
+        if self._cpu_copies and key.runtime is Runtime.CPU and path not in self._distrusted:
             identity = key.identity or FileIdentity.of(path)
-            copy = optimize.cpu_copy(path, (identity.size, identity.mtime_ns, identity.inode))
+            copy = optimize.cpu_copy(
+                path, (identity.size, identity.mtime_ns, identity.inode, identity.ctime_ns)
+            )
         if copy is None:
             return create_session(path, plan, threads=self._threads, name=path.name)
         try:
@@ -375,16 +446,30 @@ class SessionCache:
                 preoptimized=copy.preoptimized,
             )
         except ModelError as e:
+            optimize.discard(copy)  # never raises: clean-up must not turn a fallback into a failure
+            if copy.preoptimized and isinstance(copy.source, Path):
+                optimize.drop_kept(copy.source)
+            if copy.save_to is not None and isinstance(copy.source, bytes):
+                # ORT may have failed to save (a folder gone read-only): the rewrite in memory.
+                log.warning("%s: the optimised copy was not saved (%s)", path.name, e)
+                try:
+                    session = create_session(
+                        copy.source, plan, threads=self._threads, name=path.name
+                    )
+                except ModelError:
+                    pass
+                else:
+                    log.info("%s on the CPU: %s", path.name, ", ".join(copy.rewrites))
+                    return session
             # A rewrite ORT does not take (or a damaged kept copy) must never cost the model:
             # the original loads as it always did.
             log.warning(
                 "%s: the optimised copy did not load (%s); using the original", path.name, e
             )
-            optimize.discard(copy)
-            if copy.preoptimized and isinstance(copy.source, Path):
-                copy.source.unlink(missing_ok=True)
             return create_session(path, plan, threads=self._threads, name=path.name)
         optimize.keep(copy)
+        if copy.preoptimized and isinstance(copy.source, Path):
+            self._loaded_from = copy.source
         log.info("%s on the CPU: %s", path.name, ", ".join(copy.rewrites))
         return session
 
