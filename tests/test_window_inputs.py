@@ -85,12 +85,12 @@ def test_1_new_work_is_selected_shown_and_scrolled_into_view(
         assert window.inputs.current().paths == (path,)  # type: ignore[union-attr]
         qtbot.waitUntil(lambda p=path: shown_paths(window)[0] == p, timeout=5000)  # type: ignore[misc]
         # the list keeps the running job (else the next queued one) in view, not the newest
-        running = [j.id for j in window.workspace.jobs.values() if j.state.active][0]
         qtbot.waitUntil(
-            lambda: any(  # type: ignore[misc]
-                window.job_list.row(j.id) is not None
-                for j in window.workspace.jobs.values()
-                if j.state.active and j.id == running or j.state.active
+            lambda: (
+                window.job_list.row(
+                    next(j.id for j in window.workspace.jobs.values() if j.state.active)
+                )
+                is not None
             ),
             timeout=3000,
         )
