@@ -215,6 +215,11 @@ class JobList(QWidget):
         self.clock = QTimer(self)
         self.clock.setInterval(1000)  # elapsed time and ETA of running jobs
         self.clock.timeout.connect(self.tick)
+        self._later = QTimer(self)
+        self._later.setSingleShot(True)
+        self._later.setInterval(0)
+        self._later.timeout.connect(self._update)
+        self._later.timeout.connect(self._follow)
         self._update()
 
     # -- jobs ---------------------------------------------------------------------------------
@@ -237,8 +242,8 @@ class JobList(QWidget):
         self._jobs.append(job)
         self._count(job)
         self._pinned = None  # a new batch shows itself
-        self._update()
-        self._follow()
+        if not self._later.isActive():  # 1000 jobs queued at once: one redraw after them
+            self._later.start()
 
     def update_job(self, job_id: str) -> None:
         place = self._index.get(job_id)
