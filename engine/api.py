@@ -248,6 +248,10 @@ class Engine:
         op = self._operation(job)
         if len(job.inputs) != 1 or job.sequence or job.inputs[0].is_dir():
             raise UsageError("A preview shows one image; run the job for a sequence or folder.")
+        if is_video(job.inputs[0]):  # a clip previews the frame the viewer shows
+            still = self.previews.clip_frame(job.inputs[0], request.frame, self.settings.max_pixels)
+            job = replace(job, inputs=(still,))
+            request = replace(request, job=job)
         options = job.typed_options()
         spec, key = self._resolve_kept(job)  # a pan: the model was resolved by the last one
         op.configure(options, spec)

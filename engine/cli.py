@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from engine.cancel import CancelToken, Terminated
 from engine.errors import EXIT_CODES, Cancelled, EngineError, ErrorKind, UsageError
@@ -37,6 +37,8 @@ from engine.operation_specs import operation_named, operations
 from engine.options import parse_output_options, parse_video_options
 from engine.requests import (
     MemoryReport,
+    OperationCancellation,
+    OperationFailure,
     OperationRequest,
     Progress,
     ProgressKind,
@@ -45,6 +47,9 @@ from engine.requests import (
 from engine.runtime import records
 from engine.runtime.records import ProcessKind
 from engine.settings import EngineSettings
+
+if TYPE_CHECKING:
+    from engine.join import Joined
 
 log = logging.getLogger("engine")
 
@@ -181,6 +186,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--models-dir", type=Path, default=None)
     run.add_argument("--json", action="store_true", help="print one JSON object with the outcome")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument(
+        "--standalone",
+        action="store_true",
+        help="run in this process even when the Tessera app is running (it would run the "
+        "request with the models it holds)",
+    )
 
     dev = sub.add_parser("devices", help="what each runtime really gives on this machine")
     dev.add_argument("--json", action="store_true")
@@ -341,6 +352,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         ),
     )
     request.typed_options()  # unknown keys and bad values: exit 2 before anything loads
+    if not args.standalone:
+        code = _run_in_app(settings, request, args)
+        if code is not None:
+            return code
     records.declare(ProcessKind.RUN)  # `engine memory` names this process and what it loads
     cancel = CancelToken()
     bar = ProgressBar(not args.quiet and not args.json and sys.stderr.isatty())
@@ -384,22 +399,174 @@ def cmd_run(args: argparse.Namespace) -> int:
                         },
                         "exit_code": code,
                         "products": [{"path": str(p)} for p in placed],
+                        "engine": THIS_PROCESS,
                     }
                 )
             )
         print(f"error: {message}", file=sys.stderr)
         return code
     result: Result = outcome["result"]
+    return _report_result(result, args.json, THIS_PROCESS)
+
+
+THIS_PROCESS = "this process"  # --json's "engine": where the request ran
+
+
+def _report_result(result: Result, as_json: bool, engine: str) -> int:
     for failure in result.failures:
         print(f"error: {failure.message}", file=sys.stderr)
     code = exit_code_for(result)
-    if args.json:
+    if as_json:
         data = _result_json(result)
         data["exit_code"] = code
+        data["engine"] = engine
         print(json.dumps(data, indent=2))
     else:
         for p in result.products:
             print(p.path)
+    return code
+
+
+def _report_failure(
+    kind: ErrorKind, code: int, message: str, placed: list[Path], as_json: bool, engine: str
+) -> int:
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "error": {"kind": kind.value, "message": message},
+                    "exit_code": code,
+                    "products": [{"path": str(p)} for p in placed],
+                    "engine": engine,
+                }
+            )
+        )
+    print(f"error: {message}", file=sys.stderr)
+    return code
+
+
+def _run_in_app(
+    settings: EngineSettings, request: OperationRequest, args: argparse.Namespace
+) -> int | None:
+    """The request sent to the running app (engine/join.py); None: run it here instead."""
+    from engine import __version__, join, wire
+
+    models_dir = os.path.realpath(settings.resolved_models_dir().expanduser())
+    hello = wire.Hello(
+        pid=os.getpid(),
+        version=__version__,
+        models_dir=models_dir,
+        cpu_mem_limit=settings.cpu_mem_limit,
+        gpu_mem_limit=settings.gpu_mem_limit,
+        keep_cpu_arena=settings.keep_cpu_arena,
+    )
+    found = join.connect(hello)
+    if found is None:
+        return None
+    if isinstance(found, join.Standalone):
+        print(found.line, file=sys.stderr)
+        return None
+    try:
+        return _joined(found, wire.for_sending(request), args)
+    finally:
+        found.close()
+
+
+def _joined(joined: Joined, request: OperationRequest, args: argparse.Namespace) -> int:
+    """Drive one request in the app: the same progress, lines, products, exit code and
+    --json as a run here; a stop signal sends a cancel and the app's job ends."""
+    from engine import wire
+
+    bar = ProgressBar(not args.quiet and not args.json and sys.stderr.isatty())
+    stop = StopSignals(CancelToken())
+    outcome: object = None
+    lost = ""
+    with stop.installed():
+        joined.send(request)
+        cancel_sent = False
+        while outcome is None:
+            if stop.signum is not None and not cancel_sent:
+                name = (
+                    signal.Signals(stop.signum).name if stop.signum in set(signal.Signals) else ""
+                )
+                with contextlib.suppress(OSError):
+                    joined.send(wire.Cancel(request.id, name or "SIGTERM"))
+                cancel_sent = True
+            if stop.waited_enough():
+                break  # the app got the cancel; the terminal does not wait any longer
+            try:
+                message = joined.receive()
+            except (EOFError, OSError, wire.WireError) as e:
+                lost = str(e)
+                break
+            if isinstance(message, Progress) and message.request_id == request.id:
+                bar(message)
+            elif isinstance(message, wire.Queued) and message.ahead and bar.enabled:
+                sys.stderr.write(
+                    f"Queued in the Tessera {joined.label} after {message.ahead} "
+                    f"job{'s' if message.ahead != 1 else ''}.\n"
+                )
+            elif isinstance(message, (Result, OperationFailure, OperationCancellation)):
+                outcome = message
+        bar.close()
+    engine = joined.label
+    if stop.signum is not None:
+        return _stopped_in_app(stop, outcome, args.json, engine)
+    if isinstance(outcome, Result):
+        return _report_result(outcome, args.json, engine)
+    if isinstance(outcome, OperationFailure):
+        code = EXIT_CODES.get(outcome.kind, 1)
+        return _report_failure(
+            outcome.kind, code, outcome.message, list(outcome.products), args.json, engine
+        )
+    if isinstance(outcome, OperationCancellation):
+        count = len(outcome.products)
+        line = (
+            f"Cancelled in the Tessera {engine}: {count} product{'s' if count != 1 else ''} "
+            "written."
+        )
+        return _report_failure(
+            ErrorKind.CANCELLED, 130, line, list(outcome.products), args.json, engine
+        )
+    text = f"the Tessera {engine} ended the connection before the job ended ({lost})"
+    return _report_failure(ErrorKind.INTERNAL, 1, text, [], args.json, engine)
+
+
+def _stopped_in_app(stop: StopSignals, outcome: object, as_json: bool, engine: str) -> int:
+    """Ctrl-C or SIGTERM while the app ran the request: the line and --json of a stopped
+    standalone run (StopSignals.finish)."""
+
+    code = stop.exit_code()
+    name = signal.Signals(stop.signum).name if stop.signum in set(signal.Signals) else "stop"
+    placed: list[Path] = []
+    if isinstance(outcome, Result):
+        code = exit_code_for(outcome)  # it had finished: reported as such
+        placed = [p.path for p in outcome.products]
+    elif isinstance(outcome, OperationFailure):
+        code = EXIT_CODES.get(outcome.kind, 1)
+        placed = list(outcome.products)
+    elif isinstance(outcome, OperationCancellation):
+        placed = list(outcome.products)
+    count = len(placed)
+    line = f"Stopped by {name}: {count} product{'s' if count != 1 else ''} written" + (
+        "." if code in (130, 143) else f"; the run had already ended (exit {code})."
+    )
+    print(line, file=sys.stderr)
+    if as_json:
+        data: dict[str, Any] = (
+            _result_json(outcome)
+            if isinstance(outcome, Result)
+            else {"products": [{"path": str(p)} for p in placed]}
+        )
+        data.update(
+            signal=name,
+            exit_code=code,
+            error={"kind": ErrorKind.CANCELLED.value, "message": line},
+            engine=engine,
+            # whether the app said its job ended before the terminal stopped waiting
+            app_confirmed=outcome is not None,
+        )
+        print(json.dumps(data, indent=2))
     return code
 
 
@@ -479,6 +646,7 @@ class StopSignals:
                 signal=name,
                 exit_code=code,
                 error={"kind": ErrorKind.CANCELLED.value, "message": line},
+                engine=THIS_PROCESS,
             )
             print(json.dumps(data, indent=2))
         if abandoned:

@@ -61,12 +61,14 @@ class PreviewRequest:
     """Preview `job` on the part `region` of its first input (in the input's pixels; None:
     the whole image). `generation` is the asker's counter: only the newest is drawn.
     `max_tiles` caps the tiles one preview runs (the engine also caps them at what its tile
-    cache holds); the centre of the region comes first."""
+    cache holds); the centre of the region comes first. `frame`: which frame of a clip is
+    previewed (the one the viewer shows); images have one."""
 
     job: OperationRequest
     region: Region | None = None
     generation: int = 0
     max_tiles: int | None = None
+    frame: int = 0
 
     @property
     def id(self) -> str:

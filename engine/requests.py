@@ -180,9 +180,11 @@ class OperationFailure:
     request_id: str
     kind: ErrorKind
     message: str  # for a person; the traceback of an unexpected error is in the log
+    products: tuple[Path, ...] = ()  # files written before it failed (they stay)
 
 
 @dataclass(frozen=True)
 class OperationCancellation:
     request_id: str
     started: bool  # False when the job was cancelled before it left the queue
+    products: tuple[Path, ...] = ()  # files written before the cancel (they stay)

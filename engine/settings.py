@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import sys
@@ -83,6 +84,51 @@ def _private(folder: Path, *, create: bool) -> bool:
     return info.st_uid == os.getuid() and not info.st_mode & 0o077
 
 
+INSTANCE_ENV = "TESSERA_INSTANCE_NAME"  # a suffix of the app's key: tests never meet a real app
+
+
+def settings_folders() -> tuple[str, str]:
+    """The real paths of Tessera's data folder and of the folder the app's settings file is in
+    (QSettings: ~/.config/Tessera on Linux; per HOME elsewhere)."""
+    if os.name == "nt" or sys.platform == "darwin":
+        config = Path.home()
+    else:
+        config = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    return os.path.realpath(default_data_dir()), os.path.realpath(config / "Tessera")
+
+
+def instance_key(suffix: str | None = None) -> str:
+    """This user's Tessera with these settings, the same on every display (a terminal over ssh
+    too): the user id, the data and settings folders and `TESSERA_INSTANCE_NAME`, hashed."""
+    if suffix is None:
+        suffix = os.environ.get(INSTANCE_ENV, "")
+    uid = str(os.getuid()) if hasattr(os, "getuid") else os.environ.get("USERNAME", "")
+    data, config = settings_folders()
+    text = "\0".join(["tessera", uid, data, config, suffix])
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def join_socket_path() -> Path | None:
+    """Where the running app takes the command line's requests (engine/join.py): a socket in
+    the private runtime folder, named by `instance_key()`; None when no folder is private."""
+    folder = private_runtime_dir()
+    return folder / f"join-{instance_key()}" if folder is not None else None
+
+
+def join_socket_candidates() -> list[Path]:
+    """Where a command line looks for the app: `join_socket_path()`, then the socket in the
+    user's login runtime folder (`/run/user/<uid>`, the desktop's) when that is another folder:
+    a shell without XDG_RUNTIME_DIR (su, cron, ssh without pam_systemd) still finds the app."""
+    found = [p for p in (join_socket_path(),) if p is not None]
+    if hasattr(os, "getuid") and sys.platform.startswith("linux"):
+        login = Path(f"/run/user/{os.getuid()}")
+        if _private(login, create=False) and _private(login / "tessera", create=False):
+            path = login / "tessera" / f"join-{instance_key()}"
+            if path not in found:
+                found.append(path)
+    return found
+
+
 def default_models_dir() -> Path:
     env = os.environ.get("TESSERA_MODELS_DIR")
     return Path(env).expanduser() if env else default_data_dir() / "models"
@@ -95,7 +141,8 @@ class EngineSettings:
     keep_cpu_arena: bool = False  # True: no CPU hand-back (M11); ORT's own arenas keep peaks
     gpu_mem_limit: int | None = None  # bytes; CUDA gpu_mem_limit (M9)
     max_pixels: int = DEFAULT_MAX_PIXELS
-    overlap: int = 32  # tile overlap in input pixels
+    # Tile overlap in input pixels; None: the one measured for each model (upscale's calibration)
+    overlap: int | None = None
     min_tile: int = 64  # floor for automatic tile halving on out-of-memory (M5)
     threads: int = 0  # ORT intra-op threads; 0 lets ORT choose
     optimized_copies: bool = True  # CPU: load models from their optimised copies (optimize.py)

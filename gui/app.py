@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import logging.handlers
+import os
 import sys
 from pathlib import Path
 from types import TracebackType
@@ -23,6 +24,9 @@ log = logging.getLogger("gui")
 
 LOG_BYTES = 2 * 1024 * 1024
 LOG_BACKUPS = 3
+# The bench's start-up probe (engine/bench/startup.py): set, the app prints "shown" once its
+# window is on screen, and quits after that many seconds when the value is above 0.
+STARTUP_PROBE_ENV = "TESSERA_STARTUP_PROBE"
 
 
 def resources_dir() -> Path:
@@ -62,6 +66,17 @@ def _qt_messages(kind: QtMsgType, _context: QMessageLogContext, message: str) ->
         QtMsgType.QtFatalMsg: logging.CRITICAL,
     }.get(kind, logging.WARNING)
     logging.getLogger("qt").log(level, "%s", message)
+
+
+def _startup_probe(app: QApplication, quit_after_s: float) -> None:
+    from PySide6.QtCore import QTimer
+
+    def shown() -> None:
+        print("shown", flush=True)
+        if quit_after_s > 0:
+            QTimer.singleShot(int(quit_after_s * 1000), app.quit)
+
+    QTimer.singleShot(0, shown)  # the first turn of the event loop: the window is mapped
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -106,11 +121,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     from engine.runtime import records
+    from engine.settings import join_socket_path
+    from gui.controllers.joined import JoinedRequests
     from gui.main_window import MainWindow
 
     records.declare(records.ProcessKind.APP)  # `engine memory` names this window's models
     window = MainWindow(data_dir=data_dir)
     instance.filesReceived.connect(window.open_files_and_raise)
+    # `python -m engine run` of this user and settings, on any display, joins this engine.
+    joined = JoinedRequests(window.workspace, window.engine, window)
+    socket_path = join_socket_path()
+    if joined.listen(socket_path):
+        records.declare(records.ProcessKind.APP, endpoint=str(socket_path))
 
     def excepthook(
         kind: type[BaseException], value: BaseException, tb: TracebackType | None
@@ -120,11 +142,14 @@ def main(argv: list[str] | None = None) -> int:
 
     sys.excepthook = excepthook
     window.show()
+    if STARTUP_PROBE_ENV in os.environ:
+        _startup_probe(app, float(os.environ[STARTUP_PROBE_ENV] or 0))
     if files:
         window.open_files_and_raise(files)
     try:
         return int(app.exec())
     finally:
+        joined.close()
         window.shutdown()
         instance.close()
         sys.excepthook = sys.__excepthook__

@@ -49,6 +49,7 @@ from PySide6.QtCore import QObject, QThread, Signal, SignalInstance, Slot
 
 from engine.cancel import CancelToken
 from engine.errors import Cancelled, EngineError, ErrorKind
+from engine.files import LIVE
 from engine.previews import PreviewRequest
 from engine.requests import (
     OperationCancellation,
@@ -230,27 +231,35 @@ class EngineWorker(EngineSignals):
         if token.cancelled:
             self._end(kind, Outcome.CANCELLED, rid, OperationCancellation(rid, started=False))
             return
-        try:
-            if isinstance(request, PreviewRequest):
-                self.previewStarted.emit(request)
-                result: object = self._get_engine().preview(
-                    request, self.previewProgressed.emit, token, self.previewPatched.emit
+        # The files a job placed before a cancel or failure stay, and its ending names them
+        # (a command line that joined the app reports them, as a standalone run does).
+        with LIVE.watching() as placed:
+            try:
+                if isinstance(request, PreviewRequest):
+                    self.previewStarted.emit(request)
+                    result: object = self._get_engine().preview(
+                        request, self.previewProgressed.emit, token, self.previewPatched.emit
+                    )
+                else:
+                    self.operationStarted.emit(request)
+                    self._sessions_told = False
+                    result = self._get_engine().run(request, self._progress, token)
+            except Cancelled:
+                done = tuple(LIVE.snapshot(placed))
+                cancellation = OperationCancellation(rid, started=True, products=done)
+                self._end(kind, Outcome.CANCELLED, rid, cancellation)
+            except EngineError as e:
+                failure = OperationFailure(rid, e.kind, str(e), tuple(LIVE.snapshot(placed)))
+                self._end(kind, Outcome.FAILED, rid, failure)
+            except Exception as e:  # a bug must not take the engine thread down
+                log.exception("%s %s failed unexpectedly", kind.value, request.id)
+                message = f"Unexpected error: {e}. The details are in the log file."
+                failure = OperationFailure(
+                    rid, ErrorKind.INTERNAL, message, tuple(LIVE.snapshot(placed))
                 )
+                self._end(kind, Outcome.FAILED, rid, failure)
             else:
-                self.operationStarted.emit(request)
-                self._sessions_told = False
-                result = self._get_engine().run(request, self._progress, token)
-        except Cancelled:
-            self._end(kind, Outcome.CANCELLED, rid, OperationCancellation(rid, started=True))
-        except EngineError as e:
-            self._end(kind, Outcome.FAILED, rid, OperationFailure(rid, e.kind, str(e)))
-        except Exception as e:  # a bug must not take the engine thread down
-            log.exception("%s %s failed unexpectedly", kind.value, request.id)
-            message = f"Unexpected error: {e}. The details are in the log file."
-            failure = OperationFailure(rid, ErrorKind.INTERNAL, message)
-            self._end(kind, Outcome.FAILED, rid, failure)
-        else:
-            self._end(kind, Outcome.FINISHED, rid, result)
+                self._end(kind, Outcome.FINISHED, rid, result)
 
     def _end(self, kind: RequestKind, outcome: Outcome, request_id: str, payload: object) -> None:
         # Sessions first, so a slot reacting to the terminal signal sees the cache after it

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import EngineError
+from engine.io.image import is_video
 from engine.io.reading import image_size
 from engine.io.sequences import list_sequence
+from engine.settings import DEFAULT_MAX_PIXELS
 
 MIN_SEQUENCE = 3  # fewer numbered files are never offered as a sequence
 _NUMBERED = re.compile(r"^(.*?)(\d+)$")
@@ -32,6 +34,12 @@ class InputSource:
     frames: int = 1
     width: int = 0  # of one frame, from the header; 0 when unknown
     height: int = 0
+    seconds: float = 0.0  # a clip's duration, from its header
+
+    @property
+    def clip(self) -> bool:
+        """A video file: one input whose frames are read on demand, never all decoded."""
+        return len(self.paths) == 1 and is_video(self.paths[0])
 
     @property
     def key(self) -> str:
@@ -47,6 +55,8 @@ class InputSource:
     @property
     def label(self) -> str:
         """The name with its frame count, as the job list writes it."""
+        if self.clip:
+            return f"{self.name} ({self.clip_words})"
         if len(self.paths) == 1 and self.frames > 1:
             return f"{self.name} ({self.frames} frames)"
         return self.name
@@ -55,9 +65,17 @@ class InputSource:
     def detail(self) -> str:
         """`4000×3000 · 12 frames`."""
         parts = [f"{self.width}×{self.height}"] if self.width and self.height else []
-        if self.frames > 1:
+        if self.clip:
+            parts.append(self.clip_words)
+        elif self.frames > 1:
             parts.append(f"{self.frames} frames")
         return " · ".join(parts)
+
+    @property
+    def clip_words(self) -> str:
+        """`clip · 12 s · 300 frames`."""
+        seconds = f"{self.seconds:.0f} s" if self.seconds >= 10 else f"{self.seconds:.1f} s"
+        return f"clip · {seconds} · {self.frames} frame{'s' if self.frames != 1 else ''}"
 
     @property
     def megapixels(self) -> float:
@@ -117,6 +135,12 @@ def classify_paths(paths: Sequence[Path]) -> Classified:
             width, height = _size_or_zero(frames[0])
             sources.append(InputSource((path,), True, len(frames), width, height))
             continue
+        if is_video(path):
+            try:
+                sources.append(_clip(path))
+            except EngineError as e:  # the engine's reason, at once: no job is queued for it
+                refused.append(str(e))
+            continue
         try:
             width, height, count = image_size(path)  # reads the header only; says why not
         except EngineError as e:
@@ -124,6 +148,17 @@ def classify_paths(paths: Sequence[Path]) -> Classified:
             continue
         sources.append(InputSource((path,), False, count, width, height))
     return Classified(tuple(sources), tuple(models), tuple(refused), _sequence_offer(sources))
+
+
+def _clip(path: Path) -> InputSource:
+    """A clip from its header and first frame (no pass over its packets: a drop stays quick)."""
+    from engine.io.video import probe_video  # PyAV loads only when a clip arrives
+
+    meta = probe_video(path, DEFAULT_MAX_PIXELS, count_frames=False)
+    width, height = meta.stored_size
+    if meta.rotation in (90, 270):
+        width, height = height, width
+    return InputSource((path,), False, meta.frame_count, width, height, meta.duration_s)
 
 
 def _size_or_zero(path: Path) -> tuple[int, int]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
+from engine.io.image import VIDEO_SUFFIXES
 from engine.options import OutputOptions
 from engine.requests import (
     Operation,
@@ -92,7 +93,17 @@ PRODUCT_LABELS = {
     ProductKind.CONFIDENCE: "Confidence",
     ProductKind.SKY: "Sky",
 }
-VIEWABLE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".gif", ".tif", ".tiff", ".bmp"}
+VIEWABLE_SUFFIXES = {
+    ".png",
+    ".jpg",
+    ".jpeg",
+    ".webp",
+    ".gif",
+    ".tif",
+    ".tiff",
+    ".bmp",
+    *VIDEO_SUFFIXES,  # a product clip: the clip bar reads its frames
+}
 
 
 def viewable_products(products: tuple[Product, ...] | list[Product]) -> list[Product]:
@@ -166,6 +177,7 @@ class Job:
     megapixels: float = 0.0  # of its input, for the speed it will teach
     frames: int = 1
     parent_label: str = ""  # the result it was run on ("Quick cut-out"); empty: the original
+    origin: str = ""  # who asked, when not this window: "command line (pid 123)"
 
     @property
     def id(self) -> str:
@@ -173,10 +185,11 @@ class Job:
 
     @property
     def title(self) -> str:
-        return (
+        title = (
             f"{self.request.operation.label} · "
             f"{describe_inputs(self.request.inputs, self.request.sequence)} · {self.model_label}"
         )
+        return f"{title} — from the {self.origin}" if self.origin else title
 
     @property
     def fraction(self) -> float:

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import QMainWindow, QWidget
 
 from engine.models.catalog import CatalogEntry
 from engine.settings import EngineSettings, default_data_dir
+from gui.controllers.clip import ClipController
 from gui.controllers.inputs import DropOutcome, InputsController
 from gui.controllers.jobs import JobsController
 from gui.controllers.memory import MemoryController
@@ -39,7 +40,7 @@ from gui.settings import AppSettings
 from gui.tasks import TaskThread
 from gui.widgets.drop_overlay import DropTarget
 from gui.widgets.export_dialog import ExportDialog
-from gui.widgets.images import load_display_paths, make_thumbnail
+from gui.widgets.images import load_display_paths, make_thumbnail, read_clip_frame
 from gui.widgets.inputs_panel import THUMB
 from gui.widgets.job_list import confirm_quit
 from gui.widgets.preview_binding import PreviewBinding
@@ -87,6 +88,8 @@ class MainWindow(QMainWindow):
         self.models = ModelsController(self.tasks, self.models_dir, self)
         self.view = ViewController(ws, self.tasks, load_display_paths, self)
         self.preview = PreviewController(ws, self.engine, self.tasks, load_display_paths, self)
+        self.clip = ClipController(self.tasks, read_clip_frame, self)  # type: ignore[arg-type]
+        self.preview.frame_of = lambda: self.viewer.clip_frame
         self.results = ResultsController(
             ws, self.tasks, lambda path: self.open_url(QUrl.fromLocalFile(str(path))), self
         )
@@ -161,7 +164,14 @@ class MainWindow(QMainWindow):
         v.selectRequested.connect(self.inputs.select)
         v.versionsChanged.connect(self.viewer.set_versions)
         v.versionsChanged.connect(lambda _versions, _l, _r: self.preview_glue.follow_left())
+        v.loaded.connect(lambda _b, _a, _l: self.clip.forget())
         v.loaded.connect(self.viewer.show_images)
+        self.viewer.clipFrameRequested.connect(
+            lambda n: self.clip.request(self.viewer.before, self.viewer.after, n)
+        )
+        self.clip.frameRead.connect(self.viewer.show_clip_frame)
+        self.clip.frameRead.connect(lambda *_: self.preview.refresh())  # Preview: this frame
+        self.clip.failed.connect(self.viewer.clip_frame_failed)
         v.failed.connect(self.viewer.show_error)
         v.cleared.connect(self.viewer.clear)
         m = self.models
@@ -431,7 +441,7 @@ class MainWindow(QMainWindow):
         self.notifier.close()
         self.models.stop()
         self.jobs.calibrator.stop()
-        for controller in (self.view, self.intake, self.results):
+        for controller in (self.view, self.intake, self.results, self.clip):
             controller.closed = True
         self.engine.stop()  # cancels, waits for the engine between runs
         self.tasks.stop()

@@ -10,6 +10,7 @@ from typing import Protocol
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QMainWindow, QMenu, QMessageBox
 
+from engine.io.image import VIDEO_SUFFIXES
 from gui.controllers.jobs import JobsController
 from gui.controllers.models import ModelsController
 from gui.settings import AppSettings
@@ -19,8 +20,11 @@ from gui.widgets.welcome import WelcomePage
 
 Keys = Sequence[QKeySequence | QKeySequence.StandardKey | str]
 IMAGE_FILTER = (
-    "Images (*.png *.jpg *.jpeg *.webp *.gif *.tif *.tiff *.bmp *.avif *.tga *.qoi);;"
-    "ONNX models (*.onnx);;All files (*)"
+    "Images and clips (*.png *.jpg *.jpeg *.webp *.gif *.tif *.tiff *.bmp *.avif *.tga *.qoi "
+    + " ".join(f"*{s}" for s in sorted(VIDEO_SUFFIXES))
+    + ");;Clips ("
+    + " ".join(f"*{s}" for s in sorted(VIDEO_SUFFIXES))
+    + ");;ONNX models (*.onnx);;All files (*)"
 )
 
 

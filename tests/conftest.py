@@ -13,6 +13,8 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("ORT_LOGGING_LEVEL", "3")
+# A command line started by a test never joins a Tessera app the person has open (issue #22).
+os.environ.setdefault("TESSERA_INSTANCE_NAME", f"tests-{os.getpid()}")
 
 # The main window's fixtures, for any module that requests them (loaded after the variables
 # above are set: they import the GUI).

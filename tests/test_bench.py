@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from engine.cli import main as cli_main
+from engine.runtime import optimize
 from engine.samples.contract_models import make_u2net
 
 FIGURES = (
@@ -33,6 +34,15 @@ FIGURES = (
     "preview: pan → first pixels (decoded photo kept)",
     "preview: pan → the whole view refined",
     "preview vs final product: max |diff|, upscale, default tiles",
+    # Issue 24: start-up and idle, each a real process; the bench's own duration.
+    "window shown (cold: first start of this run)",
+    "window shown (warm)",
+    "idle window RSS",
+    "idle window CPU time per minute",
+    "command line to first run",
+    "bench duration (--quick)",
+    "bytes on the machine, app + engine run on one model",
+    "a request through the app vs in-process",
 )
 
 
@@ -69,5 +79,9 @@ def test_quick_bench_reports_every_figure_as_json(
     assert "(6 runs)" in overhead["name"]  # 256×192 at tile 128 with overlap: 3 × 2 tiles
     (u2netp,) = [r for n, r in rows.items() if n.startswith(FIGURES[1])]
     assert "(1 run)" in u2netp["name"]  # one 320² run per image, as the engine fed it
+    joined = next(r for n, r in rows.items() if n.startswith("bytes on the machine"))
+    assert joined["note"].startswith("joined (app (pid ")  # the command line did join the app
     # Nothing measured is left behind in the models folder.
-    assert sorted(p.name for p in Path(models_dir).iterdir()) == ["u2netp.onnx"]
+    # (The hidden folder is the engine's own: the contract it read, kept for the next start.)
+    left = sorted(p.name for p in Path(models_dir).iterdir() if p.name != optimize.FOLDER)
+    assert left == ["u2netp.onnx"]

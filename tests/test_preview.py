@@ -137,7 +137,7 @@ def test_preview_region_equals_the_same_region_of_the_full_product(
     net: Path, tmp_path: Path, mode: str, region: Region
 ) -> None:
     image = photo(tmp_path / f"in-{mode}.png", 230, 170, mode=mode, seed=4)
-    engine = Engine(EngineSettings(models_dir=tmp_path))
+    engine = Engine(EngineSettings(models_dir=tmp_path, overlap=32))
     patches: list[PreviewPatch] = []
     result = engine.preview(
         PreviewRequest(_job(net, image, tmp_path / "p", tile=64), region), patch=patches.append
@@ -150,7 +150,7 @@ def test_preview_region_equals_the_same_region_of_the_full_product(
     assert inside.min() == 1 and inside.max() == 1 and painted.sum() == inside.size
 
     # The full job on a fresh engine: nothing shared with the preview but the model file.
-    full = Engine(EngineSettings(models_dir=tmp_path)).run(
+    full = Engine(EngineSettings(models_dir=tmp_path, overlap=32)).run(
         _job(net, image, tmp_path / "f", tile=64)
     )
     product = _pixels(full.products[0].path)
@@ -162,19 +162,28 @@ def test_preview_region_equals_the_same_region_of_the_full_product(
 
 def test_preview_uses_the_tile_size_the_full_job_would_choose(net: Path, tmp_path: Path) -> None:
     image = smooth_image(tmp_path / "big.png", 600, 420, seed=2)
-    engine = Engine(EngineSettings(models_dir=tmp_path))
+    engine = Engine(EngineSettings(models_dir=tmp_path, overlap=32))
     patches: list[PreviewPatch] = []
     result = engine.preview(
         PreviewRequest(_job(net, image, tmp_path / "p"), Region(260, 180, 340, 240)),
         patch=patches.append,
     )
-    full = Engine(EngineSettings(models_dir=tmp_path)).run(_job(net, image, tmp_path / "f"))
-    assert full.tile is not None and full.tile < 600  # `auto` tiled it
+    # The job after the preview keeps the preview's tiled plan (its tiles are in the cache).
+    full = engine.run(_job(net, image, tmp_path / "f"))
+    assert full.tile is not None and full.tile < 600  # `auto` tiled it, as the preview did
     canvas, _ = _compose(patches)
     product = _pixels(full.products[0].path)
     r = Region(260, 180, 340, 240).scaled(4)
     assert np.array_equal(canvas[r.y0 : r.y1, r.x0 : r.x1], product[r.y0 : r.y1, r.x0 : r.x1])
-    assert result.tiles_needed < full.runs  # only the tiles reaching the view ran
+    assert result.tiles_needed < result.tiles_run + full.runs  # only tiles reaching the view ran
+    # A job with no preview before it is free to run the whole image at once on the CPU (the
+    # fastest plan for the whole request): the same product within the tiling rule's 1/255.
+    alone = Engine(EngineSettings(models_dir=tmp_path, overlap=32)).run(
+        _job(net, image, tmp_path / "a")
+    )
+    assert alone.tile is None and alone.runs == 1
+    whole = _pixels(alone.products[0].path).astype(np.int16)
+    assert int(np.abs(whole - product.astype(np.int16)).max()) <= 1
 
 
 # -- the full job reuses the preview's tiles ----------------------------------------------------
@@ -184,14 +193,14 @@ def test_full_job_skips_the_tiles_the_preview_made_and_empties_the_cache(
     net: Path, tmp_path: Path
 ) -> None:
     image = photo(tmp_path / "in.png", 230, 170, seed=5)
-    engine = Engine(EngineSettings(models_dir=tmp_path))
+    engine = Engine(EngineSettings(models_dir=tmp_path, overlap=32))
     preview = engine.preview(
         PreviewRequest(_job(net, image, tmp_path / "p", tile=64), Region(80, 50, 150, 120))
     )
     assert len(engine.previews.tiles) == preview.tiles_run > 0
     events: list[Progress] = []
     reused = engine.run(_job(net, image, tmp_path / "a", tile=64), events.append)
-    fresh = Engine(EngineSettings(models_dir=tmp_path)).run(
+    fresh = Engine(EngineSettings(models_dir=tmp_path, overlap=32)).run(
         _job(net, image, tmp_path / "b", tile=64)
     )
     assert reused.runs == fresh.runs - preview.tiles_run
@@ -205,7 +214,7 @@ def test_full_job_skips_the_tiles_the_preview_made_and_empties_the_cache(
 
 def test_tiles_of_another_input_or_model_are_not_reused(net: Path, tmp_path: Path) -> None:
     image = photo(tmp_path / "in.png", 230, 170, seed=5)
-    engine = Engine(EngineSettings(models_dir=tmp_path))
+    engine = Engine(EngineSettings(models_dir=tmp_path, overlap=32))
     engine.preview(
         PreviewRequest(_job(net, image, tmp_path / "p", tile=64), Region(80, 50, 150, 120))
     )
@@ -226,7 +235,7 @@ def test_tiles_of_another_input_or_model_are_not_reused(net: Path, tmp_path: Pat
 
 def test_tile_cache_is_bounded_and_the_preview_shows_the_centre(net: Path, tmp_path: Path) -> None:
     image = photo(tmp_path / "in.png", 230, 170, seed=5)
-    engine = Engine(EngineSettings(models_dir=tmp_path))
+    engine = Engine(EngineSettings(models_dir=tmp_path, overlap=32))
     tile_bytes = 64 * 4 * 64 * 4 * 3 * 4
     engine.previews.tiles = TileCache(limit=3 * tile_bytes)
     patches: list[PreviewPatch] = []
@@ -239,7 +248,7 @@ def test_tile_cache_is_bounded_and_the_preview_shows_the_centre(net: Path, tmp_p
     canvas, painted = _compose(patches)
     ys, xs = np.nonzero(painted)
     assert ys.min() < 340 < ys.max() and xs.min() < 460 < xs.max()
-    full = Engine(EngineSettings(models_dir=tmp_path)).run(
+    full = Engine(EngineSettings(models_dir=tmp_path, overlap=32)).run(
         _job(net, image, tmp_path / "f", tile=64)
     )
     product = _pixels(full.products[0].path)
@@ -248,7 +257,7 @@ def test_tile_cache_is_bounded_and_the_preview_shows_the_centre(net: Path, tmp_p
 
 def test_unload_hands_back_what_previews_keep(net: Path, tmp_path: Path) -> None:
     image = photo(tmp_path / "in.png", 230, 170, seed=5)
-    engine = Engine(EngineSettings(models_dir=tmp_path))
+    engine = Engine(EngineSettings(models_dir=tmp_path, overlap=32))
     job = _job(net, image, tmp_path / "p", tile=64)
     first = engine.preview(PreviewRequest(job, Region(0, 0, 60, 60)))
     assert first.timings["decode_s"] > 0 and first.held_bytes >= 230 * 170 * 3
@@ -276,7 +285,7 @@ def test_unload_hands_back_what_previews_keep(net: Path, tmp_path: Path) -> None
 def test_preview_last_run_shrinks_and_a_cancelled_preview_hands_back(tmp_path: Path) -> None:
     model = make_upscaler(tmp_path / "up2.onnx", scale=2)
     recorder = Recorder(CUDA_EP)
-    engine = Engine(EngineSettings(models_dir=tmp_path), session_wrap=recorder)
+    engine = Engine(EngineSettings(models_dir=tmp_path, overlap=32), session_wrap=recorder)
     image = photo(tmp_path / "in.png", 200, 150)
     job = _job(model, image, tmp_path / "p", tile=64, device="gpu:0", runtime="cuda")
     result = engine.preview(PreviewRequest(job, Region(0, 0, 40, 30)))  # the top-left corner
@@ -306,7 +315,7 @@ def test_preview_last_run_shrinks_and_a_cancelled_preview_hands_back(tmp_path: P
 
 def test_preview_progress_counts_the_tiles_it_runs(net: Path, tmp_path: Path) -> None:
     image = photo(tmp_path / "in.png", 230, 170, seed=5)
-    engine = Engine(EngineSettings(models_dir=tmp_path))
+    engine = Engine(EngineSettings(models_dir=tmp_path, overlap=32))
     events: list[Progress] = []
     request = PreviewRequest(_job(net, image, tmp_path / "p", tile=64), Region(60, 40, 170, 130))
     result = engine.preview(request, events.append)
@@ -318,7 +327,7 @@ def test_preview_progress_counts_the_tiles_it_runs(net: Path, tmp_path: Path) ->
 
 def test_preview_refuses_a_sequence_with_a_reason(net: Path, tmp_path: Path) -> None:
     frames = [photo(tmp_path / f"f{i}.png", seed=i) for i in range(2)]
-    engine = Engine(EngineSettings(models_dir=tmp_path))
+    engine = Engine(EngineSettings(models_dir=tmp_path, overlap=32))
     job = OperationRequest(Operation.UPSCALE, str(net), tuple(frames), sequence=True)
     with pytest.raises(UsageError, match="one image"):
         engine.preview(PreviewRequest(job))
@@ -332,13 +341,13 @@ def test_background_preview_is_the_job_itself_and_is_not_run_again_on_a_pan(
 ) -> None:
     model = make_u2net(tmp_path / "u2netp.onnx")
     image = photo(tmp_path / "in.png", 90, 60, seed=1)
-    engine = Engine(EngineSettings(models_dir=tmp_path))
+    engine = Engine(EngineSettings(models_dir=tmp_path, overlap=32))
     job = OperationRequest(Operation.REMOVE_BACKGROUND, str(model), (image,), output_dir=tmp_path)
     first = engine.preview(PreviewRequest(job, Region(0, 0, 40, 40)))
     assert first.runs == 1 and first.products
     cutout = next(p for p in first.products if p.path.name.endswith("cutout.png"))
     assert cutout.path.parent != tmp_path  # the preview folder, not the job's output folder
-    full = Engine(EngineSettings(models_dir=tmp_path)).run(job)
+    full = Engine(EngineSettings(models_dir=tmp_path, overlap=32)).run(job)
     product = next(p for p in full.products if p.path.name.endswith("cutout.png"))
     assert np.array_equal(_pixels(cutout.path), _pixels(product.path))
     second = engine.preview(PreviewRequest(job, Region(30, 10, 90, 60), generation=2))

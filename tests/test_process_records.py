@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -360,3 +361,34 @@ def test_two_standalone_engine_runs_on_one_model_are_named_by_engine_memory(
             if p.poll() is None:
                 p.kill()
                 p.communicate()
+
+
+def test_a_finaliser_that_lets_go_during_a_write_does_not_hang_the_process(
+    runtime_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Seen in the full suite: garbage collection ran a session cache's finaliser in the middle
+    # of json.dump, on the thread that held the record's lock, and hold() waited for itself.
+    this = records._ThisProcess()
+    held = HeldSession("m", "/m.onnx", 1, 1, 1, "cpu", "cpu", 10)
+    real_dump = json.dump
+    calls: list[object] = []
+
+    def dump_with_a_finaliser(obj: object, f: object) -> None:
+        if not calls:
+            calls.append(obj)
+            this.hold(2, ())  # what a collected cache's finaliser does
+        real_dump(obj, f)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(records.json, "dump", dump_with_a_finaliser)
+
+    def load_and_unload() -> None:
+        this.hold(1, (held,))
+        this.hold(2, (held,))
+        this.hold(1, ())
+
+    worker = threading.Thread(target=load_and_unload, daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive(), "hold() waited for its own lock"
+    assert [s.model for s in this.record().sessions] == ["m"]  # cache 2 still holds it
+    this.withdraw()

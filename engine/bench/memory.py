@@ -50,10 +50,10 @@ def _output_bytes(result: Result) -> int:
 
 
 def measure_held(
-    table: Table, settings: EngineSettings, model: Path, label: str, work: Path
+    table: Table, settings: EngineSettings, model: Path, label: str, work: Path, pairs: int = 3
 ) -> None:
     """RSS held after an operation above the RSS right after loading (M11), and the same job's
-    time with and without the hand-back, alternating (medians of 3 pairs)."""
+    time with and without the hand-back, alternating (medians of `pairs` pairs)."""
     img = test_image(work / "held.png", 768, 512)
     tiny = test_image(work / "held-tiny.png", 32, 32)
     engines = {
@@ -62,7 +62,7 @@ def measure_held(
     }
     held: dict[str, list[float]] = {k: [] for k in engines}
     seconds: dict[str, list[float]] = {k: [] for k in engines}
-    for _ in range(3):
+    for _ in range(pairs):
         for name, engine in engines.items():
             engine.unload_all()
             _drop(
@@ -102,7 +102,7 @@ def measure_held(
             "×",
             "within noise",
             None,
-            f"{with_:.2f} s / {without:.2f} s, medians of 3 alternating pairs",
+            f"{with_:.2f} s / {without:.2f} s, medians of {pairs} alternating pairs",
         )
     )
 

@@ -171,7 +171,9 @@ def measure_preview(
 def measure_identity(
     table: Table, settings: EngineSettings, model: Path, label: str, work: Path, quick: bool
 ) -> None:
-    """Preview vs final product with the default tiles: the full job by a second engine."""
+    """Preview vs final product with the default tiles: the full job after the preview, by the
+    same engine as in the app (it keeps the preview's plan; one with no preview before it may
+    run the whole image at once on the CPU, within the tiling rule's 1/255)."""
     width, height = (320, 240) if quick else (640, 480)
     image = photo_jpeg(work / "identity.jpg", width, height, seed=3)
     job = OperationRequest(Operation.UPSCALE, str(model), (image,), output_dir=work / "id")
@@ -179,8 +181,8 @@ def measure_identity(
     engine = Engine(settings)
     region = Region(width // 5, height // 4, width - width // 6, height - height // 5)
     preview = engine.preview(PreviewRequest(job, region), patch=clock)
+    full = engine.run(job)
     engine.unload_all()
-    full = Engine(settings).run(job)
     with Image.open(full.products[0].path) as im:
         product = np.asarray(im).astype(np.int32)
     worst = 0

@@ -10,13 +10,15 @@ with: file, catalog entry and contract.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import math
+import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-
-import onnx
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import ModelError
 from engine.models.catalog import (
@@ -33,6 +35,9 @@ from engine.models.graph import (
     strip_weights,
 )
 from engine.options import OperationOptions
+
+if TYPE_CHECKING:
+    import onnx  # read lazily by engine/models/graph.py: listing models needs no onnx
 
 IMAGENET_PATCH = 14  # DA3's ViT patch size: depth inputs are multiples of it
 _PROBE_SIZES = (16, 64, 256)  # fixed probe sizes for an upscaler's scale, as chaiNNer does
@@ -444,11 +449,99 @@ def validate_model(path: Path, family: Family | None = None) -> Contract:
         cached = _contract_cache.get(key)
     if cached is not None:
         return cached
-    contract = inspect_model(path, family)
+    contract = _kept_contract(path, family)
+    if contract is None:
+        contract = inspect_model(path, family)
+        _keep_contract(path, family, contract)
     with _contract_lock:
         if len(_contract_cache) >= _CONTRACT_CACHE_MAX:
             _contract_cache.clear()
         _contract_cache[key] = contract
+    return contract
+
+
+# The contract is also kept on disk beside the model's optimised copy, named after the file's
+# identity: a new process (a command-line run, the app's first request) reads it instead of
+# parsing the graph, and so needs no `onnx` (half a second with protobuf and ml_dtypes).
+CONTRACT_RECORD_VERSION = 1  # bump when Contract or the family rules change
+
+
+def _contract_record(path: Path, family: Family | None) -> Path:
+    from engine.runtime.optimize import FOLDER
+
+    st = path.stat()
+    text = "|".join(
+        map(
+            str,
+            (
+                st.st_size,
+                st.st_mtime_ns,
+                st.st_ino,
+                family and family.value,
+                CONTRACT_RECORD_VERSION,
+            ),
+        )
+    )
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    kind = family.value if family else "any"
+    return path.parent / FOLDER / f"{path.stem}-{kind}-{digest}.contract.json"
+
+
+def _spec_json(t: TensorSpec) -> dict[str, object]:
+    return {"name": t.name, "dtype": t.dtype, "shape": None if t.shape is None else list(t.shape)}
+
+
+def _spec_of(d: dict[str, Any]) -> TensorSpec:
+    shape = d["shape"]
+    return TensorSpec(str(d["name"]), str(d["dtype"]), None if shape is None else tuple(shape))
+
+
+def _keep_contract(path: Path, family: Family | None, c: Contract) -> None:
+    data = {
+        **{f.name: getattr(c, f.name) for f in fields(c)},
+        "family": c.family.value,
+        "layout": c.layout.value,
+        "inputs": [_spec_json(t) for t in c.inputs],
+        "outputs": [_spec_json(t) for t in c.outputs],
+        "fixed_size": list(c.fixed_size) if c.fixed_size else None,
+        "external_data": list(c.external_data),
+    }
+    try:
+        record = _contract_record(path, family)
+        record.parent.mkdir(exist_ok=True)
+        partial = record.with_name(f".{record.name}.partial-{os.getpid()}")
+        partial.write_text(json.dumps(data), encoding="utf-8")
+        os.replace(partial, record)
+    except OSError:  # a read-only folder (a packaged app's models): parse at each start
+        return
+    stem = record.name.split(".", 1)[0].rsplit("-", 1)[0]  # the model's stem and the family
+    for old in record.parent.glob(f"{stem}-*.contract.json"):
+        if old != record and old.name.split(".", 1)[0].rsplit("-", 1)[0] == stem:
+            old.unlink(missing_ok=True)
+
+
+def _kept_contract(path: Path, family: Family | None) -> Contract | None:
+    try:
+        data = json.loads(_contract_record(path, family).read_text(encoding="utf-8"))
+        names = {f.name for f in fields(Contract)}
+        values = {k: v for k, v in data.items() if k in names}
+        values.update(
+            family=Family(data["family"]),
+            layout=Layout(data["layout"]),
+            inputs=tuple(_spec_of(t) for t in data["inputs"]),
+            outputs=tuple(_spec_of(t) for t in data["outputs"]),
+            fixed_size=tuple(data["fixed_size"]) if data["fixed_size"] else None,
+            external_data=tuple(data["external_data"]),
+        )
+        contract = Contract(**values)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    # The external weights must still sit inside the model's folder (a link may have moved).
+    folder = path.parent.resolve()
+    for loc in contract.external_data:
+        target = (folder / loc).resolve()
+        if not target.is_relative_to(folder) or not target.is_file():
+            return None  # the full check says why
     return contract
 
 

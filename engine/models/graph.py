@@ -2,7 +2,9 @@
 its external data checked to stay inside its folder.
 
 Only `onnx` and its shape inference: no session is created here (M6). Large weights are
-stripped before inference, so a probe costs milliseconds, not a copy of the weights.
+stripped before inference, so a probe costs milliseconds, not a copy of the weights. `onnx`
+(with protobuf and ml_dtypes: half a second and 16 MB) is imported at the first file read,
+not with this module: a window that only lists models never needs it.
 """
 
 from __future__ import annotations
@@ -11,20 +13,18 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
-
-import onnx
-from google.protobuf.message import DecodeError
-from onnx import TensorProto, shape_inference
+from typing import TYPE_CHECKING
 
 from engine.errors import ModelError
 
+if TYPE_CHECKING:
+    import onnx
+
 _STRIP_ELEMENTS = 256  # float tensors above this lose their data before shape inference
-_FLOAT_TYPES = {
-    "float32": TensorProto.FLOAT,
-    "float16": TensorProto.FLOAT16,
-    "bfloat16": TensorProto.BFLOAT16,
-    "float64": TensorProto.DOUBLE,
-}
+# onnx.TensorProto's element types and data locations (fixed by the ONNX format).
+_FLOAT, _DOUBLE, _FLOAT16, _BFLOAT16, _STRING = 1, 11, 10, 16, 8
+_DEFAULT_LOCATION, _EXTERNAL_LOCATION = 0, 1
+_FLOAT_TYPES = {"float32": _FLOAT, "float16": _FLOAT16, "bfloat16": _BFLOAT16, "float64": _DOUBLE}
 
 Dim = int | str | None  # a fixed size, a named dynamic size, or an unknown one
 
@@ -53,12 +53,14 @@ class TensorSpec:
 
 
 def _dtype_name(elem_type: int) -> str:
-    if elem_type == TensorProto.STRING:
+    import onnx
+
+    if elem_type == _STRING:
         return "string"
     try:
         return str(onnx.helper.tensor_dtype_to_np_dtype(elem_type).name)
     except (KeyError, ValueError, TypeError):
-        return TensorProto.DataType.Name(elem_type).lower()
+        return onnx.TensorProto.DataType.Name(elem_type).lower()
 
 
 def tensor_spec(value: onnx.ValueInfoProto) -> TensorSpec:
@@ -96,7 +98,7 @@ def check_external_data(model: onnx.ModelProto, path: Path) -> tuple[str, ...]:
     folder = path.parent.resolve()
     locations: list[str] = []
     for tensor in _all_tensors(model.graph):
-        if tensor.data_location != TensorProto.EXTERNAL:
+        if tensor.data_location != _EXTERNAL_LOCATION:
             continue
         info = {e.key: e.value for e in tensor.external_data}
         loc = info.get("location", "")
@@ -144,10 +146,13 @@ def strip_weights(model: onnx.ModelProto) -> None:
         if t.data_type in _FLOAT_TYPES.values() and math.prod(t.dims) > _STRIP_ELEMENTS:
             for field in ("raw_data", "float_data", "int32_data", "double_data", "external_data"):
                 t.ClearField(field)
-            t.data_location = TensorProto.DEFAULT
+            t.data_location = _DEFAULT_LOCATION
 
 
 def load_model(path: Path) -> onnx.ModelProto:
+    import onnx
+    from google.protobuf.message import DecodeError
+
     try:
         if path.is_dir():
             raise ModelError(f"{path} is a folder, not an ONNX model file.")
@@ -202,6 +207,9 @@ class Graph:
 
     def infer(self, sizes: dict[str, tuple[int, ...]]) -> tuple[TensorSpec, ...] | None:
         """Output specs by ONNX shape inference with the given inputs fixed, or None."""
+        import onnx
+        from onnx import shape_inference
+
         probe = onnx.ModelProto()
         probe.CopyFrom(self.model)
         if sizes:

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.errors import BadInputError
+from engine.io.png import encode_png
 from engine.io.reading import load_image
 from engine.requests import Product
 from engine.tiling.cache import DEFAULT_LIMIT, TileCache, TileSource, file_version
@@ -81,6 +82,30 @@ class PreviewState:
         if frame.nbytes <= KEEP_INPUT_BYTES:
             self._kept = _Kept(Path(path).resolve(), version, frame)
         return frame, seconds
+
+    def clip_frame(self, path: Path, index: int, max_pixels: int) -> Path:
+        """Frame `index` of the clip `path` as a lossless PNG in the preview folder, so a
+        preview of a clip is a preview of that frame like any image (and its tiles are cached
+        per frame). Kept while the clip and the frame stay the same."""
+        from engine.io.video import read_frame  # PyAV loads only when a clip is previewed
+
+        try:
+            version = file_version(path)
+        except OSError as e:
+            raise BadInputError(f"{path.name}: the file cannot be read ({e.strerror}).") from e
+        tag = abs(hash((str(Path(path).resolve()), version))) % (1 << 40)
+        out = self.folder() / f"{Path(path).stem}-{tag:010x}-frame{index + 1}.png"
+        if not out.exists():
+            for old in self.folder().glob(f"{Path(path).stem}-*-frame*.png"):
+                old.unlink(missing_ok=True)  # one clip frame on disk at a time
+            try:
+                pixels = read_frame(path, index, max_pixels)
+            except IndexError as e:
+                raise BadInputError(f"{path.name}: the clip has no frame {index + 1}.") from e
+            part = out.with_suffix(".part")
+            encode_png(part, [pixels], durations=[0])
+            part.replace(out)
+        return out
 
     def release_input(self) -> None:
         self._kept = None

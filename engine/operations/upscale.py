@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import ClassVar, TypeVar
 
 import numpy as np
@@ -23,6 +24,7 @@ from engine.errors import InferenceError, ModelError, ResourceError
 from engine.io.image import DecodedImage, to_float
 from engine.models.catalog import Layout
 from engine.models.contracts import Contract, ModelSpec
+from engine.operations import calibration
 from engine.operations.base import OperationBase, PreviewHost, RegionOutcome, RunContext
 from engine.operations.products import Products
 from engine.options import OperationOptions, UpscaleConfig, UpscaleOptions, of_type, settle
@@ -98,27 +100,98 @@ def model_id(spec: ModelSpec) -> str:
 # Below this many bytes of weights an upscaler is a light, memory-bound network (the compact
 # SRVGG models: ~0.6 M MACs per pixel, against x4plus's 18 M): see `auto_tile`.
 LIGHT_MODEL_BYTES = 8 << 20
+# On a GPU `auto` starts from at most this tile: larger ones gain nothing there, and each new
+# input shape grows the CUDA arena (DESIGN §3).
+GPU_MAX_TILE = 512
+# Tiles the CPU plan chooses among when one run of the whole image does not fit.
+CPU_TILES = (128, 192, 256, 384, 512)
+# A run's fixed cost on the CPU, as input pixels' worth of work (a few ms per run).
+RUN_PIXELS = 2048
+# A larger tile than the smallest one's is taken only while its activations stay below this
+# share of the 8-bit output (DESIGN §7: the peak of a ×4 of 2048² stays under 1.5 × the output,
+# which the assembled product itself mostly is).
+PEAK_SHARE = 0.25
 
 
-def auto_tile(ctx: RunContext, config: UpscaleConfig) -> int:
-    """The tile `auto` starts from: the largest that fits the memory budget, and on the CPU
-    the one that gives the most output per second.
+def tile_overlap(ctx: RunContext) -> int:
+    """The tile overlap of this request's plans: the engine setting where one is set, else the
+    model's own, measured once (engine/operations/calibration.py) for a light model that takes
+    any size, else the default. The job and its preview call this alike."""
+    if ctx.settings.overlap is not None:
+        return ctx.settings.overlap
+    c = ctx.spec.contract
+    if c.fixed_size is not None or c.scale is None:
+        return calibration.DEFAULT_OVERLAP
+    try:
+        st = ctx.spec.path.stat()
+    except OSError:
+        return calibration.DEFAULT_OVERLAP
+    identity = (st.st_size, st.st_mtime_ns, st.st_ino)
+    key = (ctx.spec.path, identity)
+    known = _MEASURED.get(key) or calibration.kept_overlap(ctx.spec.path, identity)
+    if known is None:
+        # Not where a memory cap is set: the probe's whole-image runs must not be what fails.
+        # Nor on a GPU: the probe's sizes would each grow the CUDA arena (DESIGN §3); a CPU
+        # request measures it, for every device.
+        capped = cpu_arena_limit() or ctx.settings.cpu_mem_limit or ctx.settings.gpu_mem_limit
+        if st.st_size >= CALIBRATE_BELOW_BYTES or capped or ctx.session.key.device.is_gpu:
+            return calibration.DEFAULT_OVERLAP
+        session = ctx.session
+
+        def run(tensor: np.ndarray) -> np.ndarray:
+            out = session.run({c.image_input: tensor}, last=False, outputs=[c.image_output])
+            return np.asarray(out[0])
+
+        def upscale(picture: np.ndarray, tile: int | None, overlap: int) -> np.ndarray:
+            return plain_upscale(picture, c, tile, overlap, run)
+
+        counted = session.runs
+        # A failing probe fails the request as its first run would (the handle has released
+        # a poisoned session; out of memory retries at half the tile as usual).
+        try:
+            known = calibration.calibrate(ctx.spec.path, identity, upscale, c.multiple_of)
+        finally:
+            # The probe's runs are the engine's measurement, once per model: the request's
+            # `runs` count those of its products (they still count as attempted, so the
+            # arena is handed back after them as after any run).
+            session.runs = counted
+    _MEASURED[key] = known
+    return known
+
+
+# Measured at first use only below this many bytes of weights: the probe costs a light model
+# about a second, x4plus (36 MFLOP per pixel) half a minute; the others keep the default.
+CALIBRATE_BELOW_BYTES = LIGHT_MODEL_BYTES
+_MEASURED: dict[tuple[Path, tuple[int, int, int]], int] = {}  # this process's, by file version
+
+
+def auto_tile(
+    ctx: RunContext,
+    config: UpscaleConfig,
+    size: tuple[int, int] | None = None,
+    requested_max: int | None = None,
+) -> int:
+    """The tile `auto` starts from: the largest that fits the memory budget, and on the CPU,
+    given the image's (width, height) `size`, the plan fastest for the whole request.
 
     Weights stand in for a network's width and depth (for a fully convolutional net, its MACs
-    per input pixel ≈ its weight count). On the CPU a heavy model (x4plus) is compute-bound: its
-    cost per input pixel hardly depends on the tile, so the largest tile that fits runs the
-    fewest overlapping pixels (a 1024×768 photo: 1.44 Mpx of 128² tiles, 1.31 of 256²; a
-    256² photo: 2.25× fewer, one tile instead of nine), for a peak handed back after the job.
-    A light model (animevideov3) is memory-bound: its cost per pixel rises with the tile as
-    its feature maps outgrow the caches, which outweighs what larger tiles save on overlaps
-    (the bench's "auto tile" row measures both on a 1024×768 photo); 128² is as fast or faster,
-    with a quarter of the memory and finer progress. The `auto_start` option skips
-    the estimate and starts from that tile (halving on out-of-memory as usual): for a user who
-    knows the device better than the estimate does.
+    per input pixel ≈ its weight count), and so for its live activation bytes per pixel. On
+    the CPU the cost of a run is about proportional to the pixels it computes, whatever the
+    tile (measured: animevideov3 ×4 of 1024×768, one run of the whole image 1.3–1.4× faster
+    than 128² or 256² tiles, which compute 1.3–1.8× its pixels with their overlaps): so one run
+    of the whole image when its activations fit the budget, else the tile computing the
+    fewest pixels (overlaps, and each run's fixed cost) among those whose activations also
+    stay a small share of the output (`PEAK_SHARE`), never below the tile chosen without a
+    size. Without a size (a preview's plan, which a job with tiles in the cache adopts): a
+    light model's 128², a heavy one's largest that fits. The CPU plan is bounded by the
+    request's own `max_tile` (`requested_max`), not by the catalog's preset, which is the
+    GPU's. The `auto_start` option skips the estimate and starts from that tile (halving on
+    out-of-memory as usual).
     """
     if config.auto_start:
         return max(config.auto_start, ctx.settings.min_tile)
-    scale = ctx.spec.contract.scale or 1
+    c = ctx.spec.contract
+    scale = c.scale or 1
     weights = max(ctx.session.file_size, 1)
     output = scale * scale * 3 * 4 * 2  # the float output tile and its copy, per input pixel
     device = ctx.session.key.device
@@ -131,6 +204,7 @@ def auto_tile(ctx: RunContext, config: UpscaleConfig) -> int:
         budget = 0.6 * free if free else 2 << 30
         if ctx.settings.gpu_mem_limit:
             budget = min(budget, 0.8 * ctx.settings.gpu_mem_limit)
+        tile = min(tile, GPU_MAX_TILE)
     else:
         # Measured peak above the loaded model: x4plus (67 MB) at 256²: 877 MB ≈ weights / 5000
         # per pixel.
@@ -141,28 +215,58 @@ def auto_tile(ctx: RunContext, config: UpscaleConfig) -> int:
             tile = min(tile, 128)
     while tile > ctx.settings.min_tile and tile * tile * per_pixel > budget:
         tile //= 2
-    return max(tile, ctx.settings.min_tile)
+    tile = max(tile, ctx.settings.min_tile)
+    if device.is_gpu or size is None or c.fixed_size is not None:
+        return tile
+    return _cpu_plan(ctx, c, size, tile, per_pixel, budget, requested_max or 8192)
+
+
+def _cpu_plan(
+    ctx: RunContext,
+    c: Contract,
+    size: tuple[int, int],
+    floor: int,
+    per_pixel: int,
+    budget: float,
+    cap: int,
+) -> int:
+    """The CPU's tile for a whole `size` (width, height) image: see `auto_tile`."""
+    m = c.multiple_of
+    w, h = (-(-n // m) * m for n in size)
+    floor = min(floor, cap)
+    if h * w * per_pixel <= budget and max(h, w) <= cap:
+        return max(h, w)  # one run of the whole image
+    overlap = tile_overlap(ctx)
+    allowance = PEAK_SHARE * size[0] * size[1] * (c.scale or 1) ** 2 * 3
+    best, best_cost = floor, math.inf
+    for tile in (floor, *CPU_TILES):
+        if tile > cap or (tile > floor and tile * tile * per_pixel > min(budget, allowance)):
+            continue
+        plan = plan_tiles(h, w, tile, overlap, m)
+        cost = plan.count * (plan.tile_h * plan.tile_w + RUN_PIXELS)
+        if cost < best_cost:
+            best, best_cost = tile, cost
+    return best
 
 
 class Upscale(OperationBase):
     operation: ClassVar[Operation] = Operation.UPSCALE
     config = UpscaleConfig(max_tile=512, auto_start=None)
+    requested_max_tile: int | None = None  # the request's own max_tile (not the catalog's)
 
     def configure(self, options: OperationOptions, spec: ModelSpec) -> None:
         given = of_type(options, UpscaleOptions) or UpscaleOptions()
         self.config = settle(given, of_type(spec.defaults, UpscaleOptions))
+        self.requested_max_tile = given.max_tile
 
     def complete(self, spec: ModelSpec, session: SessionHandle) -> ModelSpec:
-        if spec.contract.scale is not None:
-            return spec  # the graph or the catalog told the sizes: no run needed
-
         def probe(arr: np.ndarray) -> np.ndarray:
             c = spec.contract
             return np.asarray(
                 session.run({c.image_input: arr}, last=False, outputs=[c.image_output])[0]
             )
 
-        return probe_sizes(spec, probe)
+        return spec if spec.contract.scale is not None else probe_sizes(spec, probe)
 
     def preview(self, host: PreviewHost) -> PreviewResult:
         return host.region(self.preview_region)  # only the tiles that reach the view
@@ -192,7 +296,7 @@ class Upscale(OperationBase):
         scale = c.scale or 1
         h, w = frame.shape[:2]
         tile = auto_tile(ctx, self.config) if request.job.tile is None else int(request.job.tile)
-        prep = prepare_frame(frame, c, tile, ctx.settings.overlap)
+        prep = prepare_frame(frame, c, tile, tile_overlap(ctx))
         plan = prep.plan
         size = (w * scale, h * scale)
         wanted = (request.region or Region(0, 0, w, h)).scaled(scale).clipped(*size)
@@ -286,7 +390,13 @@ class Upscale(OperationBase):
     def process(self, image: DecodedImage, ctx: RunContext) -> list[Product]:
         c = ctx.spec.contract
         auto = ctx.request.tile is None
-        tile = auto_tile(ctx, self.config) if auto else int(ctx.request.tile or 0)
+        tile = int(ctx.request.tile or 0)
+        if auto:
+            cached = ctx.tiles.cached_plan(0) if ctx.tiles is not None else None
+            if cached is not None:  # a preview's tiles: its plan, so they are not run again
+                tile = _tile_of(cached)
+            else:
+                tile = auto_tile(ctx, self.config, image.size, self.requested_max_tile)
         n = len(image.frames)
         with Products(ctx, image) as products:
             sink = products.image_product(model_id(ctx.spec), ProductKind.IMAGE, image.meta)
@@ -327,7 +437,7 @@ class Upscale(OperationBase):
     ) -> np.ndarray:
         scale = c.scale or 1
         h, w = frame.shape[:2]
-        prep = prepare_frame(frame, c, tile, ctx.settings.overlap)
+        prep = prepare_frame(frame, c, tile, tile_overlap(ctx))
         plan, passes = prep.plan, prep.passes
         # Tiles a preview already made for this very input, model and plan are not run again
         # (engine/tiling/cache.py); they leave the cache as they are used.
@@ -570,3 +680,34 @@ def _pad_at_least(img: np.ndarray, h: int, w: int) -> np.ndarray:
 def _fixed_plan(h: int, w: int, fixed: tuple[int, int], overlap: int) -> TilePlan:
     fh, fw = fixed
     return TilePlan(h, w, fh, fw, overlap, axis_spans(h, fh, overlap), axis_spans(w, fw, overlap))
+
+
+def _tile_of(plan: TilePlan) -> int:
+    """The tile that gives `plan` again (with the same overlap and image)."""
+    if len(plan.rows) > 1:
+        return plan.tile_h
+    if len(plan.cols) > 1:
+        return plan.tile_w
+    return max(plan.height, plan.width)
+
+
+def plain_upscale(
+    picture: np.ndarray,
+    c: Contract,
+    tile: int | None,
+    overlap: int,
+    run: Callable[[np.ndarray], np.ndarray],
+) -> np.ndarray:
+    """An 8-bit RGB picture upscaled through `run` on the job's own plan, padding and blending
+    (no progress, no cancel: the calibration's probe)."""
+    h, w = picture.shape[:2]
+    scale = c.scale or 1
+    prep = prepare_frame(picture, c, tile or max(h, w), overlap)
+    assemblers = [TileAssembler(prep.plan, scale, n, np.dtype(np.uint8)) for _, n in prep.passes]
+    for t in prep.plan.tiles:
+        for p, asm in enumerate(assemblers):
+            tensor, reduce = tile_input(prep, t, p, c)
+            asm.add(t, reduce(_from_tensor(np.asarray(run(tensor)), c)))
+    parts = [asm.finish() for asm in assemblers]
+    full = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=2)
+    return np.ascontiguousarray(full[: h * scale, : w * scale])

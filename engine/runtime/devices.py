@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from onnx import TensorProto, helper
-
 from engine.runtime.memory import gpu_snapshots
 from engine.runtime.providers import (
     Device,
@@ -41,14 +39,18 @@ class RuntimeReport:
         }
 
 
+# The probe: one Relu over a float[1, 4] (opset 17, IR 8), serialised once with onnx.helper
+# and kept as bytes, so probing the runtimes — the window does it at start — needs no `onnx`
+# (protobuf and ml_dtypes: half a second and 16 MB).
+PROBE_MODEL = (
+    b'\x08\x08:?\n\x0c\n\x01x\x12\x01y"\x04Relu\x12\x05probeZ\x13\n\x01x\x12\x0e\n\x0c\x08\x01'
+    b"\x12\x08\n\x02\x08\x01\n\x02\x08\x04b\x13\n\x01y\x12\x0e\n\x0c\x08\x01\x12\x08\n\x02\x08\x01"
+    b"\n\x02\x08\x04B\x04\n\x00\x10\x11"
+)
+
+
 def _probe_model() -> bytes:
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
-    node = helper.make_node("Relu", ["x"], ["y"])
-    graph = helper.make_graph([node], "probe", [x], [y])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return bytes(model.SerializeToString())
+    return PROBE_MODEL
 
 
 def probe(gpu_indices: Sequence[int] | None = None) -> list[RuntimeReport]:

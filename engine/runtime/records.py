@@ -145,7 +145,11 @@ class _ThisProcess:
     """This process's record: what each session cache holds, written on every change."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        # Re-entrant: a session's finaliser may run (garbage collection) in the middle of a
+        # write on the same thread and call hold(); it must not wait for itself.
+        self._lock = threading.RLock()
+        self._writing = False  # a write is under way on the thread holding the lock
+        self._dirty = False  # hold() came in during that write: write again after it
         self._kind: ProcessKind | None = None
         self._endpoint = ""
         self._held: dict[int, tuple[HeldSession, ...]] = {}  # per session cache
@@ -173,6 +177,9 @@ class _ThisProcess:
                 self._held.pop(owner, None)
             if self._kind is None and not self._held and self._path is None:
                 return  # an undeclared process that never loaded anything keeps no record
+            if self._writing:
+                self._dirty = True  # re-entered from a finaliser: the outer write redoes it
+                return
             self._write()
 
     def record(self) -> ProcessRecord:
@@ -198,6 +205,16 @@ class _ThisProcess:
         return ProcessRecord(self._pid, self._started, kind, sessions, __version__, self._endpoint)
 
     def _write(self) -> None:
+        self._writing = True
+        try:
+            self._dirty = True
+            while self._dirty:
+                self._dirty = False
+                self._write_once()
+        finally:
+            self._writing = False
+
+    def _write_once(self) -> None:
         if self._broken or self._ended or os.getpid() != self._pid:
             return  # a forked child is not the process this record describes
         folder = records_dir()

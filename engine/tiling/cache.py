@@ -53,6 +53,9 @@ class TileCache:
         self._items: OrderedDict[tuple[PlanKey, int], Outputs] = OrderedDict()
         self._pinned: set[tuple[PlanKey, int]] = set()
         self.nbytes = 0
+        # The plan the last preview was made on: a job of that input and model keeps it even
+        # when the tiles are gone, so what the preview showed is the product, bit for bit.
+        self.planned: PlanKey | None = None
 
     def __len__(self) -> int:
         return len(self._items)
@@ -66,7 +69,9 @@ class TileCache:
         return self.limit // max(1, self.tile_bytes(plan, scale, passes))
 
     def keep_only(self, key: PlanKey) -> None:
-        """Drop every tile of another key (a new input, model or setting)."""
+        """Drop every tile of another key (a new input, model or setting); `key` is the plan
+        previewed now."""
+        self.planned = key
         for item in [k for k in self._items if k[0] != key]:
             self._remove(item)
 
@@ -118,6 +123,7 @@ class TileCache:
         self._items.clear()
         self._pinned.clear()
         self.nbytes = 0
+        self.planned = None
 
     def _remove(self, item: tuple[PlanKey, int]) -> None:
         outputs = self._items.pop(item)
@@ -134,3 +140,14 @@ class TileSource:
 
     def key(self, frame: int, plan: TilePlan, passes: Sequence[int]) -> PlanKey:
         return PlanKey(self.source, self.model, frame, plan, tuple(passes))
+
+    def cached_plan(self, frame: int) -> TilePlan | None:
+        """The plan a preview of this frame was made on, if there was one: a job that adopts
+        it gives the preview's pixels and runs only the tiles the preview did not."""
+        keys = [k for k, _index in self.cache._items]
+        if self.cache.planned is not None:
+            keys.append(self.cache.planned)
+        for key in keys:
+            if (key.source, key.model, key.frame) == (self.source, self.model, frame):
+                return key.plan
+        return None

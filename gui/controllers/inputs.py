@@ -115,7 +115,7 @@ class InputsController(QObject):
             if isinstance(image, QImage) and not image.isNull():
                 return self.accept_image(image)
         self._warn(
-            "Only image files, folders of frames and .onnx models can be dropped here. "
+            "Only image files, clips, folders of frames and .onnx models can be dropped here. "
             "Nothing was added."
         )
         return None

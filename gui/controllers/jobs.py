@@ -206,6 +206,8 @@ class JobsController(QObject):
         guess = self.estimate(sources, settings)
         count = len(sources)
         what = f"{count} image{'s' if count != 1 else ''}"
+        if count == 1 and sources[0].clip:  # frames × the per-frame figure
+            what = f"the clip's {sources[0].frames} frames"
         if guess is not None:
             rough = " (a first rough figure)" if guess.rough else ""
             return f"{fmt_estimate(guess.seconds).capitalize()} on {where} for {what}{rough}."

@@ -54,6 +54,7 @@ class PreviewTarget:
     device: str
     runtime: str
     tile: int | None
+    frame: int = 0  # of a clip: the one the viewer shows
 
     @property
     def tiled(self) -> bool:
@@ -87,6 +88,7 @@ class PreviewController(QObject):
         self._source: tuple[str, Path] | None = None
         self._started: str | None = None  # the newest generation's request on the engine
         self.drawn: list[PreviewPatch] = []  # passed on since the last reset (tests read it)
+        self.frame_of: Callable[[], int] = lambda: 0  # the clip frame on screen (the viewer's)
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
         self._timer.setInterval(PAN_DEBOUNCE_MS)
@@ -204,6 +206,7 @@ class PreviewController(QObject):
             settings.device,
             settings.runtime,
             settings.job_tile,
+            self.frame_of(),
         )
 
     def _request(self) -> None:
@@ -221,7 +224,9 @@ class PreviewController(QObject):
             runtime=target.runtime,
             tile=target.tile,
         )
-        request = PreviewRequest(job, self.region if target.tiled else None, self.generation)
+        request = PreviewRequest(
+            job, self.region if target.tiled else None, self.generation, frame=target.frame
+        )
         self.engine.submit_preview(request)
         waiting = self.engine.is_busy()
         self.statusChanged.emit(

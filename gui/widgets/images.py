@@ -10,6 +10,7 @@ import numpy as np
 from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QBrush, QColor, QImage, QPainter, QPixmap
 
+from engine.io.image import VideoMeta, is_video
 from engine.io.reading import image_size, load_image
 from engine.io.sequences import list_sequence
 from engine.settings import DEFAULT_MAX_PIXELS
@@ -29,6 +30,7 @@ class DisplayImage:
     has_alpha: bool
     total_frames: int  # may exceed len(frames) for very long sequences
     durations: tuple[int, ...] = ()  # milliseconds per frame of an animation
+    clip: VideoMeta | None = None  # a clip: `frames` holds the shown one, the rest read on demand
 
     @property
     def size(self) -> QSize:
@@ -59,6 +61,8 @@ def to_qimage(frame: np.ndarray) -> QImage:
 
 def load_display(path: Path, max_frames: int = MAX_VIEW_FRAMES) -> DisplayImage:
     """Decode `path` (a file, or a folder of frames) for the viewer. Raises EngineError."""
+    if is_video(path):
+        return load_clip(path)
     if path.is_dir():
         files = list_sequence(path)
         if not files:
@@ -93,6 +97,40 @@ def load_display(path: Path, max_frames: int = MAX_VIEW_FRAMES) -> DisplayImage:
     )
 
 
+def load_clip(path: Path) -> DisplayImage:
+    """A clip for the viewer: its timestamps (from the packets, no decoding) and its first
+    frame; the clip bar reads the others one at a time (`read_clip_frame`)."""
+    from engine.io.video import probe_video, read_frame
+
+    meta = probe_video(path, DEFAULT_MAX_PIXELS)
+    first = read_frame(path, 0, DEFAULT_MAX_PIXELS, meta)
+    height, width = first.shape[:2]
+    step = round(1000 / float(meta.rate)) if meta.rate else 40
+    return DisplayImage(
+        path,
+        (to_qimage(first),),
+        width,
+        height,
+        meta.bit_depth,
+        first.ndim == 3 and first.shape[2] in (2, 4),
+        meta.frame_count,
+        (step,),
+        meta,
+    )
+
+
+def read_clip_frame(image: DisplayImage, index: int) -> QImage:
+    """Frame `index` of a clip shown in the viewer (on the task thread): one seek and decode,
+    the clip is never held; past its end, its last frame (a product shorter than its input)."""
+    from engine.io.video import read_frame
+
+    meta = image.clip
+    if meta is None:
+        return image.frames[min(index, len(image.frames) - 1)]
+    index = min(max(index, 0), meta.frame_count - 1)
+    return to_qimage(read_frame(image.path, index, DEFAULT_MAX_PIXELS, meta))
+
+
 @dataclass(frozen=True)
 class Thumbnail:
     path: Path
@@ -106,6 +144,17 @@ def make_thumbnail(path: Path, edge: int) -> Thumbnail:
     """A small picture of `path` (the first frame; a folder's first file)."""
     source = path
     count = 1
+    if is_video(path):
+        from engine.io.video import poster_frame
+
+        poster, meta = poster_frame(path, DEFAULT_MAX_PIXELS)
+        picture = to_qimage(poster).scaled(
+            edge,
+            edge,
+            Qt.AspectRatioMode.KeepAspectRatio,
+            Qt.TransformationMode.SmoothTransformation,
+        )
+        return Thumbnail(path, picture, poster.shape[1], poster.shape[0], meta.frame_count)
     if path.is_dir():
         files = list_sequence(path)
         if not files:

@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 
 from engine.previews import PreviewPatch, Region
 from gui.jobs import Version
+from gui.widgets.clip_bar import ClipBar
 from gui.widgets.compare_view import DEFAULT_PLACEHOLDER, CompareView, ViewMode
 from gui.widgets.elided_label import ElidedLabel
 from gui.widgets.images import DisplayImage, to_qimage
@@ -51,6 +52,7 @@ class ViewerPanel(QWidget):
     previewToggled = Signal(bool)  # the person turned Preview on or off
     previewStopRequested = Signal()
     continueRequested = Signal()  # the right-hand result is to be the next step's input
+    clipFrameRequested = Signal(int)  # a clip is viewed: show this frame of both sides
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -124,6 +126,11 @@ class ViewerPanel(QWidget):
         frames.addWidget(self.scrubber, 1)
         frames.addWidget(self.frame_label)
         self.scrubber_row.hide()
+        # A clip: frames read on demand (gui/controllers/clip.py); only the shown one is held.
+        self.clip_bar = ClipBar()
+        self.clip_bar.frameRequested.connect(self.clipFrameRequested)
+        self.clip_bar.hide()
+        self._clip_shown: tuple[QImage | None, QImage | None] | None = None
         self.play_timer = QTimer(self)
         self.play_timer.setSingleShot(True)
         self.play_timer.timeout.connect(self._next_frame)
@@ -164,6 +171,7 @@ class ViewerPanel(QWidget):
         layout.addLayout(top)
         layout.addWidget(self.view, 1)
         layout.addWidget(self.scrubber_row)
+        layout.addWidget(self.clip_bar)
         layout.addLayout(bottom)
 
         self.flip_action = QAction("Flip between the two versions", self)
@@ -187,6 +195,7 @@ class ViewerPanel(QWidget):
         self.right_version = None
         self.title.setText("No image")
         self.scrubber_row.hide()
+        self._hide_clip()
         self.play_button.setChecked(False)
         self.view.placeholder = message if message is not None else DEFAULT_PLACEHOLDER
         self.view.set_images(None, None)
@@ -206,6 +215,7 @@ class ViewerPanel(QWidget):
         self.after = None
         self.title.setText(title)
         self.scrubber_row.hide()
+        self._hide_clip()
         self.view.placeholder = message
         self.view.set_images(None, None)
         self.zoom_label.setText("")
@@ -232,6 +242,14 @@ class ViewerPanel(QWidget):
         self.scrubber.setValue(0)
         self.scrubber.blockSignals(False)
         self.scrubber_row.setVisible(frames > 1)
+        self._clip_shown = None
+        clip = next((i for i in (before, after) if i is not None and i.clip is not None), None)
+        if clip is not None and clip.clip is not None:
+            self.scrubber_row.hide()
+            self.clip_bar.set_clip(clip.total_frames, clip.clip.rate)
+            self.clip_bar.show()
+        else:
+            self._hide_clip()
         self.title.setText(self._describe(), self._describe(full=True))
         if before is None and after is None:
             self.zoom_label.setText("")
@@ -345,6 +363,8 @@ class ViewerPanel(QWidget):
         image = self.after or self.before
         if image is None or not image.frames:
             return None
+        if self._clip_shown is not None:
+            return self._clip_shown[1 if self.after is not None else 0]
         return image.frames[min(self.scrubber.value(), len(image.frames) - 1)]
 
     def drag_mime(self) -> QMimeData | None:
@@ -367,14 +387,44 @@ class ViewerPanel(QWidget):
         )
 
     # -- frames -------------------------------------------------------------------------------
+    def _hide_clip(self) -> None:
+        self.clip_bar.stop()
+        self.clip_bar.hide()
+        self._clip_shown = None
+
+    @property
+    def clip_frame(self) -> int:
+        """The frame of the clip on screen (0 when no clip is viewed)."""
+        return self.clip_bar.index if self.clip_bar.isVisibleTo(self) else 0
+
+    def show_clip_frame(self, index: int, before: QImage | None, after: QImage | None) -> None:
+        """Frame `index` of the viewed clips, read off the GUI thread, goes on screen."""
+        if not self.clip_bar.isVisibleTo(self):
+            return
+        self._clip_shown = (
+            before if before is not None or self.before is None else None,
+            after if after is not None or self.after is None else None,
+        )
+        self.clip_bar.shown(index)
+        self._show_frame(0)
+
+    def clip_frame_failed(self, index: int, message: str) -> None:
+        self.clip_bar.stop()
+        self.clip_bar.shown(self.clip_bar.index)
+        self.title.setText(f"Frame {index + 1} cannot be shown", message)
+
     def _show_frame(self, index: int, keep_view: bool = True) -> None:
-        def pick(image: DisplayImage | None) -> QImage | None:
+        shown = self._clip_shown
+
+        def pick(image: DisplayImage | None, side: int) -> QImage | None:
             if image is None or not image.frames:
                 return None
+            if shown is not None and shown[side] is not None:
+                return shown[side]
             return image.frames[min(index, len(image.frames) - 1)]
 
-        after = None if self.preview_on else pick(self.after)
-        self.view.set_images(pick(self.before), after, keep_view=keep_view)
+        after = None if self.preview_on else pick(self.after, 1)
+        self.view.set_images(pick(self.before, 0), after, keep_view=keep_view)
         total = self.scrubber.maximum() + 1
         self.frame_label.setText(f"{index + 1}/{total}")
 

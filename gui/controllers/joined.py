@@ -1,0 +1,265 @@
+"""Requests from the command line, run by the app's engine thread (issue #22 item 1, M6).
+
+`python -m engine run …` of this user and these settings folders, on any display, connects to
+the socket `engine.settings.join_socket_path()` (engine/join.py is its side) instead of loading
+a second copy of the model in its own process. Here each connection is one request, in the
+messages of engine/wire.py:
+
+- the hello is checked: the peer is this user's (SO_PEERCRED), speaks our protocol and
+  version, and asks for what this engine gives — the same models folder, the same memory caps
+  and CPU arena hand-back; otherwise the welcome says in one line why the command line runs
+  standalone;
+- the request is queued on the engine thread after the jobs already queued, and appears in
+  the job list marked as coming from the command line;
+- its progress and its one terminal outcome go back; the command line's cancel, or its
+  connection closing (the terminal closed, the process killed), cancels the job.
+
+The socket lives in the private runtime folder (0700, owner checked) and is owner-only
+itself; the app records it in its process record (`endpoint`) for `engine memory`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket as pysocket
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtNetwork import QLocalServer, QLocalSocket
+
+from engine import wire
+from engine.errors import EngineError, ErrorKind
+from engine.requests import (
+    OperationCancellation,
+    OperationFailure,
+    OperationRequest,
+    Progress,
+    Result,
+)
+from gui.engine_thread import EngineThread
+from gui.jobs import Job
+from gui.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+ANSWER_TIMEOUT_MS = 500  # another app that already serves the socket answers within this
+
+
+def _peer_uid(descriptor: int) -> int | None:
+    """The user id of the process at the other end of a connected Unix socket (Linux)."""
+    if not hasattr(pysocket, "SO_PEERCRED") or descriptor < 0:
+        return None
+    try:
+        dup = pysocket.socket(fileno=os.dup(descriptor))  # ours to close; Qt keeps its own
+    except OSError:
+        return None
+    try:
+        creds = dup.getsockopt(pysocket.SOL_SOCKET, pysocket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None
+    finally:
+        dup.close()
+    return int(struct.unpack("3i", creds)[1])
+
+
+@dataclass
+class _Client:
+    """One command line's connection: its hello, then its one request."""
+
+    socket: QLocalSocket
+    reader: wire.FrameReader = field(default_factory=wire.FrameReader)
+    hello: wire.Hello | None = None
+    request_id: str | None = None
+    ended: bool = False  # its terminal outcome was sent
+
+
+class JoinedRequests(QObject):
+    """The app's side of the join: a local server and the requests it queued."""
+
+    requestJoined = Signal(str)  # job id: a command line's job is in the queue
+
+    def __init__(
+        self, workspace: Workspace, engine: EngineThread, parent: QObject | None = None
+    ) -> None:
+        super().__init__(parent)
+        self.workspace = workspace
+        self.engine = engine
+        self.path: Path | None = None
+        self._server: QLocalServer | None = None
+        self._clients: dict[QLocalSocket, _Client] = {}
+        self._by_request: dict[str, _Client] = {}
+        engine.progressChanged.connect(self._on_progress)
+        engine.operationFinished.connect(self._on_ended)
+        engine.operationFailed.connect(self._on_ended)
+        engine.operationCancelled.connect(self._on_ended)
+
+    # -- the server ---------------------------------------------------------------------------
+    def listen(self, path: Path | None) -> bool:
+        """Serve the command line at `path`; False when another app already does (or the
+        socket cannot be made: the command line then runs standalone)."""
+        if path is None:
+            return False
+        probe = QLocalSocket()
+        probe.connectToServer(str(path))
+        if probe.waitForConnected(ANSWER_TIMEOUT_MS):
+            probe.abort()
+            log.info("command line requests: another Tessera serves %s", path)
+            return False
+        probe.abort()
+        QLocalServer.removeServer(str(path))  # left by an app that ended
+        server = QLocalServer(self)
+        server.setSocketOptions(QLocalServer.SocketOption.UserAccessOption)
+        if not server.listen(str(path)):
+            log.warning(
+                "command line requests: cannot listen on %s (%s)", path, server.errorString()
+            )
+            server.deleteLater()
+            return False
+        server.newConnection.connect(self._on_new_connection)
+        self._server, self.path = server, path
+        return True
+
+    def close(self) -> None:
+        """Stop listening; the command lines still connected see the connection end."""
+        for client in list(self._clients.values()):
+            client.socket.abort()
+        self._clients.clear()
+        self._by_request.clear()
+        if self._server is not None:
+            self._server.close()  # removes the socket file
+            self._server.deleteLater()
+            self._server = None
+
+    def _on_new_connection(self) -> None:
+        server = self._server
+        while server is not None and server.hasPendingConnections():
+            socket = server.nextPendingConnection()
+            if socket is None:
+                break
+            uid = _peer_uid(int(socket.socketDescriptor()))
+            if uid is not None and hasattr(os, "getuid") and uid != os.getuid():
+                log.warning("command line requests: refused user %d's connection", uid)
+                socket.abort()
+                socket.deleteLater()
+                continue
+            client = _Client(socket)
+            self._clients[socket] = client
+            socket.readyRead.connect(lambda c=client: self._on_ready_read(c))
+            socket.disconnected.connect(lambda c=client: self._on_disconnected(c))
+            if socket.bytesAvailable() > 0:
+                self._on_ready_read(client)
+
+    # -- one client ---------------------------------------------------------------------------
+    def _send(self, client: _Client, message: wire.Message) -> None:
+        if client.socket.state() == QLocalSocket.LocalSocketState.ConnectedState:
+            client.socket.write(wire.encode(message))
+            client.socket.flush()
+
+    def _on_ready_read(self, client: _Client) -> None:
+        data = bytes(client.socket.readAll().data())
+        try:
+            messages = client.reader.feed(data)
+        except wire.WireError as e:
+            log.warning("command line requests: dropped a connection: %s", e)
+            self._drop(client)
+            return
+        for message in messages:
+            if isinstance(message, wire.Hello) and client.hello is None:
+                self._on_hello(client, message)
+            elif isinstance(message, OperationRequest) and client.hello is not None:
+                if client.request_id is None:
+                    self._on_request(client, message)
+            elif isinstance(message, wire.Cancel) and message.request_id == client.request_id:
+                self._cancel(client)
+
+    def _on_hello(self, client: _Client, hello: wire.Hello) -> None:
+        from engine import __version__
+
+        reason = self._refusal(hello)
+        client.hello = hello
+        self._send(client, wire.Welcome(os.getpid(), __version__, not reason, reason))
+        if reason:
+            log.info("command line pid %d runs standalone: %s", hello.pid, reason)
+            client.socket.disconnectFromServer()
+
+    def _refusal(self, hello: wire.Hello) -> str:
+        """Why this engine cannot run the command line's request as it would run it; empty
+        when it can."""
+        from engine import __version__
+
+        me = f"the app (pid {os.getpid()})"
+        settings = self.engine.settings
+        if hello.protocol != wire.PROTOCOL or hello.version != __version__:
+            return f"{me} is Tessera {__version__}, this command line {hello.version}."
+        ours = os.path.realpath(settings.resolved_models_dir().expanduser())
+        if hello.models_dir is not None and os.path.realpath(hello.models_dir) != ours:
+            return f"{me} uses the models in {ours}, this run those in {hello.models_dir}."
+        for name, theirs, mine in (
+            ("CPU memory limit", hello.cpu_mem_limit, settings.cpu_mem_limit),
+            ("GPU memory limit", hello.gpu_mem_limit, settings.gpu_mem_limit),
+        ):
+            if theirs != mine:
+                return f"{me} has {_limit(mine)} as its {name}, this run {_limit(theirs)}."
+        if hello.keep_cpu_arena != settings.keep_cpu_arena:
+            keeps = "keeps" if settings.keep_cpu_arena else "hands back"
+            return f"{me} {keeps} its CPU arena after each job; --keep-cpu-arena differs."
+        return ""
+
+    def _on_request(self, client: _Client, request: OperationRequest) -> None:
+        assert client.hello is not None
+        client.request_id = request.id
+        try:
+            request.typed_options()
+            ahead = len(self.engine.open_requests())
+            self.engine.submit(request)
+        except (EngineError, RuntimeError) as e:
+            kind = e.kind if isinstance(e, EngineError) else ErrorKind.INTERNAL
+            self._send(client, OperationFailure(request.id, kind, str(e)))
+            client.ended = True
+            client.socket.disconnectFromServer()
+            return
+        self._by_request[request.id] = client
+        model = Path(request.model)
+        label = model.stem if model.suffix.lower() == ".onnx" else request.model
+        job = Job(request, label, origin=f"command line (pid {client.hello.pid})")
+        self.workspace.add_job(job, f"command-line:{request.id}", ())
+        self._send(client, wire.Queued(request.id, ahead))
+        self.requestJoined.emit(request.id)
+
+    def _cancel(self, client: _Client) -> None:
+        if client.request_id is not None and not client.ended:
+            self.workspace.job_cancel_requested(client.request_id)
+            self.engine.cancel(client.request_id)
+
+    def _on_disconnected(self, client: _Client) -> None:
+        self._cancel(client)  # the terminal is gone: nobody waits for this job
+        self._drop(client)
+
+    def _drop(self, client: _Client) -> None:
+        self._clients.pop(client.socket, None)
+        if client.request_id is not None:
+            self._by_request.pop(client.request_id, None)
+        if client.socket.state() != QLocalSocket.LocalSocketState.UnconnectedState:
+            client.socket.abort()
+        client.socket.deleteLater()
+
+    # -- the engine's signals -----------------------------------------------------------------
+    def _on_progress(self, event: Progress) -> None:
+        client = self._by_request.get(event.request_id)
+        if client is not None:
+            self._send(client, event)
+
+    def _on_ended(self, outcome: Result | OperationFailure | OperationCancellation) -> None:
+        client = self._by_request.pop(outcome.request_id, None)
+        if client is None:
+            return
+        client.ended = True
+        self._send(client, outcome)
+        client.socket.disconnectFromServer()  # closes once the outcome is written
+
+
+def _limit(value: int | None) -> str:
+    return "no limit" if value is None else f"{value // (1024 * 1024)} MB"

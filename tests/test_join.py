@@ -1,0 +1,493 @@
+"""The command line joins the running app (issue #22 item 1, M6), with real processes: the app
+offscreen (`python -m gui`, a private runtime folder, settings folders and instance name) and
+`python -m engine run` on contract models. A joined run loads no model in the command line's
+process — it never imports ONNX Runtime — and the app holds the one session; its products and
+exit code are a standalone run's, bit for bit; Ctrl-C cancels the app's job and the app serves
+the next request; `--standalone` and a different models folder run in-process."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from pytestqt.qtbot import QtBot
+
+from engine import __version__, join, wire
+from engine.requests import (
+    Operation,
+    OperationCancellation,
+    OperationFailure,
+    OperationRequest,
+    Progress,
+    Result,
+)
+from engine.samples.contract_models import make_upscaler
+from engine.samples.synthetic import slow_model
+from gui.controllers.joined import JoinedRequests
+from gui.jobs import JobState
+from gui.main_window import MainWindow
+from tests.engine_helpers import photo
+from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
+from tests.window_fixtures import JOB_MS
+
+ROOT = Path(__file__).resolve().parents[1]
+START_S = 90  # the app's start on a loaded two-core machine
+
+
+@dataclass
+class App:
+    process: subprocess.Popen[str]
+    env: dict[str, str]
+    models: Path
+    records: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def label(self) -> str:
+        return f"app (pid {self.pid})"
+
+    def engine(self, *args: str, importtime: bool = False) -> subprocess.CompletedProcess[str]:
+        flags = ["-X", "importtime"] if importtime else []
+        return subprocess.run(
+            [sys.executable, *flags, "-m", "engine", *args],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            cwd=ROOT,
+            timeout=300,
+        )
+
+    def start_run(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "engine", "run", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self.env,
+            cwd=ROOT,
+        )
+
+    def held(self) -> list[dict[str, object]]:
+        """Every Tessera process and its sessions, as `engine memory --json` lists them."""
+        done = self.engine("memory", "--json")
+        assert done.returncode == 0, done.stderr
+        processes: list[dict[str, object]] = json.loads(done.stdout)["processes"]
+        return processes
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[App]:
+    tmp = tmp_path_factory.mktemp("join")
+    run = tmp / "run"
+    run.mkdir(mode=0o700)
+    models = tmp / "models"
+    make_upscaler(models / "realesrgan-x4plus.onnx", scale=4)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "QT_QPA_PLATFORM": "offscreen",
+        "XDG_RUNTIME_DIR": str(run),
+        "XDG_CONFIG_HOME": str(tmp / "config"),
+        "XDG_DATA_HOME": str(tmp / "data"),
+        "TESSERA_MODELS_DIR": str(models),
+        "TESSERA_INSTANCE_NAME": f"join-test-{os.getpid()}",
+    }
+    env.pop("DISPLAY", None)  # the command line finds the app whatever display it is on
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gui"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**env, "DISPLAY": ":77"},
+        cwd=ROOT,
+    )
+    records = run / "tessera" / "processes"
+    app = App(process, env, models, records)
+    try:
+        deadline = time.monotonic() + START_S
+        while True:  # ready once its record names the socket it serves
+            record = records / f"{process.pid}.json"
+            try:
+                if json.loads(record.read_text()).get("endpoint"):
+                    break
+            except (OSError, ValueError):
+                pass
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "the app never served the command line"
+            time.sleep(0.1)
+        yield app
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.communicate()
+
+
+def _products(data: dict[str, object]) -> list[bytes]:
+    products = data["products"]
+    assert isinstance(products, list)
+    return [Path(p["path"]).read_bytes() for p in products]
+
+
+def test_a_joined_upscale_loads_nothing_here_and_equals_a_standalone_run(
+    app: App, tmp_path: Path
+) -> None:
+    image = photo(tmp_path / "photo.png", 40, 30)
+    joined = app.engine(
+        "run",
+        "upscale",
+        str(image),
+        "--model",
+        "realesrgan-x4plus",
+        "--out",
+        str(tmp_path / "joined"),
+        "--json",
+        importtime=True,
+    )
+    assert joined.returncode == 0, joined.stderr
+    data = json.loads(joined.stdout)
+    assert data["engine"] == app.label
+    assert data["exit_code"] == 0
+    # The command line's process never loaded ONNX Runtime: it cannot have made a session.
+    assert "onnxruntime" not in joined.stderr and "| onnx" not in joined.stderr
+    (listed,) = app.held()  # the command line has ended; the app holds the one copy
+    assert listed["pid"] == app.pid
+    sessions = listed["sessions"]
+    assert isinstance(sessions, list) and [s["model"] for s in sessions] == ["realesrgan-x4plus"]
+
+    again = app.engine(
+        "run", "upscale", str(image), "--model", "realesrgan-x4plus", "--out", str(tmp_path / "j2")
+    )
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == str(tmp_path / "j2" / "photo-realesrgan-x4plus.png")
+    (listed,) = app.held()
+    assert len(listed["sessions"]) == 1  # type: ignore[arg-type]  # reused, not a second copy
+
+    alone = app.engine(
+        "run",
+        "upscale",
+        str(image),
+        "--model",
+        "realesrgan-x4plus",
+        "--out",
+        str(tmp_path / "alone"),
+        "--json",
+        "--standalone",
+    )
+    assert alone.returncode == joined.returncode == 0, alone.stderr
+    solo = json.loads(alone.stdout)
+    assert solo["engine"] == "this process"
+    assert solo["sessions"] == {"created": 1, "reused": 0}  # its own copy
+    assert [p["kind"] for p in solo["products"]] == [p["kind"] for p in data["products"]]
+    assert _products(solo) == _products(data)  # bit for bit
+
+
+def test_a_bad_input_fails_in_the_app_as_it_fails_standalone(app: App, tmp_path: Path) -> None:
+    bad = tmp_path / "not-an-image.png"
+    bad.write_bytes(b"this is text")
+    args = ("run", "upscale", str(bad), "--model", "realesrgan-x4plus", "--json")
+    joined, alone = app.engine(*args), app.engine(*args, "--standalone")
+    assert joined.returncode == alone.returncode == 4
+    a, b = json.loads(joined.stdout), json.loads(alone.stdout)
+    assert (a["engine"], b["engine"]) == (app.label, "this process")
+    assert a["failures"] == b["failures"]
+    assert joined.stderr.splitlines()[-1] == alone.stderr.splitlines()[-1]
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_cancels_the_apps_job_and_the_app_serves_the_next(
+    app: App, tmp_path: Path, signum: signal.Signals, code: int
+) -> None:
+    # A model of its own per case: the app still holds the last case's after its cancel.
+    slow = slow_model(tmp_path / f"slow-{signum.name}.onnx", layers=800)
+    big = photo(tmp_path / "big.png", 2048, 1536)  # about a minute of runs on two cores
+    out = tmp_path / "slow"
+    cli = app.start_run(
+        "upscale", str(big), "--model", str(slow), "--out", str(out), "--tile", "64", "--json"
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not any(  # the app is running it: it holds the slow model
+            s["model"] == slow.stem
+            for p in app.held()
+            for s in p["sessions"]  # type: ignore[attr-defined]
+        ):
+            assert cli.poll() is None, cli.communicate()
+            assert time.monotonic() < deadline, "the app never ran the command line's job"
+            time.sleep(0.2)
+        cli.send_signal(signum)
+        sent = time.monotonic()
+        stdout, err = cli.communicate(timeout=30)
+        took = time.monotonic() - sent
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.communicate()
+    assert cli.returncode == code, err
+    assert err.strip().splitlines()[-1] == f"Stopped by {signum.name}: 0 products written."
+    data = json.loads(stdout)
+    assert data["exit_code"] == code and data["engine"] == app.label
+    assert data["app_confirmed"] is True  # the app's job ended, cancelled, within the grace
+    assert took < 5  # the terminal waits at most STOP_GRACE_S for the app (slack: a busy box)
+    assert not list(out.glob("*.png"))
+
+    # The app is still there, its slow job gone: the next request runs at once.
+    image = photo(tmp_path / "next.png", 24, 16)
+    started = time.monotonic()
+    nxt = app.engine("run", "upscale", str(image), "--model", "realesrgan-x4plus", "--json")
+    assert nxt.returncode == 0, nxt.stderr
+    assert json.loads(nxt.stdout)["engine"] == app.label
+    assert time.monotonic() - started < 30  # behind the slow job it would wait a minute
+    assert app.process.poll() is None
+
+
+def test_a_different_models_folder_runs_standalone_and_says_so(app: App, tmp_path: Path) -> None:
+    other = tmp_path / "other-models"
+    make_upscaler(other / "realesrgan-x4plus.onnx", scale=4)
+    image = photo(tmp_path / "p.png", 24, 16)
+    done = app.engine(
+        "run", "upscale", str(image), "--model", "realesrgan-x4plus",
+        "--models-dir", str(other), "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["engine"] == "this process"
+    (line,) = [x for x in done.stderr.splitlines() if x.startswith("Running standalone")]
+    assert line == (
+        f"Running standalone: the app (pid {app.pid}) uses the models in "
+        f"{os.path.realpath(app.models)}, this run those in {os.path.realpath(other)}."
+    )
+
+
+def test_no_app_runs_standalone_silently(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    models = tmp_path / "models"
+    make_upscaler(models / "realesrgan-x4plus.onnx", scale=4)
+    image = photo(tmp_path / "p.png", 24, 16)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "XDG_RUNTIME_DIR": str(run),
+        "TESSERA_MODELS_DIR": str(models),
+        "TESSERA_INSTANCE_NAME": f"join-none-{os.getpid()}",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "engine", "run", "upscale", str(image), "--model",
+         "realesrgan-x4plus", "--json"],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["engine"] == "this process"
+    assert "standalone" not in done.stderr
+
+
+# -- the app's side, in this process: the real window and engine thread, a real socket -------
+class _Client(threading.Thread):
+    """A command line's side in a thread: hello, the request, then every message until the
+    outcome (or until `hang_up` is set: it closes the connection, as a killed terminal does)."""
+
+    def __init__(self, socket: Path, request: OperationRequest, hello: wire.Hello) -> None:
+        super().__init__(name="join-client", daemon=True)
+        self.socket, self.request, self.hello = socket, request, hello
+        self.messages: list[object] = []
+        self.refused: str = ""
+        self.hang_up = threading.Event()
+
+    def run(self) -> None:
+        joined = join.connect(self.hello, self.socket)
+        if not isinstance(joined, join.Joined):
+            self.refused = joined.line if joined is not None else "no app"
+            return
+        try:
+            joined.send(wire.for_sending(self.request))
+            while not self.hang_up.is_set():
+                message = joined.receive(timeout=0.05)
+                if message is None:
+                    continue
+                self.messages.append(message)
+                if isinstance(message, (Result, OperationFailure, OperationCancellation)):
+                    return
+        except EOFError:
+            return
+        finally:
+            joined.close()
+
+
+def _hello(models: Path, **changes: object) -> wire.Hello:
+    hello = wire.Hello(os.getpid(), __version__, models_dir=os.path.realpath(models))
+    return dataclasses.replace(hello, **changes)  # type: ignore[arg-type]
+
+
+def test_the_apps_list_shows_the_command_lines_job_after_the_queued_ones(
+    qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
+) -> None:
+    win = window
+    served = JoinedRequests(win.workspace, win.engine, win)
+    path = tmp_path / "join.sock"
+    assert served.listen(path)
+    try:
+        # A job of the window's own runs (the slow model), so the command line's waits.
+        slow = OperationRequest(
+            Operation.UPSCALE,
+            str(models / "slow.onnx"),
+            (photo(tmp_path / "big.png", 512, 384),),
+            output_dir=tmp_path / "own",
+            tile=64,
+        )
+        win.engine.submit(slow)
+        image = photo(tmp_path / "cli.png", 24, 16)
+        request = OperationRequest(
+            Operation.UPSCALE, str(models / "up2.onnx"), (image,), output_dir=tmp_path / "cli"
+        )
+        client = _Client(path, request, _hello(models))
+        client.start()
+        qtbot.waitUntil(lambda: request.id in win.workspace.jobs, timeout=10_000)
+        job = win.workspace.jobs[request.id]
+        assert job.title.endswith(f"— from the command line (pid {os.getpid()})")
+        row = win.job_list.rows[request.id]
+        assert "from the command line" in row.job.title
+        qtbot.waitUntil(lambda: bool(client.messages), timeout=10_000)
+        assert client.messages[0] == wire.Queued(request.id, 1)  # after the window's job
+        win.engine.cancel(slow.id)
+        qtbot.waitUntil(lambda: not client.is_alive(), timeout=JOB_MS)  # the loop serves it
+        outcome = client.messages[-1]
+        assert isinstance(outcome, Result) and outcome.ok, outcome
+        assert [p.path.parent for p in outcome.products] == [tmp_path / "cli"]
+        qtbot.waitUntil(lambda: job.state is JobState.FINISHED, timeout=10_000)
+
+        # A terminal that goes away cancels its job in the app.
+        gone = dataclasses.replace(slow, output_dir=tmp_path / "gone")
+        client = _Client(path, gone, _hello(models))
+        client.start()
+        qtbot.waitUntil(
+            lambda: (
+                gone.id in win.workspace.jobs
+                and win.workspace.jobs[gone.id].state is JobState.RUNNING
+            ),
+            timeout=JOB_MS,
+        )
+        client.hang_up.set()
+        qtbot.waitUntil(lambda: not client.is_alive(), timeout=10_000)
+        qtbot.waitUntil(
+            lambda: win.workspace.jobs[gone.id].state is JobState.CANCELLED, timeout=10_000
+        )
+        assert not list((tmp_path / "gone").glob("*.png"))
+    finally:
+        served.close()
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"version": "0.0.1"}, "is Tessera {v}, this command line 0.0.1."),
+        ({"cpu_mem_limit": 512 * 1024 * 1024}, "has no limit as its CPU memory limit, this run 512 MB."),
+        ({"keep_cpu_arena": True}, "hands back its CPU arena after each job; --keep-cpu-arena differs."),
+        ({"models_dir": "/elsewhere"}, "uses the models in {m}, this run those in /elsewhere."),
+    ],
+)  # fmt: skip
+def test_what_the_apps_engine_cannot_honour_is_refused_in_one_line(
+    qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path, changes: dict[str, object],
+    reason: str,
+) -> None:  # fmt: skip
+    served = JoinedRequests(window.workspace, window.engine, window)
+    assert served.listen(tmp_path / "join.sock")
+    try:
+        image = photo(tmp_path / "cli.png", 24, 16)
+        request = OperationRequest(Operation.UPSCALE, str(models / "up2.onnx"), (image,))
+        client = _Client(tmp_path / "join.sock", request, _hello(models, **changes))
+        client.start()
+        qtbot.waitUntil(lambda: not client.is_alive(), timeout=10_000)
+        expected = reason.format(v=__version__, m=os.path.realpath(models))
+        assert client.refused == f"Running standalone: the app (pid {os.getpid()}) {expected}"
+        assert request.id not in window.workspace.jobs
+    finally:
+        served.close()
+
+
+# -- finding the app: what is not an app that answers is standalone ---------------------------
+def test_a_socket_nobody_listens_on_is_no_app(tmp_path: Path) -> None:
+    path = tmp_path / "join.sock"
+    left = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    left.bind(str(path))  # an app that ended without removing it
+    left.close()
+    assert join.connect(_hello(tmp_path), path) is None
+    assert join.connect(_hello(tmp_path), tmp_path / "absent.sock") is None
+
+
+def test_a_listener_that_never_answers_sends_the_run_standalone(tmp_path: Path) -> None:
+    path = tmp_path / "join.sock"
+    hung = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    hung.bind(str(path))
+    hung.listen(1)  # accepted by the kernel, never answered
+    try:
+        started = time.monotonic()
+        found = join.connect(_hello(tmp_path), path)
+        assert found == join.Standalone(
+            "Running standalone: the running app did not answer within 2 s."
+        )
+        assert time.monotonic() - started < 2 * join.ANSWER_TIMEOUT_S
+    finally:
+        hung.close()
+
+
+def test_a_file_that_is_not_a_socket_is_not_trusted(tmp_path: Path) -> None:
+    path = tmp_path / "join.sock"
+    path.write_text("planted")
+    found = join.connect(_hello(tmp_path), path)
+    assert isinstance(found, join.Standalone) and "is not this user's Tessera socket" in found.line
+
+
+def test_a_job_cancelled_in_the_app_tells_the_command_line_what_it_wrote(
+    qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
+) -> None:
+    """The person's Cancel in the window ends the command line's job too, and the ending
+    names the products already written (the terminal lists them, as a stopped run does)."""
+    win = window
+    served = JoinedRequests(win.workspace, win.engine, win)
+    path = tmp_path / "join.sock"
+    assert served.listen(path)
+    try:
+        first = photo(tmp_path / "a.png", 24, 16)
+        second = photo(tmp_path / "b.png", 512, 384)
+        request = OperationRequest(
+            Operation.UPSCALE,
+            str(models / "slow.onnx"),
+            (first, second),
+            output_dir=tmp_path / "cli",
+            tile=64,
+        )
+        client = _Client(path, request, _hello(models))
+        client.start()
+        qtbot.waitUntil(
+            lambda: any(
+                isinstance(m, Progress) and m.input_index == 1 and m.run >= 1
+                for m in list(client.messages)
+            ),
+            timeout=JOB_MS,
+        )
+        win.jobs.cancel(request.id)  # the window's Cancel on its row
+        qtbot.waitUntil(lambda: not client.is_alive(), timeout=10_000)
+        outcome = client.messages[-1]
+        assert isinstance(outcome, OperationCancellation) and outcome.started
+        assert outcome.products == (tmp_path / "cli" / "a-slow.png",)
+        assert sorted(p.name for p in (tmp_path / "cli").iterdir()) == ["a-slow.png"]
+        assert win.workspace.jobs[request.id].state is JobState.CANCELLED
+    finally:
+        served.close()

@@ -1,0 +1,196 @@
+"""Clips in the window (issue #23, the app's part): the real window on the offscreen platform,
+a real engine thread, clips made here with PyAV (64×48, 10 frames).
+
+- a dropped clip is one input with a poster thumbnail and a "clip · … · 10 frames" label;
+  a damaged one is refused at once with the engine's message;
+- the clip bar shows frame n with read_frame's pixels, and compare shows the same frame of the
+  original and of the product clip;
+- Preview on a clip previews the frame on screen;
+- the Run estimate covers every frame of the clip.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+from PySide6.QtGui import QImage
+from pytestqt.qtbot import QtBot
+
+from engine.api import Engine
+from engine.io.video import read_frame
+from engine.requests import Operation, OperationRequest
+from engine.settings import DEFAULT_MAX_PIXELS, EngineSettings
+from gui.jobs import JobState
+from gui.main_window import MainWindow
+from gui.widgets.clip_bar import ClipBar
+from gui.widgets.images import to_qimage
+from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
+from tests.video_clips import make_clip
+from tests.window_fixtures import drop_files, use_model, wait_ended
+
+FRAMES = 10
+
+
+def as_array(image: QImage) -> np.ndarray:
+    rgb = image.convertToFormat(QImage.Format.Format_RGB888)
+    h, w = rgb.height(), rgb.width()
+    data = np.frombuffer(rgb.constBits(), np.uint8, count=rgb.bytesPerLine() * h)
+    return data.reshape(h, rgb.bytesPerLine())[:, : w * 3].reshape(h, w, 3).copy()
+
+
+def shown(win: MainWindow) -> tuple[np.ndarray | None, np.ndarray | None]:
+    view = win.viewer.view
+    before = view._before.toImage() if view._before is not None else None
+    after = view._after.toImage() if view._after is not None else None
+    return (
+        as_array(before) if before is not None else None,
+        as_array(after) if after is not None else None,
+    )
+
+
+def frame(path: Path, index: int) -> np.ndarray:
+    # Through to_qimage as the viewer draws it (8-bit RGB), so the comparison is exact.
+    return as_array(to_qimage(read_frame(path, index, DEFAULT_MAX_PIXELS)))
+
+
+def open_clip(qtbot: QtBot, win: MainWindow, clip: Path) -> None:
+    drop_files(win, [clip])
+    qtbot.waitUntil(
+        lambda: win.viewer.before is not None and win.viewer.before.path == clip, timeout=10_000
+    )
+
+
+def scrub_to(qtbot: QtBot, win: MainWindow, index: int) -> None:
+    win.viewer.clip_bar.slider.setValue(index)
+    qtbot.waitUntil(lambda: win.viewer.clip_frame == index, timeout=10_000)
+
+
+def test_a_dropped_clip_is_one_input_with_a_poster_and_a_bad_one_is_refused_at_once(
+    qtbot: QtBot, window: MainWindow, tmp_path: Path
+) -> None:
+    clip = make_clip(tmp_path / "walk.mp4", FRAMES)
+    bad = tmp_path / "broken.mp4"
+    bad.write_bytes(clip.read_bytes()[:300])
+    open_clip(qtbot, window, clip)
+    sources = list(window.workspace.sources.values())
+    assert [s.paths for s in sources] == [(clip,)]
+    source = sources[0]
+    assert source.clip and source.frames == FRAMES
+    assert source.label == f"walk.mp4 (clip · 0.4 s · {FRAMES} frames)"
+    qtbot.waitUntil(lambda: source.key in window.inputs._thumbs, timeout=10_000)
+    thumb = window.inputs._thumbs[source.key].toImage()
+    poster = as_array(thumb.scaled(64, 48))
+    assert np.abs(poster.astype(int) - frame(clip, 0).astype(int)).mean() < 12
+    assert window.viewer.clip_bar.isVisibleTo(window.viewer)
+    assert window.viewer.clip_bar.label.text() == f"frame 1/{FRAMES} · 00:00.0"
+
+    drop_files(window, [bad])
+    assert len(window.workspace.sources) == 1  # refused at once, nothing queued
+    assert "broken.mp4" in window.notice.label.text()  # the engine's reason, named
+
+
+def test_the_scrubber_shows_frame_n_of_the_clip_and_of_its_product(
+    qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
+) -> None:
+    clip = make_clip(tmp_path / "walk.mp4", FRAMES)
+    open_clip(qtbot, window, clip)
+    scrub_to(qtbot, window, 6)
+    before, _ = shown(window)
+    assert before is not None and np.array_equal(before, frame(clip, 6))
+    assert window.viewer.clip_bar.label.text() == f"frame 7/{FRAMES} · 00:00.2"
+
+    use_model(window, models, "up2.onnx")
+    (job_id,) = window.run_selected()
+    wait_ended(qtbot, window)
+    job = window.workspace.jobs[job_id]
+    assert job.state is JobState.FINISHED and job.result is not None
+    product = job.result.products[0].path
+    qtbot.waitUntil(
+        lambda: window.viewer.after is not None and window.viewer.after.path == product,
+        timeout=10_000,
+    )
+    scrub_to(qtbot, window, 4)
+    before, after = shown(window)
+    assert before is not None and np.array_equal(before, frame(clip, 4))
+    assert after is not None and after.shape == (96, 128, 3)
+    assert np.array_equal(after, frame(product, 4))  # the same frame of the product clip
+
+
+def test_preview_on_a_clip_previews_the_frame_on_screen(
+    qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
+) -> None:
+    clip = make_clip(tmp_path / "walk.mp4", FRAMES)
+    open_clip(qtbot, window, clip)
+    use_model(window, models, "up2.onnx")
+    scrub_to(qtbot, window, 7)
+    requests: list[int] = []
+    window.engine.previewStarted.connect(lambda r: requests.append(r.frame))
+    window.set_preview(True)
+    qtbot.waitUntil(
+        lambda: bool(window.preview.drawn) and not window.preview.waiting, timeout=30_000
+    )
+    assert requests and requests[-1] == 7
+    patches = window.preview.drawn
+    # The full job on frame 7 as a still (read_frame's pixels in a PNG): what Preview shows.
+    still = tmp_path / "frame7.png"
+    Image.fromarray(read_frame(clip, 7, DEFAULT_MAX_PIXELS)).save(still)
+    job = OperationRequest(
+        Operation.UPSCALE, str(models / "up2.onnx"), (still,), output_dir=tmp_path / "out"
+    )
+    with Image.open(Engine(EngineSettings(models_dir=models)).run(job).products[0].path) as im:
+        want = np.asarray(im.convert("RGB"))
+    for patch in patches:
+        r = patch.region
+        got = np.asarray(patch.pixels)[..., :3]
+        assert np.array_equal(got, want[r.y0 : r.y1, r.x0 : r.x1])
+    assert patches  # frame 0 differs (the gradient moves): these are frame 7's
+    window.set_preview(False)
+
+
+def test_the_run_estimate_covers_every_frame_of_the_clip(
+    qtbot: QtBot, window: MainWindow, tmp_path: Path
+) -> None:
+    clip = make_clip(tmp_path / "walk.mp4", FRAMES)
+    open_clip(qtbot, window, clip)
+    (source,) = window.workspace.sources.values()
+    settings = window.workspace.settings
+    assert settings is not None
+    book = window.jobs.speeds
+    book.learn(settings.operation, settings.model, settings.device, 2.0, 0.03, 10)
+    guess = window.jobs.estimate([source], settings)
+    one = book.estimate(settings.operation, settings.model, settings.device, 64 * 48 / 1e6, 1)
+    assert guess is not None and one is not None
+    assert guess.seconds == FRAMES * one.seconds
+    assert f"the clip's {FRAMES} frames" in window.jobs.estimate_line("this CPU")
+
+
+def test_play_runs_at_the_clip_rate_and_drops_frames_while_one_is_read(qtbot: QtBot) -> None:
+    bar = ClipBar()
+    qtbot.addWidget(bar)
+    bar.set_clip(100, Fraction(50))
+    asked: list[int] = []
+    bar.frameRequested.connect(asked.append)
+    bar.play_button.setChecked(True)
+    qtbot.waitUntil(lambda: bool(asked), timeout=2000)
+    qtbot.wait(200)  # the frame is still being read: ten ticks later, nothing more is asked
+    assert len(asked) == 1
+    bar.shown(asked[0])
+    qtbot.waitUntil(lambda: len(asked) == 2, timeout=2000)
+    assert asked[1] >= asked[0] + 5  # the frame due now, not the next one: the rest dropped
+    bar.stop()
+    assert not bar.timer.isActive()
+
+
+def test_playing_a_clip_in_the_window_ends_on_its_last_frame(
+    qtbot: QtBot, window: MainWindow, tmp_path: Path
+) -> None:
+    clip = make_clip(tmp_path / "walk.mp4", FRAMES)
+    open_clip(qtbot, window, clip)
+    window.viewer.clip_bar.play_button.setChecked(True)
+    qtbot.waitUntil(lambda: not window.viewer.clip_bar.playing, timeout=10_000)
+    qtbot.waitUntil(lambda: window.viewer.clip_frame == FRAMES - 1, timeout=5000)
+    before, _ = shown(window)
+    assert before is not None and np.array_equal(before, frame(clip, FRAMES - 1))
