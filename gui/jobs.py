@@ -276,6 +276,19 @@ class Job:
         spent = now - self.running_at if self.running_at is not None else 0.0
         return max(1.0, self.expected_s - spent)
 
+    @property
+    def writing(self) -> bool:
+        """Every run of the input's last frame is done: its products are being written (a
+        12000×8000 PNG takes seconds), which the engine reports only when they are."""
+        event = self.progress
+        if self.state is not JobState.RUNNING or event is None:
+            return False
+        return (
+            event.kind in (ProgressKind.RUN_FINISHED, ProgressKind.FRAME_FINISHED)
+            and event.frame + 1 >= event.frame_count
+            and event.run >= event.run_count
+        )
+
     def eta_is_estimate(self) -> bool:
         """True while the time left comes from the measured speed, not this job's own pace."""
         return self.first_run is None or self.fraction <= self.first_run[1]

@@ -11,7 +11,8 @@ ndv's evented models). QtCore only; touched on the GUI thread only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from PySide6.QtCore import QObject, Signal
 
@@ -28,6 +29,7 @@ class Workspace(QObject):
     jobAdded = Signal(str)
     jobChanged = Signal(str)  # state or progress (rows redraw coalesced: `dirty`)
     jobEnded = Signal(str)
+    jobsEnded = Signal(list)  # job ids that ended together (a batch: Cancel all)
     jobsForgotten = Signal(list)  # job ids cleared from the list
     viewingChanged = Signal(object, object)  # input key, right-hand version id (or None)
     settingsChanged = Signal()  # the job settings the panel shows
@@ -50,6 +52,10 @@ class Workspace(QObject):
         self.preview_on = False
         self.region: Region | None = None
         self.dirty: set[str] = set()  # job rows whose progress is not drawn yet
+        self._of_input: dict[str, list[str]] = {}  # input key → its job ids, oldest first
+        self._batching = False  # inside `batch()`: announcements wait for its end
+        self._held: dict[str, None] = {}  # jobs changed during the batch, in order
+        self._held_ended: dict[str, None] = {}
 
     # -- inputs -------------------------------------------------------------------------------
     def add_sources(self, sources: Sequence[InputSource]) -> list[InputSource]:
@@ -125,18 +131,20 @@ class Workspace(QObject):
         viewable = [v for v in self.versions(key) if v.viewable]
         return viewable[-1] if viewable else None
 
+    def jobs_of(self, key: str) -> list[Job]:
+        """The input's jobs still in the list, oldest first (without a scan of every job)."""
+        return [self.jobs[i] for i in self._of_input.get(key, ()) if i in self.jobs]
+
     def failure(self, key: str) -> str:
         """The reason the input's latest job failed; empty when it did not."""
-        latest = [
-            j for j in self.jobs.values() if self.job_input.get(j.id) == key and j.state.ended
-        ]
+        latest = [j for j in self.jobs_of(key) if j.state.ended]
         if not latest:
             return ""
         last = latest[-1]
         return last.message if last.state is JobState.FAILED else ""
 
     def running_for(self, key: str) -> bool:
-        return any(self.job_input.get(j.id) == key and j.state.active for j in self.jobs.values())
+        return any(j.state.active for j in self.jobs_of(key))
 
     # -- bases and chains ---------------------------------------------------------------------
     def set_base(self, key: str, version_id: str) -> None:
@@ -165,6 +173,7 @@ class Workspace(QObject):
         self.jobs[job.id] = job
         self.job_input[job.id] = key
         self.chains[job.id] = chain
+        self._of_input.setdefault(key, []).append(job.id)
         self.jobAdded.emit(job.id)
         self.inputChanged.emit(key)
 
@@ -230,6 +239,8 @@ class Workspace(QObject):
         for job_id in gone:
             del self.jobs[job_id]
             self.dirty.discard(job_id)
+        for key in {self.job_input.get(j, "") for j in gone}:
+            self._of_input[key] = [i for i in self._of_input.get(key, ()) if i in self.jobs]
         if gone:
             self.jobsForgotten.emit(gone)
         return gone
@@ -237,7 +248,33 @@ class Workspace(QObject):
     def active(self) -> list[Job]:
         return [j for j in self.jobs.values() if j.state.active]
 
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Many jobs change at once (Cancel all): each job's row and input are announced once,
+        at the end, and `jobsEnded` replaces a `jobEnded` per job."""
+        if self._batching:
+            yield
+            return
+        self._batching = True
+        try:
+            yield
+        finally:
+            self._batching = False
+            changed, self._held = list(self._held), {}
+            ended, self._held_ended = list(self._held_ended), {}
+            for job_id in changed:
+                self.dirty.discard(job_id)
+                self.jobChanged.emit(job_id)
+            for key in dict.fromkeys(self.job_input.get(j, "") for j in changed):
+                if key in self.sources:
+                    self.inputChanged.emit(key)
+            if ended:
+                self.jobsEnded.emit(ended)
+
     def _changed(self, job: Job) -> None:
+        if self._batching:
+            self._held[job.id] = None
+            return
         # Rows of running jobs redraw at the list's pace; a state the person waits on, now.
         if job.state.ended or job.state in (JobState.LOADING, JobState.CANCELLING):
             self.dirty.discard(job.id)
@@ -247,6 +284,9 @@ class Workspace(QObject):
 
     def _ended(self, job: Job) -> None:
         self._changed(job)
+        if self._batching:
+            self._held_ended[job.id] = None
+            return
         self.jobEnded.emit(job.id)
         key = self.job_input.get(job.id)
         if key is not None:

@@ -68,6 +68,9 @@ class FakeEngine(EngineSignals):
         self.operationCancelled.emit(OperationCancellation(request_id, started=started))
         return True
 
+    def cancel_many(self, request_ids: list[str]) -> int:
+        return sum(self.cancel(request_id) for request_id in request_ids)
+
     def cancel_previews(self) -> None:
         self.previews_cancelled += 1
         for request_id in list(self.previews):

@@ -126,6 +126,7 @@ class InputsPanel(QWidget):
         layout.addWidget(self.list, 1)
         layout.addLayout(buttons)
         self._placeholder = _placeholder()
+        self._items: dict[str, QListWidgetItem] = {}
         needed = sum(b.sizeHint().width() for b in (add, self.remove_button, clear)) + 12
         self.setMinimumWidth(max(THUMB + 40, needed))
 
@@ -136,6 +137,8 @@ class InputsPanel(QWidget):
         current = self.current_key()
         self._programmatic = True
         try:
+            if not wanted:
+                self.list.clear()  # one call, not one per image
             for row in reversed(range(self.list.count())):
                 item = self.list.item(row)
                 if item is not None and item.data(KEY) not in wanted:
@@ -149,6 +152,9 @@ class InputsPanel(QWidget):
                 item.setSizeHint(self.list.gridSize())
                 self.list.insertItem(index, item)
             self.sources = wanted
+            self._items = {
+                i.data(KEY): i for i in (self.list.item(r) for r in range(self.list.count())) if i
+            }
             for key in list(self._thumbs):
                 if key not in wanted:
                     self._thumbs.pop(key, None)
@@ -190,11 +196,8 @@ class InputsPanel(QWidget):
         item.setToolTip("\n".join(lines))
 
     def _item(self, key: str) -> QListWidgetItem | None:
-        for row in range(self.list.count()):
-            item = self.list.item(row)
-            if item is not None and item.data(KEY) == key:
-                return item
-        return None
+        # A dict, not a scan: 1000 thumbnails and marks arrive one by one (issue #21).
+        return self._items.get(key)
 
     def select(self, key: str) -> None:
         """Select `key` for the person (a new input, a result that came in)."""

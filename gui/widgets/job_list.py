@@ -1,15 +1,16 @@
-"""The job list: one line when idle ("3 done · 1 failed"), the rows while jobs run, the newest
-always scrolled into view. A row shows progress ("frame 2/5 · tile 14/36"), elapsed time and the
+"""The job list: one line when idle ("3 done · 1 failed"), the batch ("137/1000 · about 3 min
+left") and its rows while jobs run, the running one kept in view. A row shows progress ("frame 2/5 · tile 14/36"), elapsed time and the
 time left (from this model's measured speed until the job's own pace is known), Cancel while it
 waits or runs, Open / Show in folder when done, and "Failed" in red with the reason."""
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QMouseEvent, QPalette
+from PySide6.QtGui import QMouseEvent, QPalette, QWheelEvent
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -17,7 +18,7 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QProgressBar,
     QPushButton,
-    QScrollArea,
+    QScrollBar,
     QSizePolicy,
     QToolButton,
     QVBoxLayout,
@@ -29,6 +30,7 @@ from gui.widgets.elided_label import ElidedLabel
 
 FAILED_STYLE = "color: #c0392b;"
 ROWS_SHOWN = 3  # rows visible while jobs run; the rest scroll
+FOLLOW_AFTER_S = 8.0  # after the person scrolls the list, it follows the running job again
 
 
 class JobRow(QFrame):
@@ -39,7 +41,7 @@ class JobRow(QFrame):
 
     def __init__(self, job: Job, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.job = job
+        self.job = job  # rebound as the list scrolls (`bind`)
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.setCursor(Qt.CursorShape.PointingHandCursor)
         self.title = ElidedLabel()
@@ -81,6 +83,12 @@ class JobRow(QFrame):
         layout.setSpacing(2)
         layout.addLayout(top)
         layout.addLayout(bottom)
+        for button in (self.cancel_button, self.open_button, self.reveal_button):
+            button.setFocusPolicy(Qt.FocusPolicy.TabFocus)  # a click leaves the focus where it was
+        self.refresh()
+
+    def bind(self, job: Job) -> None:
+        self.job = job
         self.refresh()
 
     def refresh(self, now: float | None = None) -> None:
@@ -103,6 +111,8 @@ class JobRow(QFrame):
             text = "cancelled"
         elif state is JobState.FINISHED:
             text = "done"
+        elif job.writing:
+            text = "writing the result…"
         self.bar.setFormat(text or "%p%")
         self.message.setVisible(trouble)
         self.message.setText(job.message)
@@ -115,7 +125,7 @@ class JobRow(QFrame):
         times = ""
         if job.started_at is not None:
             times = fmt_duration(job.elapsed(now))
-            eta = job.eta(now) if running else None
+            eta = job.eta(now) if running and not job.writing else None
             if eta is not None:
                 times += f" · {fmt_estimate(eta)} left"
                 if job.eta_is_estimate():
@@ -131,6 +141,10 @@ class JobRow(QFrame):
 
 
 class JobList(QWidget):
+    """A virtual list: a few real rows (`rows_shown`) bound to whichever jobs are in view, over
+    a scroll bar for the rest, so a thousand jobs cost no more than three (issue #21). Counts
+    are kept as jobs change state, so each event costs the same whatever the batch's size."""
+
     cancelRequested = Signal(str)
     cancelAllRequested = Signal()
     clearRequested = Signal()
@@ -140,10 +154,19 @@ class JobList(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.rows: dict[str, JobRow] = {}
-        self._newest: str | None = None
+        self._jobs: list[Job] = []
+        self._index: dict[str, int] = {}  # job id → its place in `_jobs`
+        self._states: dict[str, JobState] = {}  # the state each job had when last counted
+        self._counts: Counter[JobState] = Counter()
+        self._top = 0  # the first job in view
+        self._running: str | None = None
+        self._next_hint = 0  # no job before this place is still queued (jobs run in order)
+        self._person_scrolled_at = -1e9  # the list follows the running job unless just scrolled
+        self._batch_ended = 0  # jobs of this batch (since the list was last idle) that ended
+        self._batch_started_at = 0.0
+        self._batch_left: float | None = None  # seconds the batch has left, refreshed each tick
         self._pinned: bool | None = None  # the person's choice; None: open while jobs run
-        self._attention: set[str] = set()  # failed jobs the person has not seen yet
+        self._attention: list[str] = []  # failed jobs the person has not seen yet, in order
         self.rows_shown = ROWS_SHOWN
         self.toggle = QToolButton()
         self.toggle.setAutoRaise(True)
@@ -158,6 +181,8 @@ class JobList(QWidget):
         self.cancel_all_button.clicked.connect(self.cancelAllRequested)
         self.clear_button = QPushButton("Clear finished")
         self.clear_button.clicked.connect(self.clearRequested)
+        for button in (self.cancel_all_button, self.clear_button):
+            button.setFocusPolicy(Qt.FocusPolicy.TabFocus)  # a click leaves the focus where it was
         head = QHBoxLayout()
         head.setContentsMargins(0, 0, 0, 0)
         head.addWidget(self.toggle)
@@ -165,129 +190,265 @@ class JobList(QWidget):
         head.addWidget(self.cancel_all_button)
         head.addWidget(self.clear_button)
 
+        self.pool: list[JobRow] = []  # the real rows, bound to the jobs in view
         self.container = QWidget()
         self.rows_layout = QVBoxLayout(self.container)
         self.rows_layout.setContentsMargins(0, 0, 0, 0)
         self.rows_layout.setSpacing(3)
-        self.rows_layout.addStretch(1)
-        self.scroll_area = QScrollArea()
-        self.scroll_area.setWidgetResizable(True)
-        self.scroll_area.setFrameShape(QFrame.Shape.NoFrame)
-        self.scroll_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.scroll_area.setWidget(self.container)
-        self.scroll_area.verticalScrollBar().rangeChanged.connect(self._range_changed)
+        self.scroll_bar = QScrollBar(Qt.Orientation.Vertical)
+        self.scroll_bar.setSingleStep(1)
+        self.scroll_bar.valueChanged.connect(self._scrolled)
+        self.scroll_bar.sliderPressed.connect(self._person_scrolled)
+        self.body = QWidget()
+        body = QHBoxLayout(self.body)
+        body.setContentsMargins(0, 0, 0, 0)
+        body.setSpacing(2)
+        body.addWidget(self.container, 1)
+        body.addWidget(self.scroll_bar)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 2, 4, 2)
         layout.setSpacing(2)
         layout.addLayout(head)
-        layout.addWidget(self.scroll_area)
+        layout.addWidget(self.body)
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
 
         self.clock = QTimer(self)
         self.clock.setInterval(1000)  # elapsed time and ETA of running jobs
         self.clock.timeout.connect(self.tick)
-        self._scroll_pending = False
+        self._later = QTimer(self)
+        self._later.setSingleShot(True)
+        self._later.setInterval(0)
+        self._later.timeout.connect(self._update)
+        self._later.timeout.connect(self._follow)
         self._update()
 
-    # -- rows ---------------------------------------------------------------------------------
-    def add(self, job: Job) -> JobRow:
-        row = JobRow(job)
-        row.cancelRequested.connect(self.cancelRequested)
-        row.showRequested.connect(self.showRequested)
-        row.openRequested.connect(self.openRequested)
-        row.revealRequested.connect(self.revealRequested)
-        self.rows[job.id] = row
-        self.rows_layout.insertWidget(self.rows_layout.count() - 1, row)
-        self._newest = job.id
+    # -- jobs ---------------------------------------------------------------------------------
+    @property
+    def jobs(self) -> list[Job]:
+        return list(self._jobs)
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def add(self, job: Job) -> None:
+        if job.id in self._index:
+            return
+        if not self._active_count():
+            self._batch_ended = 0  # a new batch
+            self._batch_started_at = time.monotonic()
+            self._batch_left = None
+            self._next_hint = len(self._jobs)
+        self._index[job.id] = len(self._jobs)
+        self._jobs.append(job)
+        self._count(job)
         self._pinned = None  # a new batch shows itself
-        self._scroll_pending = True
-        self._update()
-        QTimer.singleShot(0, self, self.scroll_to_newest)
-        return row
+        if not self._later.isActive():  # 1000 jobs queued at once: one redraw after them
+            self._later.start()
 
     def update_job(self, job_id: str) -> None:
-        row = self.rows.get(job_id)
+        place = self._index.get(job_id)
+        if place is None:
+            return
+        job = self._jobs[place]
+        was = self._states.get(job_id)
+        self._count(job)
+        state = job.state
+        if state is JobState.FAILED and job_id not in self._attention:
+            self._attention.append(job_id)
+            self._pinned = None
+        if state in (JobState.LOADING, JobState.RUNNING, JobState.CANCELLING):
+            if self._running != job_id:
+                self._running = job_id
+                self._follow()
+        elif self._running == job_id:
+            self._running = None
+            if not self._active_count():
+                self._follow()  # the batch ended: its failure, else its last job
+        if was is not None and was.active and state.ended:
+            self._batch_ended += 1
+        row = self.row(job_id)
         if row is not None:
             row.refresh()
-            if row.job.state is JobState.FAILED and job_id not in self._attention:
-                self._attention.add(job_id)
-                self._pinned = None
         self._update()
 
     def row(self, job_id: str) -> JobRow | None:
-        return self.rows.get(job_id)
+        """The row bound to the job, when it is in view (or would be, with the list open)."""
+        place = self._index.get(job_id)
+        if place is None or not self._top <= place < self._top + self.rows_shown:
+            return None
+        self._bind()
+        slot = place - self._top
+        return self.pool[slot] if slot < len(self.pool) else None
 
     def remove(self, job_ids: list[str]) -> None:
-        for job_id in job_ids:
-            self._attention.discard(job_id)
-            row = self.rows.pop(job_id, None)
-            if row is not None:
-                self.rows_layout.removeWidget(row)
-                row.hide()  # deleteLater waits for the event loop; it must not show meanwhile
-                row.setParent(None)
-                row.deleteLater()
+        gone = set(job_ids)
+        if not gone & self._index.keys():
+            return
+        self._attention = [j for j in self._attention if j not in gone]
+        self._jobs = [j for j in self._jobs if j.id not in gone]
+        self._index = {job.id: i for i, job in enumerate(self._jobs)}
+        for job_id in gone:
+            state = self._states.pop(job_id, None)
+            if state is not None:
+                self._counts[state] -= 1
+        if self._running in gone:
+            self._running = None
+        self._next_hint = 0
         self._update()
+        self._follow()
+
+    def _count(self, job: Job) -> None:
+        old = self._states.get(job.id)
+        if old is not None:
+            self._counts[old] -= 1
+        self._states[job.id] = job.state
+        self._counts[job.state] += 1
+
+    def _active_count(self) -> int:
+        return sum(n for state, n in self._counts.items() if state.active)
 
     def tick(self, now: Callable[[], float] = time.monotonic) -> None:
         moment = now()
-        for row in self.rows.values():
-            if row.job.state in (JobState.LOADING, JobState.RUNNING, JobState.CANCELLING):
+        for row in self.pool:
+            if not row.isHidden() and row.job.state in (
+                JobState.LOADING,
+                JobState.RUNNING,
+                JobState.CANCELLING,
+            ):
                 row.refresh(moment)
+        self._batch_left = self._estimate_left(moment)
+        self._update()
 
-    # -- showing ------------------------------------------------------------------------------
+    def _estimate_left(self, now: float) -> float | None:
+        """The batch's time left: its own pace once a job of it ended, else the jobs' estimates
+        (once a second, so the sum over the queue is not paid per event)."""
+        active = self._active_count()
+        if not active:
+            return None
+        if self._batch_ended:
+            return (now - self._batch_started_at) / self._batch_ended * active
+        running = self._jobs[self._index[self._running]] if self._running else None
+        left = running.eta(now) if running is not None else None
+        queued = [j.expected_s for j in self._jobs if j.state is JobState.QUEUED]
+        if any(s is None for s in queued) or (running is not None and left is None):
+            return None
+        return (left or 0.0) + sum(s for s in queued if s is not None)
+
+    # -- what is in view ----------------------------------------------------------------------
     @property
     def expanded(self) -> bool:
         if self._pinned is not None:
-            return self._pinned and bool(self.rows)
+            return self._pinned and bool(self._jobs)
         # open while jobs run, and after a failure until the person has seen it
-        return any(r.job.state.active for r in self.rows.values()) or bool(
-            self._attention & set(self.rows)
-        )
+        return self._active_count() > 0 or bool(self._attention)
 
     def _toggled(self) -> None:
         self._pinned = not self.expanded
         if not self._pinned:
             self._attention.clear()
         self._update()
-        if self.expanded:
-            QTimer.singleShot(0, self, self.scroll_to_newest)
 
     def set_compact(self, compact: bool) -> None:
         """One row at a time while another panel (the memory panel) takes height."""
         self.rows_shown = 1 if compact else ROWS_SHOWN
         self._update()
-        QTimer.singleShot(0, self, self.scroll_to_newest)
+        self._follow()
 
-    def scroll_to_newest(self) -> None:
-        row = self.rows.get(self._newest or "")
-        if row is None or not self.scroll_area.isVisible():
-            return
-        failed = [j for j in self._attention if j in self.rows]
-        if failed and not any(r.job.state.active for r in self.rows.values()):
-            row = self.rows[failed[-1]]  # after a batch, the failure is what to see
-        self.container.adjustSize()
-        self.scroll_area.ensureWidgetVisible(row, 0, 0)
+    def anchor(self) -> int:
+        """The place the list keeps in view: the running job, else the next queued one, else
+        the last failure the person has not seen, else the newest job."""
+        if self._running is not None and self._running in self._index:
+            return self._index[self._running]
+        if self._active_count():
+            while self._next_hint < len(self._jobs) and self._jobs[self._next_hint].state.ended:
+                self._next_hint += 1  # amortised: jobs leave the queue in order
+            if self._next_hint < len(self._jobs):
+                return self._next_hint
+        if self._attention and self._attention[-1] in self._index:
+            return self._index[self._attention[-1]]
+        return max(len(self._jobs) - 1, 0)
 
-    def _range_changed(self, _low: int, _high: int) -> None:
-        # The row's geometry is known only once the layout ran: scroll then, not before.
-        if self._scroll_pending:
-            self._scroll_pending = False
-            self.scroll_to_newest()
+    def _follow(self) -> None:
+        if time.monotonic() - self._person_scrolled_at < FOLLOW_AFTER_S:
+            return  # the person is reading other rows
+        self.scroll_to(self.anchor())
+
+    def scroll_to(self, place: int) -> None:
+        shown = self.rows_shown
+        top = min(max(place - (1 if shown > 2 else 0), 0), max(len(self._jobs) - shown, 0))
+        if top != self._top:
+            self._top = top
+            self._bind()
+
+    def _person_scrolled(self) -> None:
+        self._person_scrolled_at = time.monotonic()
+
+    def _scrolled(self, value: int) -> None:
+        if value != self._top:
+            self._top = value
+            self._bind()
+
+    def wheelEvent(self, event: QWheelEvent) -> None:
+        steps = -event.angleDelta().y() // 120 or (-1 if event.angleDelta().y() > 0 else 0)
+        if steps:
+            self._person_scrolled()
+            self.scroll_bar.setValue(self.scroll_bar.value() + steps)
+        event.accept()
+
+    def _row_widget(self, slot: int) -> JobRow:
+        while len(self.pool) <= slot:
+            row = JobRow(self._jobs[self._top + slot])
+            row.cancelRequested.connect(self.cancelRequested)
+            row.showRequested.connect(self.showRequested)
+            row.openRequested.connect(self.openRequested)
+            row.revealRequested.connect(self.revealRequested)
+            self.rows_layout.addWidget(row)
+            self.pool.append(row)
+        return self.pool[slot]
+
+    def _bind(self) -> None:
+        """Bind the real rows to the jobs from `_top`, and size the list to them."""
+        shown = min(self.rows_shown, len(self._jobs))
+        self._top = min(self._top, max(len(self._jobs) - shown, 0))
+        for slot in range(max(shown, len(self.pool))):
+            if slot < shown:
+                row = self._row_widget(slot)
+                row.bind(self._jobs[self._top + slot])
+                row.show()
+            else:
+                self.pool[slot].hide()
+        self.scroll_bar.blockSignals(True)
+        self.scroll_bar.setRange(0, max(len(self._jobs) - shown, 0))
+        self.scroll_bar.setPageStep(max(shown, 1))
+        self.scroll_bar.setValue(self._top)
+        self.scroll_bar.blockSignals(False)
+        self.scroll_bar.setVisible(len(self._jobs) > shown)
+        width = self.container.width()
+        heights = [
+            r.heightForWidth(width)
+            if r.hasHeightForWidth() and width > 50
+            else r.sizeHint().height()
+            for r in self.pool[:shown]
+        ] or [48]
+        self.body.setFixedHeight(sum(heights) + 3 * (len(heights) - 1) + 2)
 
     def _update(self) -> None:
-        states = [row.job.state for row in self.rows.values()]
-        active = sum(1 for s in states if s.active)
-        queued = sum(1 for s in states if s is JobState.QUEUED)
-        done = sum(1 for s in states if s is JobState.FINISHED)
-        failed = sum(1 for s in states if s is JobState.FAILED)
-        cancelled = sum(1 for s in states if s is JobState.CANCELLED)
+        counts = self._counts
+        active = self._active_count()
+        queued = counts[JobState.QUEUED]
+        failed = counts[JobState.FAILED]
+        cancelled = counts[JobState.CANCELLED]
         parts = []
-        if active - queued:
-            parts.append(f"{active - queued} running")
-        if queued:
-            parts.append(f"{queued} queued")
-        if done:
-            parts.append(f"{done} done")
+        if active:
+            total = active + self._batch_ended
+            head = f"{self._batch_ended}/{total}" if total > 1 else "1 running"
+            if self._batch_left is not None:
+                head += f" · {fmt_estimate(self._batch_left)} left"
+            parts.append(head)
+            if queued and total > 1:
+                parts.append(f"{queued} queued")
+        elif counts[JobState.FINISHED]:
+            parts.append(f"{counts[JobState.FINISHED]} done")
         if failed:
             parts.append(f"{failed} failed")
         if cancelled:
@@ -299,21 +460,13 @@ class JobList(QWidget):
             QPalette.ColorRole.WindowText if parts else QPalette.ColorRole.PlaceholderText
         )
         self.cancel_all_button.setVisible(active > 0)
-        self.clear_button.setVisible(any(s.ended for s in states))
+        self.clear_button.setVisible(len(self._jobs) > active)
         open_ = self.expanded
         self.toggle.setArrowType(Qt.ArrowType.DownArrow if open_ else Qt.ArrowType.RightArrow)
-        self.toggle.setEnabled(bool(self.rows))
-        self.scroll_area.setVisible(open_)
+        self.toggle.setEnabled(bool(self._jobs))
+        self.body.setVisible(open_)
         if open_:
-            rows = list(self.rows.values())[-self.rows_shown :]
-            width = self.scroll_area.viewport().width()
-            heights = [
-                r.heightForWidth(width)
-                if r.hasHeightForWidth() and width > 50
-                else r.sizeHint().height()
-                for r in rows
-            ] or [48]
-            self.scroll_area.setFixedHeight(sum(heights) + 3 * (len(heights) - 1) + 2)
+            self._bind()
         if active and not self.clock.isActive():
             self.clock.start()
         elif not active:
