@@ -55,6 +55,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("engine")
 
 STOP_GRACE_S = 0.8  # after a stop signal, the longest wait for the engine thread
+# A joined run's terminal is not held by an ORT run: it can wait for the app's word that the
+# job ended (the app stops a run within ~0.1 s; a busy machine delays the reply, not the stop).
+JOINED_STOP_GRACE_S = 2.0
 TILE_RANGE = (16, 65536)
 MEGABYTES_RANGE = (1, 16 * 1024 * 1024)  # 1 MB … 16 TiB
 
@@ -507,7 +510,7 @@ def _joined(joined: Joined, request: OperationRequest, args: argparse.Namespace)
                 with contextlib.suppress(OSError):
                     joined.send(wire.Cancel(request.id, name or "SIGTERM"))
                 cancel_sent = True
-            if stop.waited_enough():
+            if stop.waited_enough(JOINED_STOP_GRACE_S):
                 break  # the app got the cancel; the terminal does not wait any longer
             try:
                 message = joined.receive()
@@ -609,8 +612,8 @@ class StopSignals:
     def _handler(self, signum: int, _frame: FrameType | None) -> None:
         self.stop(signum)
 
-    def waited_enough(self) -> bool:
-        return self.signum is not None and time.monotonic() - self.at > STOP_GRACE_S
+    def waited_enough(self, grace: float = STOP_GRACE_S) -> bool:
+        return self.signum is not None and time.monotonic() - self.at > grace
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:

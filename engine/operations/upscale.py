@@ -138,8 +138,14 @@ def tile_overlap(ctx: RunContext) -> int:
             return calibration.DEFAULT_OVERLAP
         session = ctx.session
 
+        cancel = ctx.cancel
+
         def run(tensor: np.ndarray) -> np.ndarray:
-            out = session.run({c.image_input: tensor}, last=False, outputs=[c.image_output])
+            # The request's cancel stops the probe too (a slow light model probes for seconds);
+            # a cancelled probe keeps nothing, the next request measures again.
+            out = session.run(
+                {c.image_input: tensor}, last=False, cancel=cancel, outputs=[c.image_output]
+            )
             return np.asarray(out[0])
 
         def upscale(picture: np.ndarray, tile: int | None, overlap: int) -> np.ndarray:
