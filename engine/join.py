@@ -78,7 +78,9 @@ class Joined:
             self.sock.close()
 
 
-def _peer_uid(sock: socket.socket) -> int | None:
+def peer_uid(sock: socket.socket) -> int | None:
+    """The user id of the process at the other end of a connected Unix socket (Linux), or
+    None where the system cannot tell."""
     if not hasattr(socket, "SO_PEERCRED"):
         return None
     try:
@@ -86,6 +88,21 @@ def _peer_uid(sock: socket.socket) -> int | None:
     except OSError:
         return None
     return int(struct.unpack("3i", creds)[1])
+
+
+def descriptor_peer_uid(descriptor: int) -> int | None:
+    """`peer_uid` of a socket known by its descriptor (Qt's QLocalSocket): a duplicate is
+    ours to close, Qt keeps its own."""
+    if not hasattr(socket, "SO_PEERCRED") or descriptor < 0:
+        return None
+    try:
+        dup = socket.socket(fileno=os.dup(descriptor))
+    except OSError:
+        return None
+    try:
+        return peer_uid(dup)
+    finally:
+        dup.close()
 
 
 def connect(hello: wire.Hello, path: Path | None = None) -> Joined | Standalone | None:
@@ -117,7 +134,7 @@ def _connect(hello: wire.Hello, path: Path) -> Joined | Standalone | None:
         except OSError as e:
             sock.close()
             return Standalone(f"Running standalone: the running app cannot be reached ({e}).")
-        uid = _peer_uid(sock)
+        uid = peer_uid(sock)
         if uid is not None and uid != os.getuid():
             sock.close()
             return Standalone(f"Running standalone: the app's socket is user {uid}'s, not ours.")

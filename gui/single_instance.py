@@ -38,7 +38,6 @@ import hashlib
 import json
 import logging
 import os
-import socket as pysocket
 import struct
 import sys
 import tempfile
@@ -48,6 +47,7 @@ from pathlib import Path
 from PySide6.QtCore import QCoreApplication, QLockFile, QObject, QTimer, Signal
 from PySide6.QtNetwork import QLocalServer, QLocalSocket
 
+from engine.join import descriptor_peer_uid
 from engine.settings import default_data_dir, private_runtime_dir
 
 log = logging.getLogger(__name__)
@@ -108,25 +108,6 @@ def private_folder() -> Path | None:
             "single instance: no private folder for the socket; this launch opens its own window"
         )
     return folder
-
-
-def peer_uid(descriptor: int) -> int | None:
-    """The user id of the process at the other end of a connected Unix socket (Linux), or
-    None where the system cannot tell."""
-    if not hasattr(pysocket, "SO_PEERCRED") or descriptor < 0:
-        return None
-    try:
-        dup = pysocket.socket(fileno=os.dup(descriptor))  # ours to close; Qt keeps its own
-    except OSError:
-        return None
-    try:
-        creds = dup.getsockopt(pysocket.SOL_SOCKET, pysocket.SO_PEERCRED, struct.calcsize("3i"))
-    except OSError:
-        return None
-    finally:
-        dup.close()
-    _pid, uid, _gid = struct.unpack("3i", creds)
-    return uid
 
 
 def _lock_path(name: str) -> str:
@@ -263,7 +244,7 @@ class SingleInstance(QObject):
         socket = QLocalSocket()
         socket.connectToServer(self.server_name)
         if socket.waitForConnected(timeout_ms):
-            uid = peer_uid(int(socket.socketDescriptor()))
+            uid = descriptor_peer_uid(int(socket.socketDescriptor()))
             if uid is not None and hasattr(os, "getuid") and uid != os.getuid():
                 # Never hand file paths to another user's process.
                 log.warning("single instance: the listener is user %d's; not handing off", uid)

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket as pysocket
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +30,7 @@ from PySide6.QtNetwork import QLocalServer, QLocalSocket
 
 from engine import wire
 from engine.errors import EngineError, ErrorKind
+from engine.join import descriptor_peer_uid
 from engine.requests import (
     OperationCancellation,
     OperationFailure,
@@ -46,23 +45,6 @@ from gui.workspace import Workspace
 log = logging.getLogger(__name__)
 
 ANSWER_TIMEOUT_MS = 500  # another app that already serves the socket answers within this
-
-
-def _peer_uid(descriptor: int) -> int | None:
-    """The user id of the process at the other end of a connected Unix socket (Linux)."""
-    if not hasattr(pysocket, "SO_PEERCRED") or descriptor < 0:
-        return None
-    try:
-        dup = pysocket.socket(fileno=os.dup(descriptor))  # ours to close; Qt keeps its own
-    except OSError:
-        return None
-    try:
-        creds = dup.getsockopt(pysocket.SOL_SOCKET, pysocket.SO_PEERCRED, struct.calcsize("3i"))
-    except OSError:
-        return None
-    finally:
-        dup.close()
-    return int(struct.unpack("3i", creds)[1])
 
 
 @dataclass
@@ -139,7 +121,7 @@ class JoinedRequests(QObject):
             socket = server.nextPendingConnection()
             if socket is None:
                 break
-            uid = _peer_uid(int(socket.socketDescriptor()))
+            uid = descriptor_peer_uid(int(socket.socketDescriptor()))
             if uid is not None and hasattr(os, "getuid") and uid != os.getuid():
                 log.warning("command line requests: refused user %d's connection", uid)
                 socket.abort()
