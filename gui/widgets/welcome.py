@@ -47,7 +47,7 @@ class WelcomePage(QFrame):
         title.setFont(font)
         title.setAlignment(Qt.AlignmentFlag.AlignCenter)
         kinds = QLabel(
-            "Photos, animated GIF/WebP/PNG, folders of frames — or an .onnx model to add it."
+            "Photos, video clips, animated GIF/WebP/PNG, folders of frames — or an .onnx model to add it."
         )
         kinds.setWordWrap(True)
         kinds.setAlignment(Qt.AlignmentFlag.AlignCenter)
