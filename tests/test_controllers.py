@@ -18,7 +18,7 @@ from engine.models.inventory import ModelInventory, discover
 from engine.requests import Operation
 from engine.samples.contract_models import make_two_strings, make_upscaler
 from engine.settings import EngineSettings
-from gui.controllers.jobs import JobsController
+from gui.controllers.jobs import FOLLOW_AT_MOST, JobsController
 from gui.controllers.models import (
     ModelsController,
     default_choice,
@@ -128,9 +128,24 @@ def test_results_become_versions_and_are_shown_as_they_come(
     versions = jobs.workspace.versions(str(a))
     assert [v.label for v in versions] == ["Original", "up2 ×2"]
     assert versions[0].id == ORIGINAL and versions[1].paths == (tmp_path / "a-up2.png",)
-    # only the image in view moved to its result: a batch does not pull the view along
-    assert shown == [(str(a), f"{ids[0]}:image")]
+    # both results were shown in turn: the person did not look elsewhere
+    assert [key for key, _ in shown] == [str(a), str(b)]
+    assert shown[1][1] == f"{ids[1]}:image"
     assert jobs.workspace.newest(str(b)) == jobs.workspace.versions(str(b))[1]
+
+
+def test_a_large_batch_leaves_the_view_on_the_image_in_view(
+    qtbot: QtBot, jobs: JobsController, models: Path, tmp_path: Path
+) -> None:
+    # Issue #21: the viewer jumped to each result of a long batch every second.
+    paths = [photo(tmp_path / f"p{i:02d}.png", 12, 8, seed=i) for i in range(FOLLOW_AT_MOST + 2)]
+    jobs.add_paths(paths)
+    shown: list[str] = []
+    jobs.showRequested.connect(lambda key, _vid: shown.append(key))
+    jobs.queue(list(jobs.workspace.sources.values()), up2(models))
+    qtbot.waitUntil(lambda: ended(jobs), timeout=JOB_MS)
+    assert shown == [str(paths[0])]  # the image in view got its result; no other took the view
+    assert all(len(jobs.workspace.versions(str(p))) == 2 for p in paths)
 
 
 def test_a_result_elsewhere_does_not_take_the_view_the_person_chose(

@@ -63,6 +63,11 @@ class AddOutcome:
     sequence_offer: tuple[Path, ...] = ()  # numbered stills of one size: offer one sequence
 
 
+# Up to this many images queued at once, the view shows each result as it comes (unless the
+# person looks elsewhere); a larger batch leaves the view to the person.
+FOLLOW_AT_MOST = 10
+
+
 class JobsController(QObject):
     """Actions on the workspace's inputs and jobs, and the engine thread's job signals."""
 
@@ -149,9 +154,10 @@ class JobsController(QObject):
         looking_here = viewing_key == key and (
             viewing_version is None or self._is_newest_or_original(key, viewing_version, job.id)
         )
-        # Only the input the person looks at moves to its new result: a batch never pulls the
-        # view from one image to the next as results come in (issue #21).
-        if looking_here or viewing_key is None:
+        # A few images' results each appear in turn while the person has not looked elsewhere;
+        # a large batch never pulls the view from image to image (issue #21): there only the
+        # image in view moves to its new result.
+        if looking_here or viewing_key is None or ws.following:
             ws.set_viewing(key, versions[0].id)
             self.showRequested.emit(key, versions[0].id)
 
@@ -268,7 +274,7 @@ class JobsController(QObject):
                 continue
             ids.append(self._queue_one(source, settings, start, ()))
         if ids:
-            self.workspace.set_following(True)
+            self.workspace.set_following(len(ids) <= FOLLOW_AT_MOST)
         return ids
 
     def _queue_one(
@@ -385,7 +391,7 @@ class JobsController(QObject):
             original = self.workspace.versions(source.key)[0]
             ids.append(self._queue_one(source, steps[0], original, tuple(steps[1:])))
         if ids:
-            self.workspace.set_following(True)
+            self.workspace.set_following(len(ids) <= FOLLOW_AT_MOST)
         return ids
 
     def run_chain_from(self, version: Version | None) -> list[str]:
