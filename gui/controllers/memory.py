@@ -12,7 +12,7 @@ import logging
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from engine.runtime import memory
+from engine.runtime import census, memory
 from engine.runtime.memory import MemorySnapshot
 from engine.runtime.sessions import SessionInfo
 from gui.engine_thread import EngineThread
@@ -21,14 +21,20 @@ from gui.tasks import TaskOutcome, TaskThread
 log = logging.getLogger(__name__)
 
 POLL_MS = 1000  # the memory gauge's pace
+CENSUS_EVERY = 5  # every Tessera process on the machine (M6): each fifth reading, ~35 ms
 
 
 def _read() -> MemorySnapshot:
     return memory.snapshot()  # looked up at each call: tests replace it
 
 
+def _take_census() -> census.Census:
+    return census.take()
+
+
 class MemoryController(QObject):
     snapshotTaken = Signal(object)  # MemorySnapshot
+    censusTaken = Signal(object)  # census.Census: what every Tessera process holds
     sessionsChanged = Signal(object, str)  # tuple[SessionInfo, ...], "2 models loaded"
 
     def __init__(self, engine: EngineThread, tasks: TaskThread, parent: QObject | None = None):
@@ -36,6 +42,8 @@ class MemoryController(QObject):
         self.engine = engine
         self.tasks = tasks
         self._pending = False
+        self._census_pending = False
+        self._polls = 0
         self.closed = False
         self.timer = QTimer(self)
         self.timer.setInterval(POLL_MS)
@@ -51,6 +59,19 @@ class MemoryController(QObject):
             return
         self._pending = True
         self.tasks.submit(_read, lambda outcome: self._taken(outcome, start_timer))
+        if self._polls % CENSUS_EVERY == 0 and not self._census_pending:
+            self._census_pending = True
+            self.tasks.submit(_take_census, self._census_taken)
+        self._polls += 1
+
+    def _census_taken(self, outcome: TaskOutcome) -> None:
+        self._census_pending = False
+        if self.closed:
+            return
+        if outcome.error is not None:
+            log.error("census of Tessera's processes failed: %s", outcome.error)
+        elif isinstance(outcome.value, census.Census):
+            self.censusTaken.emit(outcome.value)
 
     def _taken(self, outcome: TaskOutcome, start_timer: bool) -> None:
         self._pending = False

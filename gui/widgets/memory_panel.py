@@ -22,6 +22,8 @@ from PySide6.QtWidgets import (
 )
 
 from engine.requests import MemoryReport
+from engine.runtime.census import Census
+from engine.runtime.census import report as census_report
 from engine.runtime.memory import MemorySnapshot
 from engine.runtime.sessions import SessionInfo, SessionKey
 from gui.widgets.vram_gauge import fmt_bytes
@@ -48,6 +50,7 @@ class MemoryPanel(QWidget):
         self.sessions: tuple[SessionInfo, ...] = ()
         self.snapshot: MemorySnapshot | None = None
         self.last: MemoryReport | None = None  # what the last operation did with memory
+        self.census: Census | None = None  # every Tessera process of this user (M6)
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
@@ -111,6 +114,10 @@ class MemoryPanel(QWidget):
             self.last = report
             self._refresh()
 
+    def set_census(self, taken: Census) -> None:
+        self.census = taken
+        self._refresh()
+
     def set_snapshot(self, snapshot: MemorySnapshot) -> None:
         self.snapshot = snapshot
         self._refresh()
@@ -139,6 +146,13 @@ class MemoryPanel(QWidget):
         self.summary.setText(self.diagnosis())
 
     def diagnosis(self) -> str:
+        text = self._this_process()
+        if self.census is None:
+            return text
+        # The same list and warnings as `python -m engine memory`.
+        return text + "\n\n" + census_report(self.census)
+
+    def _this_process(self) -> str:
         weights = sum(s.file_size for s in self.sessions)
         count = len(self.sessions)
         lines = [

@@ -182,6 +182,7 @@ class WindowLayout:
         self.engine, self.memory_action = engine, shown
         memory.snapshotTaken.connect(self.gauge.set_snapshot)
         memory.snapshotTaken.connect(self.memory_panel.set_snapshot)
+        memory.censusTaken.connect(self.memory_panel.set_census)
         memory.sessionsChanged.connect(self._sessions_changed)
         engine.operationFinished.connect(lambda r: self.memory_panel.set_last_operation(r.memory))
         self.memory_dock.closeRequested.connect(lambda: shown.setChecked(False))

@@ -1,0 +1,70 @@
+"""The memory panel shows what every Tessera process of this user holds, with the warnings of
+`python -m engine memory` (issue #22 item 2): a real second process that holds the model this
+one holds is named as a duplicate in the window's panel."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pytestqt.qtbot import QtBot
+
+from engine.runtime import records
+from engine.runtime.records import HeldSession
+from gui.main_window import MainWindow
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# A second Tessera process whose record says it holds the model in argv[1], until stdin closes.
+HOLDER = """
+import sys
+from engine.runtime import records
+from engine.runtime.records import HeldSession, ProcessKind
+records.declare(ProcessKind.RUN)
+records.THIS.hold(1, (HeldSession("photo-x4", sys.argv[1], 1, 1, 1, "cpu", "cpu", 67_000_000),))
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.fixture
+def runtime_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(folder))
+    yield folder
+
+
+def test_the_panel_names_a_model_another_tessera_process_also_holds(
+    qtbot: QtBot, runtime_dir: Path, window: MainWindow, tmp_path: Path
+) -> None:
+    model = str(tmp_path / "photo-x4.onnx")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, model],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        owner = id(window)
+        records.THIS.hold(
+            owner, (HeldSession("photo-x4", model, 1, 1, 1, "cpu", "cpu", 67_000_000),)
+        )
+        try:
+            window.memory_panel.census = None
+            window.memory.poll()  # the first reading of a poll takes the census too
+            qtbot.waitUntil(lambda: window.memory_panel.census is not None, timeout=10_000)
+            text = window.memory_panel.diagnosis()
+            assert "photo-x4 is loaded twice" in text, text
+            assert f"pid {holder.pid}" in text
+        finally:
+            records.THIS.hold(owner, ())
+    finally:
+        holder.communicate("")
