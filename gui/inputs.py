@@ -147,7 +147,7 @@ def classify_paths(paths: Sequence[Path]) -> Classified:
             refused.append(str(e))
             continue
         sources.append(InputSource((path,), False, count, width, height))
-    return Classified(tuple(sources), tuple(models), tuple(refused), _sequence_offer(sources))
+    return Classified(tuple(sources), tuple(models), tuple(refused), sequence_offer(sources))
 
 
 def _clip(path: Path) -> InputSource:
@@ -169,7 +169,8 @@ def _size_or_zero(path: Path) -> tuple[int, int]:
     return width, height
 
 
-def _sequence_offer(sources: Sequence[InputSource]) -> tuple[Path, ...]:
+def sequence_offer(sources: Sequence[InputSource]) -> tuple[Path, ...]:
+    """The stills in frame order when they are equally sized numbered frames, else ()."""
     stills = [s for s in sources if len(s.paths) == 1 and not s.sequence and s.frames == 1]
     ordered = numbered_sequence([s.paths[0] for s in stills])
     if ordered is None:

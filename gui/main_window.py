@@ -181,6 +181,7 @@ class MainWindow(QMainWindow):
         self.intake.thumbnailReady.connect(
             lambda key, image: self.inputs.set_thumbnail(key, image or QImage())
         )
+        self.inputs.thumbnailsWanted.connect(self._make_thumbnails)
         self.panel.runRequested.connect(self.run_selected)
         self.panel.fetchRequested.connect(self.fetch_models)
         self.panel.addModelRequested.connect(self.menus.add_model_dialog)
@@ -274,6 +275,13 @@ class MainWindow(QMainWindow):
 
     def _update_estimate(self) -> None:
         self.layout_.update_estimate()
+
+    def _make_thumbnails(self, keys: list[str]) -> None:
+        """Only the thumbnails in view are made: 1000 images added cost ~20 (issue #21)."""
+        for key in keys:
+            source = self.workspace.source(key)
+            if source is not None:
+                self.intake.request_thumbnail(source)
 
     def _on_job_ended(self, job_id: str) -> None:
         job = self.workspace.jobs.get(job_id)

@@ -1,9 +1,10 @@
 """What comes into the window: dropped, opened, pasted and handed-over files and pictures.
 
 `InputsController` turns a drop (its MIME data), a file list or a pasted picture into inputs
-of the workspace (through the jobs controller), installs dropped `.onnx` models, asks for each
-new input's thumbnail off the GUI thread, remembers recent files, queues jobs when
-"Start jobs for dropped files" is on, and says why anything was refused. No widgets.
+of the workspace (through the jobs controller), installs dropped `.onnx` models, makes the
+thumbnails the images list asks for (those in view) off the GUI thread, remembers recent files,
+queues jobs when "Start jobs for dropped files" is on, and says why anything was refused. No
+widgets.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QMimeData, QObject, Signal
 
 from engine.requests import Operation
-from gui.controllers.jobs import JobsController
+from gui.controllers.jobs import AddOutcome, JobsController
 from gui.controllers.models import ModelsController
 from gui.inputs import InputSource
 from gui.messages import Notice, NoticeLevel, Topic
@@ -91,6 +92,8 @@ class InputsController(QObject):
         self.run_text = run_text
         self.operation = operation
         self.closed = False
+        self._run_later = False  # whether the rest of a large drop is run as it comes
+        jobs.addedLater.connect(lambda found: self._took(found, self._run_later))
 
     def _warn(self, text: str) -> None:
         self.noticeRequested.emit(Notice(text, NoticeLevel.WARNING, Topic.INPUTS))
@@ -124,19 +127,26 @@ class InputsController(QObject):
         """Add images and folders as inputs (each image its own input) and show the first;
         queue jobs when run-on-drop is on; install .onnx files; say why anything was refused."""
         found = self.jobs.add_paths(paths)
+        run = self.run_on_drop() if run is None else run
+        self._run_later = run  # for the rest of a large drop, added in later turns
+        jobs = self._took(found, run, first=True)
+        return DropOutcome(
+            found.sources, tuple(jobs), found.models, found.refused, found.sequence_offer
+        )
+
+    def _took(self, found: AddOutcome, run: bool, first: bool = False) -> list[str]:
+        """What follows an add (all of it, or one part of a large drop: `first` is False for
+        the parts after the first)."""
         for model in found.models:
             self.statusRequested.emit(f"Checking {model.name}…")
             self.models.install(model)
-        for source in found.sources:
-            self.request_thumbnail(source)
         if found.sources:
             self.settings.add_recent([str(s.paths[0]) for s in found.sources])
         if found.refused:
             tail = "" if found.sources or found.models else " Nothing was added."
             self._warn("\n".join(found.refused) + tail)
-        elif found.sources:
+        elif found.sources and first:
             self.noticeCleared.emit(Topic.INPUTS)  # an earlier refusal is stale now
-        run = self.run_on_drop() if run is None else run
         jobs: list[str] = []
         if found.sources and run:
             if self.models.inventory is None:
@@ -146,8 +156,8 @@ class InputsController(QObject):
                 )
             else:
                 jobs = self.jobs.queue_jobs(list(found.sources), self.operation())
-        elif found.sources:
-            count = len(found.sources)
+        elif found.sources and first:
+            count = len(found.sources) + found.more
             self.statusRequested.emit(
                 f"Added {count} image{'s' if count != 1 else ''}. "
                 f"Press {self.run_text()} (Ctrl+Return) when ready."
@@ -165,9 +175,7 @@ class InputsController(QObject):
                     lambda: self.merge_as_sequence(offer),
                 )
             )
-        return DropOutcome(
-            found.sources, tuple(jobs), found.models, found.refused, found.sequence_offer
-        )
+        return jobs
 
     def merge_as_sequence(self, paths: Sequence[Path]) -> InputSource | None:
         sequence = self.jobs.merge_as_sequence(paths)
