@@ -502,7 +502,8 @@ class JobsController(QObject):
             return
         with ws.batch():
             for job_id in ids:
-                ws.job_cancel_requested(job_id)
+                if ws.jobs[job_id].state is not JobState.QUEUED:  # a queued one just ends
+                    ws.job_cancel_requested(job_id)
             self.engine.cancel_many(ids)  # the queued ones' endings arrive inside the batch
         count = len(ids) + unlisted
         self.statusRequested.emit(f"Cancelled {count} job{'s' if count != 1 else ''}.")
