@@ -225,3 +225,14 @@ def test_after_one_real_job_the_estimate_is_within_2x_of_the_batch_s_time(
     took = run(batch)
     print(f"estimate {guess.seconds:.2f} s, took {took:.2f} s")
     assert 0.5 <= guess.seconds / took <= 2.0
+
+
+def test_a_session_s_first_job_is_forgotten_once_a_warm_one_ran(settings: AppSettings) -> None:
+    """A fresh session's first run carries its allocations (a small model's first job took
+    10× its next): it stands only until a job on a warm session says better."""
+    book = SpeedBook(settings)
+    op = Operation.UPSCALE
+    book.learn(op, "m", "cpu", 10.0, 0.3, 1, cold=True)
+    book.learn(op, "m", "cpu", 1.0, 0.3, 1)
+    after = book.estimate(op, "m", "cpu", 30.0, 100)
+    assert after is not None and after.seconds == pytest.approx(100.0, rel=0.05)

@@ -631,12 +631,14 @@ class JobsController(QObject):
         event = job.progress
         if event is not None and event.run_count > 1 and result.runs < event.run_count:
             return  # a preview had made some of its tiles: its time says nothing of the rate
-        if result.sessions_created and job.first_run is not None and job.ended_at is not None:
+        cold = bool(result.sessions_created)
+        if cold and job.first_run is not None and job.ended_at is not None:
             # A fresh session's first run costs many runs' time (ORT's first allocations): the
             # job's pace after it is what the next jobs will see.
             at, fraction = job.first_run
             if 0 < fraction < 1:
                 seconds = min(seconds, (job.ended_at - at) / (1 - fraction))
+                cold = False
         self.speeds.learn(
             job.request.operation,
             job.request.model,
@@ -645,5 +647,6 @@ class JobsController(QObject):
             job.megapixels,
             frames,
             float(result.timings.get("io_s", 0.0)),
+            cold,
         )
         log.info("%s took %s", job.title, fmt_duration(seconds))

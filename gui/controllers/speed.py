@@ -122,6 +122,18 @@ def _scales_with_pixels(operation: Operation) -> bool:
     return operation is Operation.UPSCALE
 
 
+def _warm(history: list[tuple[float, float, bool]]) -> list[tuple[float, float]]:
+    """The samples to fit: a cold job (its session's first) only while no warm job of its
+    kind (tiny, or real) says better."""
+    warm_tiny = any(not cold and mp < TINY_MP for mp, _, cold in history)
+    warm_real = any(not cold and mp >= TINY_MP for mp, _, cold in history)
+    return [
+        (mp, s)
+        for mp, s, cold in history
+        if not cold or not (warm_tiny if mp < TINY_MP else warm_real)
+    ]
+
+
 def fit(samples: list[tuple[float, float]]) -> tuple[float, float]:
     """(fixed seconds per image, seconds per megapixel) from (megapixels, seconds) per image.
 
@@ -182,19 +194,24 @@ class SpeedBook:
         self._remember_model(model, device)
         return speed
 
-    def _history(self, model: str, device: str) -> list[tuple[float, float]]:
-        """The last jobs' (megapixels, seconds) per image, oldest first."""
+    def _history(self, model: str, device: str) -> list[tuple[float, float, bool]]:
+        """The last jobs' (megapixels, seconds) per image, and whether the job was its
+        session's first (cold), oldest first."""
         found = []
-        for pair in self.settings.speed_for("jobs\t" + self.key(model, device)).split(";"):
-            mp, _, seconds = pair.partition(":")
+        for entry in self.settings.speed_for("jobs\t" + self.key(model, device)).split(";"):
+            parts = entry.split(":")
             try:
-                found.append((float(mp), float(seconds)))
-            except ValueError:
+                found.append((float(parts[0]), float(parts[1]), parts[2:] == ["c"]))
+            except (ValueError, IndexError):
                 continue
         return found
 
-    def _put_history(self, model: str, device: str, history: list[tuple[float, float]]) -> None:
-        text = ";".join(f"{mp:.6g}:{s:.6g}" for mp, s in history[-HISTORY:])
+    def _put_history(
+        self, model: str, device: str, history: list[tuple[float, float, bool]]
+    ) -> None:
+        text = ";".join(
+            f"{mp:.6g}:{s:.6g}" + (":c" if cold else "") for mp, s, cold in history[-HISTORY:]
+        )
         self.settings.set_speed_for("jobs\t" + self.key(model, device), text)
 
     def learn(
@@ -206,10 +223,12 @@ class SpeedBook:
         megapixels: float,
         frames: int,
         io_seconds: float = 0.0,
+        cold: bool = False,
     ) -> Speed | None:
         """Learn from one finished job: `seconds` of work (model loading excluded) over
         `megapixels` of input in `frames` images (frames of a sequence), `io_seconds` of them
-        reading and writing files."""
+        reading and writing files; `cold`: its session was made for it, so its first run
+        carried the session's first allocations (counted until a warm job of its kind ran)."""
         if seconds <= 0 or (megapixels <= 0 and frames <= 0):
             return None
         frames = max(frames, 1)
@@ -226,10 +245,10 @@ class SpeedBook:
             )
         history = self._history(model, device)
         if not history and old is not None and old.samples > 0:
-            history = [(1.0, old.fixed + old.per_mp)]  # remembered before the history was kept
-        history = [*history, (megapixels / frames, seconds / frames)][-HISTORY:]
+            history = [(1.0, old.fixed + old.per_mp, False)]  # kept before the history was
+        history = [*history, (megapixels / frames, seconds / frames, cold)][-HISTORY:]
         self._put_history(model, device, history)
-        fixed, per_mp = fit(history)
+        fixed, per_mp = fit(_warm(history))
         base = old or Speed(0.0, 0.0, 0.0, 0, weight)
         tiny = megapixels < TINY_MP * frames
         write = base.write_per_mp
