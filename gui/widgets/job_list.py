@@ -243,7 +243,7 @@ class JobList(QWidget):
         self._batch_left: float | None = None  # seconds the batch has left, refreshed each tick
         self._pinned: bool | None = None  # the person's choice; None: open while jobs run
         self._attention: list[str] = []  # failed jobs the person has not seen yet, in order
-        self._heights: tuple[int, int, tuple[str, ...]] | None = None  # (width, shown, states)
+        self._heights: tuple[int, int, tuple[str, ...]] | None = None  # width, shown, rows' states
         self.rows_shown = ROWS_SHOWN
         self.toggle = QToolButton()
         self.toggle.setAutoRaise(True)
@@ -528,7 +528,11 @@ class JobList(QWidget):
         self.scroll_bar.setVisible(len(self._jobs) > shown)
         width = self.container.width()
         # A row's height changes with its state (a failure's wrapped reason) and the width.
-        key = (width, shown, tuple(r.job.state.value for r in self.pool[:shown]))
+        key = (
+            width,
+            shown,
+            tuple(f"{r.job.state.value}{r.job.message}" for r in self.pool[:shown]),
+        )
         if key == self._heights:
             return
         self._heights = key
