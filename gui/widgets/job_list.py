@@ -155,6 +155,7 @@ class JobRow(QFrame):
         for button in (self.cancel_button, self.open_button, self.reveal_button):
             button.setFocusPolicy(Qt.FocusPolicy.TabFocus)  # a click leaves the focus where it was
         self._styles: dict[QWidget, str] = {}
+        self._titled: Job | None = None  # the job whose title the row shows
         self.refresh()
 
     def _style(self, widget: QWidget, sheet: str) -> None:
@@ -169,7 +170,9 @@ class JobRow(QFrame):
 
     def refresh(self, now: float | None = None) -> None:
         job = self.job
-        self.title.setText(job.title, "\n".join(str(p) for p in job.request.inputs))
+        if self._titled is not job:  # a job's title is the same all its life (and reads a stat)
+            self._titled = job
+            self.title.setText(job.title, "\n".join(str(p) for p in job.request.inputs))
         state = job.state
         self.state_label.setText(state.value)
         failed = state is JobState.FAILED
@@ -177,6 +180,9 @@ class JobRow(QFrame):
         running = state in (JobState.LOADING, JobState.RUNNING, JobState.CANCELLING)
         trouble = failed or (state is JobState.FINISHED and bool(job.message))
         self.bar.setVisible(not trouble)
+        # QProgressBar repaints at once on a new value; with updates off it is drawn with the
+        # rest of the frame instead (a row rebinds each time a job of a batch ends).
+        self.bar.setUpdatesEnabled(False)
         self.bar.setValue(int(job.fraction * 1000))
         text = progress_text(job.progress, job.request.operation)
         if state is JobState.QUEUED:
@@ -190,6 +196,7 @@ class JobRow(QFrame):
         elif job.writing:
             text = "writing the result…"
         self.bar.setFormat(text or "%p%")
+        self.bar.setUpdatesEnabled(True)
         self.message.setVisible(trouble)
         self.message.setText(job.message)
         self._style(self.message, FAILED_STYLE if failed else "")
