@@ -15,13 +15,14 @@ from PIL import Image
 from PySide6.QtCore import QSettings
 from pytestqt.qtbot import QtBot
 
-from engine.requests import Operation, OperationRequest, Progress, ProgressKind
+from engine.requests import Operation, OperationRequest, Progress, ProgressKind, Result
 from gui.bench_batches import Heartbeat, small_images
 from gui.controllers.speed import SpeedBook
 from gui.jobs import Job, JobState
 from gui.main_window import MainWindow
 from gui.settings import AppSettings
 from gui.widgets.inputs_panel import KEY
+from gui.widgets.job_list import BatchPace
 from tests.engine_helpers import photo
 from tests.window_fixtures import use_model
 
@@ -241,3 +242,22 @@ def test_a_session_s_first_job_is_forgotten_once_a_warm_one_ran(settings: AppSet
     book.learn(op, "m", "cpu", 1.0, 0.3, 1)
     after = book.estimate(op, "m", "cpu", 30.0, 100)
     assert after is not None and after.seconds == pytest.approx(100.0, rel=0.05)
+
+
+def test_the_batch_line_corrects_estimates_by_the_batch_s_own_jobs(tmp_path: Path) -> None:
+    """A model's first job (its session's first run) made each queued job's estimate 1.6 s;
+    the batch's jobs take 0.015 s: the batch's time left follows them, not the estimates."""
+    pace = BatchPace()
+    jobs = []
+    for i in range(100):
+        request = OperationRequest(Operation.UPSCALE, "m", (tmp_path / f"{i}.png",))
+        job = Job(request, "m", expected_s=1.6)
+        pace.count(job, None)
+        jobs.append(job)
+    for job in jobs[:10]:
+        job.on_started()
+        job.started_at = (job.started_at or 0.0) - 0.015
+        job.on_finished(Result(job.id, (), (), 1, 0, 0, 1, {"load_s": 0.0}))
+        pace.count(job, JobState.QUEUED)
+    left = pace.queued_left()
+    assert left is not None and 0.5 <= left / (90 * 0.015) <= 2.0, left

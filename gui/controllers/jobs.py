@@ -36,7 +36,7 @@ from engine.requests import (
     Result,
     new_request_id,
 )
-from gui.controllers.speed import Calibrator, Estimate, Rate, SpeedBook
+from gui.controllers.speed import TINY_MP, Calibrator, Estimate, Rate, SpeedBook
 from gui.engine_thread import EngineThread
 from gui.inputs import InputSource, as_sequence, classify_paths, sequence_offer
 from gui.jobs import (
@@ -94,6 +94,7 @@ ADD_CHUNK = 50
 RUN_CHUNK = 50
 PART_S = 0.015
 STEP = 10
+BACK_TO_BACK_S = 0.25  # a job that started this soon after the last ended ran after it
 
 
 class JobsController(QObject):
@@ -123,6 +124,7 @@ class JobsController(QObject):
         self._adding: deque[Path] = deque()  # the rest of a large add, a part per turn
         self._adding_sources: list[InputSource] = []  # what that add brought so far
         self._waiting: deque[_Waiting] = deque()  # the rest of a large Run, a part per turn
+        self._ends: deque[float] = deque(maxlen=9)  # the last back-to-back jobs' end times
         self._later = QTimer(self)
         self._later.setSingleShot(True)
         self._later.setInterval(0)
@@ -579,6 +581,7 @@ class JobsController(QObject):
         if job is None:
             return
         added = ws.job_finished(result)
+        self._ended_run(job)
         if job.state is JobState.FINISHED:
             self._learn(job)
             if job.message:  # some inputs of a multi-input job failed
@@ -612,6 +615,7 @@ class JobsController(QObject):
             return
         self.workspace.job_failed(failure.request_id, failure.message)
         job = self.workspace.jobs[failure.request_id]
+        self._ended_run(job)
         if self._then.pop(job.id, ()):
             self._chain_stopped(job, failure.message)
 
@@ -622,11 +626,36 @@ class JobsController(QObject):
     def _warn(self, text: str, topic: Topic) -> None:
         self.noticeRequested.emit(Notice(text, NoticeLevel.WARNING, topic))
 
+    def _ended_run(self, job: Job) -> None:
+        """Keep the end times of the jobs that ran back to back (each started as the one
+        before it ended), so a job's cost includes the engine's work between jobs."""
+        if job.started_at is None or job.ended_at is None:
+            return
+        ends = self._ends
+        if not ends or job.started_at - ends[-1] > BACK_TO_BACK_S:
+            ends.clear()
+        ends.append(job.ended_at)
+
+    def _engine_seconds(self, job: Job, seconds: float) -> float:
+        """What the job cost the engine: its own time, or in a run of back-to-back jobs the
+        time since the one before it ended (for tiny ones, whose endings arrive in bursts,
+        the mean over the last few), whichever is more."""
+        ends = self._ends
+        if len(ends) < 2 or ends[-1] != job.ended_at:
+            return seconds
+        load = float(job.result.timings.get("load_s", 0.0)) if job.result else 0.0
+        if job.megapixels < TINY_MP * max(job.frames, 1):
+            interval = (ends[-1] - ends[0]) / (len(ends) - 1)
+        else:
+            interval = ends[-1] - ends[-2]
+        return max(seconds, interval - load)
+
     def _learn(self, job: Job) -> None:
         seconds = job.working_seconds()
         result = job.result
         if seconds is None or result is None:
             return
+        seconds = self._engine_seconds(job, seconds)
         frames = sum(p.frames for p in result.products[:1]) or 1
         event = job.progress
         if event is not None and event.run_count > 1 and result.runs < event.run_count:

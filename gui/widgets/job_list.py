@@ -84,7 +84,9 @@ class BatchPace:
         """This batch's time over its estimates so far (1: as estimated)."""
         if self._done_expected <= 0:
             return 1.0
-        return min(max(self._done_measured / self._done_expected, 0.05), 20.0)
+        # Unclamped: a model's first job (a fresh session's first run) can make the queued
+        # jobs' estimates 100× their real time; the batch's own jobs say so.
+        return max(self._done_measured / self._done_expected, 1e-3)
 
     def expected(self, job: Job) -> float | None:
         """A job's time, as this batch's pace says."""
