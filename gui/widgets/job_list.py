@@ -139,6 +139,7 @@ class JobRow(QFrame):
 
         top = QHBoxLayout()
         top.setContentsMargins(0, 0, 0, 0)
+        top.setSpacing(8)  # "Queued (a few seconds)", not "Queued(a few seconds)"
         top.addWidget(self.title, 1)
         top.addWidget(self.state_label)
         top.addWidget(self.time_label)
