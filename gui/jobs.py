@@ -9,7 +9,7 @@ from enum import Enum
 from pathlib import Path
 
 from engine.io.image import VIDEO_SUFFIXES
-from engine.options import OutputOptions
+from engine.options import OperationOptions, OutputOptions
 from engine.requests import (
     Operation,
     OperationRequest,
@@ -45,6 +45,7 @@ class JobSettings:
     tile: int | None = None
     output_dir: Path | None = None  # None: next to each input
     output: OutputOptions = field(default_factory=OutputOptions)
+    options: OperationOptions | None = None  # the operation's own (a clip's point clouds)
 
     @property
     def job_tile(self) -> int | None:

@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 
 from engine.models.catalog import CatalogEntry, Family
 from engine.operation_specs import operations
-from engine.options import OutputOptions
+from engine.options import GeometryOptions, OutputOptions
 from engine.requests import Operation
 from gui.controllers.models import (
     ModelChoice,
@@ -161,6 +161,13 @@ class OperationPanel(QWidget):
             "free memory and halves it if the device runs out."
         )
 
+        # Geometry on a clip: a PLY per frame is megabytes a frame, so only when asked (#23).
+        self.point_clouds = QCheckBox("Point cloud for every frame of a clip")
+        self.point_clouds.setToolTip(
+            "Geometry on a clip writes depth, normal and mask clips; with this, also one PLY "
+            "point cloud per frame, in a folder beside them. A still always gets its PLY."
+        )
+
         self.output_editor = OutputEditor()
         self.output = QLineEdit()
         self.output.setPlaceholderText("Next to each image")
@@ -204,6 +211,7 @@ class OperationPanel(QWidget):
         form.addRow("Runtime", self.runtime)
         form.addRow("", self.runtime_hint)
         form.addRow("Tile size", self.tile)
+        form.addRow("", self.point_clouds)
         out_form = QFormLayout()
         out_form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         out_form.addRow("Save to", out_row)
@@ -235,6 +243,7 @@ class OperationPanel(QWidget):
         )
         self.output_editor.changed.connect(self._output_options_changed)
         self.run_on_drop.toggled.connect(self._run_on_drop_changed)
+        self.point_clouds.toggled.connect(self._settings_edited)
         # Every edit, and every refill of the lists, may change what Run starts with.
         self.choicesChanged.connect(self._settings_edited)
         self.tile.valueChanged.connect(self._settings_edited)
@@ -308,6 +317,7 @@ class OperationPanel(QWidget):
         self.settings.run_on_drop = checked
 
     def _update_tile_enabled(self) -> None:
+        self.form.setRowVisible(self.point_clouds, self.current_operation() is Operation.GEOMETRY)
         upscale = is_tiled(self.current_operation())
         self.tile.setEnabled(upscale)
         self.tile.setToolTip(
@@ -482,6 +492,9 @@ class OperationPanel(QWidget):
             tile=self.current_tile() if is_tiled(operation) else None,
             output_dir=self.output_dir(),
             output=self.output_options(),
+            options=GeometryOptions(point_clouds=True)
+            if operation is Operation.GEOMETRY and self.point_clouds.isChecked()
+            else None,
         )
 
     # -- devices and runtimes -----------------------------------------------------------------
