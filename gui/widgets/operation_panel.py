@@ -168,7 +168,7 @@ class OperationPanel(QWidget):
             "point cloud per frame, in a folder beside them. A still always gets its PLY."
         )
 
-        self.output_editor = OutputEditor()
+        self.output_editor = OutputEditor(clips=True)
         self.output = QLineEdit()
         self.output.setPlaceholderText("Next to each image")
         self.output.setClearButtonEnabled(True)
