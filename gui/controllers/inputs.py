@@ -175,8 +175,9 @@ class InputsController(QObject):
                 jobs = self.jobs.queue_jobs(list(found.sources), self.operation())
         elif found.sources:
             count = len(found.sources)
+            noun = "clip" if all(s.clip for s in found.sources) else "image"
             self.statusRequested.emit(
-                f"Added {count} image{'s' if count != 1 else ''}. "
+                f"Added {count} {noun}{'s' if count != 1 else ''}. "
                 f"Press {self.run_text()} (Ctrl+Return) when ready."
             )
         if found.sequence_offer and not found.refused:
