@@ -274,6 +274,36 @@ def test_geometry_on_a_clip_writes_point_clouds_only_when_ticked(
         win.close()
 
 
+def test_the_output_step_chooses_the_clips_codec_and_quality(
+    qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
+) -> None:
+    from engine.options import VideoCodec, VideoOptions
+    from gui.widgets.output_options import OutputEditor
+    from tests.video_clips import decoded
+
+    editor = window.panel.output_editor
+    assert (
+        editor.codec.isVisibleTo(window.panel) and editor.codec.currentText() == "Clip's own codec"
+    )
+    assert not OutputEditor().codec.isVisibleTo(window)  # Save as (an image) has no such row
+    clip = make_clip(tmp_path / "walk.mp4", 4)
+    open_clip(qtbot, window, clip)
+    use_model(window, models, "up2.onnx")
+    editor.codec.setCurrentIndex(editor.codec.findData(VideoCodec.HEVC.value))
+    editor.crf.setValue(30)
+    (job_id,) = window.run_selected()
+    wait_ended(qtbot, window)
+    job = window.workspace.jobs[job_id]
+    assert job.request.output.video == VideoOptions(VideoCodec.HEVC, 30)
+    assert job.result is not None
+    _, _, info = decoded(job.result.products[0].path)
+    assert info["codec"] == "hevc" and info["audio_codecs"] == ["aac"]
+    # remembered for the next start; FFV1 has no CRF to set
+    assert window.settings.output_options.video == VideoOptions(VideoCodec.HEVC, 30)
+    editor.codec.setCurrentIndex(editor.codec.findData(VideoCodec.FFV1.value))
+    assert not editor.crf.isEnabled()
+
+
 def test_play_runs_at_the_clip_rate_and_drops_frames_while_one_is_read(qtbot: QtBot) -> None:
     bar = ClipBar()
     qtbot.addWidget(bar)
