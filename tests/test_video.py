@@ -610,3 +610,8 @@ def test_video_choices_travel_to_the_running_app() -> None:
     )
     back = wire.decode(wire.encode(request)[wire.HEADER.size :])
     assert isinstance(back, OperationRequest) and back.output.video == choices
+    clouds = OperationRequest(
+        Operation.GEOMETRY, "m", (Path("/clips/a.mp4"),), options=GeometryOptions(point_clouds=True)
+    )
+    back = wire.decode(wire.encode(clouds)[wire.HEADER.size :])
+    assert isinstance(back, OperationRequest) and back.options == clouds.options
