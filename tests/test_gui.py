@@ -596,8 +596,7 @@ def test_progress_text() -> None:
 def test_settings_survive_a_restart(make_window: WindowFactory, tmp_path: Path) -> None:
     first = make_window()
     first.panel.tile.setValue(128)
-    first.panel.output.setText(str(tmp_path / "results"))
-    first.panel.output.editingFinished.emit()
+    first.panel.save_to.set_folder(tmp_path / "results")
     first.panel.run_on_drop.setChecked(False)
     first.close()
     second = make_window()
