@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from engine.requests import Operation
@@ -86,3 +87,38 @@ def test_5_depth_and_geometry_say_how_to_get_a_model_and_what_it_writes(
     assert writes in actions[0].toolTip()
     assert not any("starter" in a.text() for a in actions)  # no starter model does this
     assert actions[-1].text() == "Add a model file (.onnx)…"
+
+
+def test_13_fast_preview_keeps_its_scale_across_groups_operations_and_restarts(
+    qtbot: QtBot, catalog_models: Path, make_window: WindowFactory, tmp_path: Path
+) -> None:
+    win = make_window()
+    panel = win.panel
+    fast = next(i for i in range(panel.model.count()) if panel.model.itemText(i) == "Fast preview")
+    panel.model.setCurrentIndex(fast)
+    # The person clicks ×2, as on screen.
+    button = panel.scale_buttons.button(2)
+    assert button is not None
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    assert panel.current_model().model == "realesrgan-animevideov3-x2"  # type: ignore[union-attr]
+
+    # Another model and back: the group comes back at the scale chosen last.
+    panel.model.setCurrentIndex(0)
+    assert panel.current_model().model == "realesrgan-x4plus"  # type: ignore[union-attr]
+    panel.model.setCurrentIndex(fast)
+    assert panel.current_scale() == 2
+    assert panel.current_model().model == "realesrgan-animevideov3-x2"  # type: ignore[union-attr]
+
+    # Another operation and back, and other images viewed.
+    panel.select_operation(Operation.REMOVE_BACKGROUND)
+    panel.select_operation(Operation.UPSCALE)
+    win.accept_paths([photo(tmp_path / "a.png", 40, 30), photo(tmp_path / "b.png", 30, 20)])
+    win.inputs.select(str(tmp_path / "b.png"))
+    assert panel.current_scale() == 2
+
+    # The Photo model chosen for upscaling, then Fast preview again in a new window: still ×2.
+    panel.model.setCurrentIndex(0)
+    win.close()
+    again = make_window(win.settings)
+    again.panel.model.setCurrentIndex(fast)
+    assert again.panel.current_model().model == "realesrgan-animevideov3-x2"  # type: ignore[union-attr]
