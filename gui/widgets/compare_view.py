@@ -60,10 +60,12 @@ PENDING_SHADE = QColor(0, 0, 0, 110)  # over what the preview has not reached ye
 class PreviewLayer:
     """The preview's pictures, in product pixels: patches as they come, or one whole image."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_zoom: bool = False) -> None:
         self.size = QSize()  # the product's size; empty until the engine says
         self.patches: list[tuple[QRect, QPixmap]] = []
         self.image: QPixmap | None = None  # a non-tiled family's whole preview
+        self.pending = True  # pixels are coming: what they have not reached is dimmed
+        self.keep_zoom = keep_zoom  # Preview just turned on: its size keeps the zoom number
 
     def clear(self) -> None:
         self.patches = []
@@ -139,8 +141,11 @@ class CompareView(QWidget):
     # -- preview ------------------------------------------------------------------------------
     def set_preview(self, on: bool) -> None:
         old = self._canvas_size()
-        self.preview = PreviewLayer() if on else None
-        self._canvas_changed(old)
+        turned = on != (self.preview is not None)
+        # A fresh layer before the first one had its size still keeps the zoom for it.
+        keep = turned or (self.preview is not None and self.preview.keep_zoom)
+        self.preview = PreviewLayer(keep_zoom=keep) if on else None
+        self._canvas_changed(old, keep_zoom=turned)
 
     def set_preview_size(self, size: QSize) -> None:
         """The product's size: the canvas grows to it and the picture stays where it was."""
@@ -148,12 +153,21 @@ class CompareView(QWidget):
             return
         old = self._canvas_size()
         self.preview.size = size
-        self._canvas_changed(old)
+        keep, self.preview.keep_zoom = self.preview.keep_zoom, False
+        self._canvas_changed(old, keep_zoom=keep)
 
-    def _canvas_changed(self, old: QSize) -> None:
+    def _canvas_changed(self, old: QSize, keep_zoom: bool = False) -> None:
+        """A new canvas size: the picture stays where it was on screen — except when Preview
+        turns on or off, where the person's zoom stays (100 % shows the product's pixels 1:1)
+        with the point at the view's centre kept there."""
         new = self._canvas_size()
         if not old.isEmpty() and not new.isEmpty() and old != new and not self._fit:
-            self._zoom *= old.width() / new.width()
+            ratio = new.width() / old.width()
+            if keep_zoom:
+                centre = QPointF(self._port_width() / 2, self.height() / 2)
+                self._origin = centre - (centre - self._origin) * ratio
+            else:
+                self._zoom /= ratio
             self.zoomChanged.emit(self._zoom)
         self._apply_fit()
         self.update()
@@ -387,7 +401,8 @@ class CompareView(QWidget):
             return
         if self._before is not None:
             painter.drawPixmap(rect, self._before, QRectF(self._before.rect()))
-        painter.fillRect(rect, PENDING_SHADE)
+        if layer.pending:
+            painter.fillRect(rect, PENDING_SHADE)
         size = self._canvas_size()
         if size.isEmpty():
             return

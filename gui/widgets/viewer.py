@@ -335,9 +335,13 @@ class ViewerPanel(QWidget):
         r = patch.region
         view.add_patch(QRect(r.x0, r.y0, r.width, r.height), to_qimage(patch.pixels))
 
-    def clear_preview(self) -> None:
+    def clear_preview(self, pending: bool = True) -> None:
+        """Forget what the preview drew; `pending` False: nothing is coming (no model), so the
+        left picture is shown as it is, not dimmed."""
         if self.view.preview is not None:
             self.view.set_preview(True)  # a fresh layer: the canvas is the left picture again
+            if self.view.preview is not None:
+                self.view.preview.pending = pending
 
     def preview_region(self) -> Region | None:
         """The part of the left picture the right-hand side shows, in its pixels."""
