@@ -540,5 +540,9 @@ def test_turning_preview_on_at_100_percent_keeps_100_percent_of_the_product(
     region = window.preview.region
     assert region is not None
     assert abs(region.x0 - 300) <= 2 and abs((region.y0 + region.y1) / 2 - 200) <= 2
+    # Another model (×4) while Preview is on: its product at 100 % too, once its size is known.
+    use(window, models, "net4.onnx")
+    qtbot.waitUntil(lambda: view.canvas_size().width() == 2400, timeout=JOB_MS)
+    assert view.zoom == 1.0 and window.viewer.zoom_label.text() == "100 %"
     window.set_preview(False)  # and back on the original: 100 % of it
     assert view.zoom == 1.0 and view.canvas_size().width() == 600
