@@ -187,9 +187,9 @@ def get_offers(inventory: ModelInventory | None, family: Family) -> list[GetOffe
             GetOffer(
                 e,
                 f"Get {e.name} yourself… ({size}, {e.licence})",
-                f"{e.purpose or FAMILY_PRODUCTS[family]}.\nNo checksum is published for this "
-                f"file, so Tessera does not download it: it says where to get it and where to "
-                f"put it.\nLicence: {e.licence_text}",
+                f"{e.purpose or FAMILY_PRODUCTS[family]}.\nWrites {FAMILY_PRODUCTS[family]}.\n"
+                "No checksum is published for this file, so Tessera does not download it: it "
+                f"says where to get it and where to put it.\nLicence: {e.licence_text}",
                 manual=True,
             )
         )
