@@ -544,5 +544,11 @@ def test_turning_preview_on_at_100_percent_keeps_100_percent_of_the_product(
     use(window, models, "net4.onnx")
     qtbot.waitUntil(lambda: view.canvas_size().width() == 2400, timeout=JOB_MS)
     assert view.zoom == 1.0 and window.viewer.zoom_label.text() == "100 %"
+    # No model (depth): the original at 100 %; a model again: its product at 100 %.
+    window.panel.select_operation(Operation.DEPTH)
+    assert view.zoom == 1.0 and view.canvas_size().width() == 600
+    use(window, models, "up2.onnx")
+    qtbot.waitUntil(lambda: view.canvas_size().width() == 1200, timeout=JOB_MS)
+    assert view.zoom == 1.0
     window.set_preview(False)  # and back on the original: 100 % of it
     assert view.zoom == 1.0 and view.canvas_size().width() == 600

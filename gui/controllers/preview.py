@@ -64,7 +64,8 @@ class PreviewTarget:
 class PreviewController(QObject):
     patched = Signal(object)  # PreviewPatch of the newest generation: draw it
     resetRequested = Signal()  # what is previewed changed: forget what was drawn
-    targetCleared = Signal(str)  # nothing to preview (no model, a sequence): why, for the view
+    # Nothing to preview (no model, a sequence): forget what was drawn, dim nothing; why.
+    targetCleared = Signal(str)
     statusChanged = Signal(str, bool)  # what the preview is doing; True while it runs
     finished = Signal(object)  # PreviewResult of the newest generation
     failed = Signal(str)
@@ -180,14 +181,14 @@ class PreviewController(QObject):
             self.target = target
             self.drawn = []
             self._timer.stop()
-            self.resetRequested.emit()
             self.statusChanged.emit("", False)  # the last preview's line was about another
             if target is None:
                 self.generation += 1  # whatever is still on its way is stale
                 self.engine.cancel_previews()
                 self.engine.release_previews()
-                self.targetCleared.emit(self._why_not())
+                self.targetCleared.emit(self._why_not())  # the view forgets, dims nothing
             else:
+                self.resetRequested.emit()
                 self._request()
 
     def _why_not(self) -> str:

@@ -140,7 +140,9 @@ class CompareView(QWidget):
         return self._canvas_size()
 
     # -- preview ------------------------------------------------------------------------------
-    def set_preview(self, on: bool) -> None:
+    def set_preview(self, on: bool, keep_zoom: bool = False) -> None:
+        """Preview on (a fresh layer) or off. Off, or `keep_zoom` (nothing to preview), the
+        canvas goes back to the left picture at the zoom the person sees."""
         old = self._canvas_size()
         # The zoom the person sees stays theirs: Preview on shows the product at it once its
         # size is known (a fresh layer after a reset keeps the number the last one had).
@@ -150,7 +152,7 @@ class CompareView(QWidget):
         else:
             layer = PreviewLayer(self._zoom, previous is None)
         self.preview = layer if on else None
-        self._canvas_changed(old, None if on else self._zoom)
+        self._canvas_changed(old, self._zoom if keep_zoom or not on else None)
 
     def set_preview_size(self, size: QSize) -> None:
         """The product's size: the canvas grows to it, at the person's zoom (100 % shows the

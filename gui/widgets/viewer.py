@@ -339,7 +339,9 @@ class ViewerPanel(QWidget):
         """Forget what the preview drew; `pending` False: nothing is coming (no model), so the
         left picture is shown as it is, not dimmed."""
         if self.view.preview is not None:
-            self.view.set_preview(True)  # a fresh layer: the canvas is the left picture again
+            # A fresh layer: the canvas is the left picture again (at the person's zoom when
+            # nothing is coming, as with Preview off).
+            self.view.set_preview(True, keep_zoom=not pending)
             if self.view.preview is not None:
                 self.view.preview.pending = pending
 
