@@ -248,16 +248,30 @@ class OperationPanel(QWidget):
         self.choicesChanged.emit()
 
     def _group_changed(self) -> None:
-        self._fill_scales()
+        self._fill_scales(self._remembered_scale())
         self._model_changed()
+
+    def _group_key(self, group: ModelGroup) -> str:
+        # Each group remembers its own model, so "Fast preview" comes back at the scale the
+        # person chose last (across groups, operations and restarts), not at its largest.
+        return f"{self.current_operation().value}:{group.label}"
+
+    def _remembered_scale(self) -> int | None:
+        group = self.current_group()
+        if group is None:
+            return None
+        found = find_choice([group], self.settings.model_for(self._group_key(group)))
+        return found[1].scale if found is not None else None
 
     def _scale_chosen(self, scale: int) -> None:
         self._model_changed()
 
     def _model_changed(self) -> None:
         choice = self.current_model()
-        if choice is not None:
+        group = self.current_group()
+        if choice is not None and group is not None:
             self.settings.set_model_for(self.current_operation().value, choice.model)
+            self.settings.set_model_for(self._group_key(group), choice.model)
         self._update_model_hint()
         self._update_run()
         self.output_editor.set_context(
