@@ -10,7 +10,7 @@ from pathlib import Path
 
 from engine.io.image import VIDEO_SUFFIXES
 from engine.io.sequences import SEQUENCE_PRODUCTS
-from engine.options import OutputOptions
+from engine.options import OperationOptions, OutputOptions
 from engine.requests import (
     Operation,
     OperationRequest,
@@ -66,6 +66,7 @@ class JobSettings:
     # Without a chosen folder: the engine's own rule (beside each input), as a request that
     # names no folder; the panel says what the person chose.
     save_to: SaveTo = SaveTo.BESIDE
+    options: OperationOptions | None = None  # the operation's own (a clip's point clouds)
 
     @property
     def job_tile(self) -> int | None:

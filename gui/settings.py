@@ -8,7 +8,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSettings, QStandardPaths
 
-from engine.options import OutputFormat, OutputOptions
+from engine.options import OutputFormat, OutputOptions, VideoCodec, VideoOptions
 from engine.settings import EngineSettings
 from gui.jobs import SaveTo
 
@@ -182,7 +182,15 @@ class AppSettings:
             factor = float(factor_text) if factor_text else None
         except ValueError:
             factor = None
-        options = OutputOptions(fmt, quality, factor, width or None if factor is None else None)
+        try:
+            codec = VideoCodec(self._str("output/video_codec", "auto"))
+        except ValueError:
+            codec = VideoCodec.AUTO
+        crf = self._int("output/crf", -1)
+        video = VideoOptions(codec, crf if crf >= 0 else None)
+        options = OutputOptions(
+            fmt, quality, factor, width or None if factor is None else None, video=video
+        )
         try:
             options.check()
         except Exception:  # a hand-edited settings file: fall back to the default
@@ -195,6 +203,8 @@ class AppSettings:
         self.store.setValue("output/quality", value.quality)
         self.store.setValue("output/factor", "" if value.factor is None else f"{value.factor:g}")
         self.store.setValue("output/width", value.width or 0)
+        self.store.setValue("output/video_codec", value.video.codec.value)
+        self.store.setValue("output/crf", -1 if value.video.crf is None else value.video.crf)
 
     # -- recent files and speeds ----------------------------------------------------------------
     def recent_files(self) -> list[str]:

@@ -242,12 +242,12 @@ def test_13_run_skips_images_done_with_the_same_settings_and_says_so(
 
 
 def test_13_a_clip_is_counted_as_a_clip(
-    make_window: WindowFactory, models: Path, tmp_path: Path
+    qtbot: QtBot, make_window: WindowFactory, models: Path, tmp_path: Path
 ) -> None:
     window = make_window()
     use_model(window, models, "up2.onnx")
     clip = make_clip(tmp_path / "walk.mp4", frames=3, audio=None)
-    window.accept_paths([clip])
-    assert window.panel.run_button.text() == "Run 1 clip"
+    window.accept_paths([clip])  # a clip joins once the task thread has read its header
+    qtbot.waitUntil(lambda: window.panel.run_button.text() == "Run 1 clip", timeout=10_000)
     window.accept_paths([photo(tmp_path / "a.png", 24, 16), photo(tmp_path / "b.png", 24, 16)])
     assert window.panel.run_button.text() == "Run 2 images and 1 clip"

@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QMimeData, QObject, Signal
 
 from engine.errors import BadInputError
+from engine.io.image import is_video
 from engine.requests import Operation
 from engine.settings import DEFAULT_MAX_PIXELS
-from gui.controllers.jobs import JobsController
+from gui.controllers.jobs import AddOutcome, JobsController
 from gui.controllers.models import ModelsController
-from gui.inputs import InputSource
+from gui.inputs import InputSource, classify_paths
 from gui.messages import Notice, NoticeLevel, Topic
 from gui.settings import AppSettings
 from gui.tasks import TaskOutcome, TaskThread
@@ -127,8 +128,34 @@ class InputsController(QObject):
 
     def accept_paths(self, paths: Sequence[Path | str], *, run: bool | None = None) -> DropOutcome:
         """Add images and folders as inputs (each image its own input) and show the first;
-        queue jobs when run-on-drop is on; install .onnx files; say why anything was refused."""
-        found = self.jobs.add_paths(paths)
+        queue jobs when run-on-drop is on; install .onnx files; say why anything was refused.
+
+        Clips are read on the task thread (a clip's header and first frame: a slow disk or a
+        network share must not freeze the window) and join the inputs when that is done; the
+        outcome returned is of the other paths."""
+        clips = [Path(p) for p in paths if is_video(Path(p)) and Path(p).is_file()]
+        if clips:
+            self._read_clips(clips, run)
+        others = [p for p in paths if Path(p) not in clips]
+        if not others and clips:
+            return DropOutcome((), (), (), ())
+        return self._take(self.jobs.add_paths(others), run)
+
+    def _read_clips(self, clips: list[Path], run: bool | None) -> None:
+        names = ", ".join(p.name for p in clips[:3]) + (" …" if len(clips) > 3 else "")
+        self.statusRequested.emit(f"Reading {names}…")
+
+        def done(outcome: TaskOutcome) -> None:
+            if self.closed:
+                return
+            if outcome.error is not None:  # classify_paths says why per path; this is a bug
+                self._warn(f"{names}: could not be read ({outcome.error}).")
+                return
+            self._take(self.jobs.add_found(outcome.value), run)
+
+        self.tasks.submit(lambda: classify_paths(clips), done, urgent=True)
+
+    def _take(self, found: AddOutcome, run: bool | None) -> DropOutcome:
         for model in found.models:
             self.statusRequested.emit(f"Checking {model.name}…")
             self.models.install(model)
@@ -153,8 +180,9 @@ class InputsController(QObject):
                 jobs = self.jobs.queue_jobs(list(found.sources), self.operation())
         elif found.sources:
             count = len(found.sources)
+            noun = "clip" if all(s.clip for s in found.sources) else "image"
             self.statusRequested.emit(
-                f"Added {count} image{'s' if count != 1 else ''}. "
+                f"Added {count} {noun}{'s' if count != 1 else ''}. "
                 f"Press {self.run_text()} (Ctrl+Return) when ready."
             )
         if found.sequence_offer and not found.refused:

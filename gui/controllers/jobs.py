@@ -36,7 +36,7 @@ from engine.requests import (
 from gui.controllers.run_plan import plan_run
 from gui.controllers.speed import Calibrator, Estimate, SpeedBook
 from gui.engine_thread import EngineThread
-from gui.inputs import InputSource, as_sequence, classify_paths
+from gui.inputs import Classified, InputSource, as_sequence, classify_paths
 from gui.jobs import (
     ORIGINAL,
     Job,
@@ -101,8 +101,11 @@ class JobsController(QObject):
     # -- inputs -------------------------------------------------------------------------------
     def add_paths(self, paths: Sequence[Path | str]) -> AddOutcome:
         """Add every image as its own input and show the first new one."""
+        return self.add_found(classify_paths([Path(p) for p in paths]))
+
+    def add_found(self, found: Classified) -> AddOutcome:
+        """Add what `classify_paths` found (clips are classified on the task thread)."""
         ws = self.workspace
-        found = classify_paths([Path(p) for p in paths])
         added = ws.add_sources(found.sources)
         shown = added[0] if added else (found.sources[0] if found.sources else None)
         if shown is not None:  # already there: shown anyway, the person asked for it
@@ -298,6 +301,7 @@ class JobsController(QObject):
             output_dir=settings.output_folder(source.paths),
             tile=settings.job_tile,
             sequence=sequence,
+            options=settings.options,
             output=settings.output,
         )
         job = Job(

@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 
 from engine.models.catalog import CatalogEntry, Family
 from engine.operation_specs import operations
-from engine.options import OutputOptions
+from engine.options import GeometryOptions, OutputOptions
 from engine.requests import Operation
 from gui.controllers.models import (
     ModelChoice,
@@ -159,7 +159,14 @@ class OperationPanel(QWidget):
             "free memory and halves it if the device runs out."
         )
 
-        self.output_editor = OutputEditor()
+        # Geometry on a clip: a PLY per frame is megabytes a frame, so only when asked (#23).
+        self.point_clouds = QCheckBox("Point cloud for every frame of a clip")
+        self.point_clouds.setToolTip(
+            "Geometry on a clip writes depth, normal and mask clips; with this, also one PLY "
+            "point cloud per frame, in a folder beside them. A still always gets its PLY."
+        )
+
+        self.output_editor = OutputEditor(clips=True)
         self.save_to = SaveToEditor()
 
         self.run_on_drop = QCheckBox("Start jobs for dropped files")
@@ -190,6 +197,7 @@ class OperationPanel(QWidget):
         form.addRow("Runtime", self.runtime)
         form.addRow("", self.runtime_hint)
         form.addRow("Tile size", self.tile)
+        form.addRow("", self.point_clouds)
         out_form = QFormLayout()
         out_form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         out_form.addRow("Save to", self.save_to)
@@ -218,6 +226,7 @@ class OperationPanel(QWidget):
         self.save_to.changed.connect(self._output_changed)
         self.output_editor.changed.connect(self._output_options_changed)
         self.run_on_drop.toggled.connect(self._run_on_drop_changed)
+        self.point_clouds.toggled.connect(self._settings_edited)
         # Every edit, and every refill of the lists, may change what Run starts with.
         self.choicesChanged.connect(self._settings_edited)
         self.tile.valueChanged.connect(self._settings_edited)
@@ -308,6 +317,7 @@ class OperationPanel(QWidget):
         self.settings.run_on_drop = checked
 
     def _update_tile_enabled(self) -> None:
+        self.form.setRowVisible(self.point_clouds, self.current_operation() is Operation.GEOMETRY)
         upscale = is_tiled(self.current_operation())
         self.tile.setEnabled(upscale)
         self.tile.setToolTip(
@@ -479,6 +489,9 @@ class OperationPanel(QWidget):
             tile=self.current_tile() if is_tiled(operation) else None,
             output_dir=self.output_dir(),
             output=self.output_options(),
+            options=GeometryOptions(point_clouds=True)
+            if operation is Operation.GEOMETRY and self.point_clouds.isChecked()
+            else None,
             save_to=self.save_to.choice(),
         )
 

@@ -1,6 +1,7 @@
 """The output step's controls: format (PNG, JPEG, WebP), quality, a target size — the
 model's own, a factor of the input ("×2 of a ×4 model") or a width in pixels — and where the
-results go ("Save to": a `Tessera` folder beside each image, next to each image, or a folder)."""
+results go ("Save to": a `Tessera` folder beside each image, next to each image, or a folder);
+with `clips`, what a clip's products are encoded as (codec and CRF)."""
 
 from __future__ import annotations
 
@@ -17,19 +18,41 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.options import MAX_WIDTH, OutputFormat, OutputOptions
+from engine.options import (
+    CRF_RANGE,
+    MAX_WIDTH,
+    OutputFormat,
+    OutputOptions,
+    VideoCodec,
+    VideoOptions,
+)
 from engine.requests import Operation
 from gui.jobs import SaveTo, has_scale
 from gui.widgets.elided_label import WrappedLabel
 
 FACTORS = (0.5, 1.0, 2.0, 3.0, 4.0)
 WIDTH = "width"
+CODECS = (
+    (VideoCodec.AUTO, "Clip's own codec"),
+    (VideoCodec.H264, "H.264"),
+    (VideoCodec.HEVC, "HEVC"),
+    (VideoCodec.VP9, "VP9"),
+    (VideoCodec.AV1, "AV1"),
+    (VideoCodec.PRORES, "ProRes"),
+    (VideoCodec.FFV1, "FFV1 (lossless)"),
+    (VideoCodec.PNG, "PNG frames"),
+)
+LOSSY_CODECS = frozenset(
+    {VideoCodec.AUTO, VideoCodec.H264, VideoCodec.HEVC, VideoCodec.VP9, VideoCodec.AV1}
+)
 
 
 class OutputEditor(QWidget):
     changed = Signal()
 
-    def __init__(self, parent: QWidget | None = None, *, compact: bool = False) -> None:
+    def __init__(
+        self, parent: QWidget | None = None, *, compact: bool = False, clips: bool = False
+    ) -> None:
         super().__init__(parent)
         self.operation = Operation.UPSCALE
         self.scale: int | None = None
@@ -66,6 +89,31 @@ class OutputEditor(QWidget):
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         form.addRow("Format", fmt_row)
         form.addRow("Size", size_row)
+        # A clip's products (issue #23): the codec and its quality; images ignore them.
+        self.codec = QComboBox()
+        for codec, text in CODECS:
+            self.codec.addItem(text, codec)
+        self.codec.setToolTip(
+            "What a clip's results are encoded as; the sound, subtitles and chapters are "
+            "copied. A cut-out is VP9 with alpha (or ProRes 4444 / FFV1 when chosen)."
+        )
+        self.crf = QSpinBox()
+        low, high = CRF_RANGE
+        self.crf.setRange(low - 1, high)
+        self.crf.setSpecialValueText("CRF auto")
+        self.crf.setPrefix("CRF ")
+        self.crf.setToolTip("The clip's quality: lower is better and larger (0: lossless)")
+        self.crf.setValue(low - 1)
+        clip_row = QHBoxLayout()
+        clip_row.setContentsMargins(0, 0, 0, 0)
+        clip_row.addWidget(self.codec, 1)
+        clip_row.addWidget(self.crf)
+        self.clips = clips
+        if clips:
+            form.addRow("Clips", clip_row)
+        else:
+            self.codec.hide()
+            self.crf.hide()
         form.addRow("", self.note)
         self._fill_sizes()
         self.set_options(OutputOptions())
@@ -73,6 +121,8 @@ class OutputEditor(QWidget):
         self.quality.valueChanged.connect(self._changed)
         self.size_box.currentIndexChanged.connect(self._changed)
         self.width_box.valueChanged.connect(self._changed)
+        self.codec.currentIndexChanged.connect(self._changed)
+        self.crf.valueChanged.connect(self._changed)
 
     # -- context ------------------------------------------------------------------------------
     def set_context(self, operation: Operation, scale: int | None) -> None:
@@ -112,12 +162,14 @@ class OutputEditor(QWidget):
         data = self.size_box.currentData()
         factor = float(data) if isinstance(data, float) else None
         width = self.width_box.value() if data == WIDTH else None
-        return OutputOptions(
-            fmt,
-            self.quality.value(),
-            factor,
-            width,
-        )
+        video = VideoOptions()
+        if self.clips:
+            codec = self.codec.currentData()
+            crf = self.crf.value() if self.crf.value() >= CRF_RANGE[0] else None
+            video = VideoOptions(
+                VideoCodec(codec) if isinstance(codec, str) else VideoCodec.AUTO, crf
+            )
+        return OutputOptions(fmt, self.quality.value(), factor, width, video=video)
 
     def set_options(self, options: OutputOptions) -> None:
         self.format.setCurrentIndex(max(0, self.format.findData(options.format.value)))
@@ -132,6 +184,9 @@ class OutputEditor(QWidget):
             self.size_box.setCurrentIndex(max(0, index))
         else:
             self.size_box.setCurrentIndex(0)
+        self.codec.setCurrentIndex(max(0, self.codec.findData(options.video.codec.value)))
+        crf = options.video.crf
+        self.crf.setValue(CRF_RANGE[0] - 1 if crf is None else crf)
         self._update()
 
     def _changed(self) -> None:
@@ -142,6 +197,7 @@ class OutputEditor(QWidget):
         options = self.options()
         self.quality.setEnabled(options.format.lossy)
         self.width_box.setVisible(self.size_box.currentData() == WIDTH)
+        self.crf.setEnabled(options.video.codec in LOSSY_CODECS)
         notes = []
         if options.format is OutputFormat.JPEG and self.operation is Operation.REMOVE_BACKGROUND:
             notes.append("JPEG has no transparency: the cut-out gets a white background.")
@@ -150,7 +206,10 @@ class OutputEditor(QWidget):
         if options.format is OutputFormat.WEBP and options.quality == 100:
             notes.append("WebP at quality 100 is lossless.")
         if self.operation in (Operation.DEPTH, Operation.GEOMETRY):
-            notes.append("Depth, normals and masks are always written as PNG/TIFF.")
+            notes.append(
+                "Depth, normals and masks are always written as PNG/TIFF"
+                + (" (of a clip: lossless FFV1 clips)." if self.clips else ".")
+            )
         elif self.operation is Operation.REMOVE_BACKGROUND:
             notes.append("The mask stays PNG.")
         if (
