@@ -1,0 +1,107 @@
+"""The window's side of the bench's picture rows (engine/bench/window_memory.py): a real
+window, offscreen, shows the picture given on the command line, fitted, at 1:1 and zoomed,
+then Unload all; it prints its RSS at each step as one JSON line and exits.
+
+    python -m gui.bench_pictures PICTURE
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from PySide6.QtCore import QSettings
+from PySide6.QtWidgets import QApplication
+
+from engine.runtime.memory import process_rss, trim_heap
+from engine.settings import EngineSettings
+from gui.main_window import MainWindow
+from gui.settings import AppSettings
+
+SETTLE_S = 1.0
+
+
+def _wait(app: QApplication, done: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        app.processEvents()
+        time.sleep(0.01)
+    return True
+
+
+def _settle(app: QApplication, window: MainWindow, seconds: float = SETTLE_S) -> int:
+    """RSS once the task thread is idle and the event loop has run for `seconds`."""
+    _wait(app, lambda: window.tasks.pending() == 0, 300)
+    _wait(app, lambda: False, seconds)
+    trim_heap()
+    return process_rss()
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    picture = Path(argv[0])
+    app = QApplication.instance() or QApplication(["tessera-bench"])
+    assert isinstance(app, QApplication)
+    with tempfile.TemporaryDirectory(prefix="tessera-bench-window-") as d:
+        store = QSettings(str(Path(d) / "settings.ini"), QSettings.Format.IniFormat)
+        window = MainWindow(
+            AppSettings(store),
+            engine_settings=EngineSettings(),
+            data_dir=Path(d) / "data",
+            probe_runtimes=False,
+            calibrate=False,
+        )
+        window.confirm_close = False
+        window.resize(1280, 800)
+        window.show()
+        _wait(app, lambda: window.inventory is not None, 30)
+        idle = _settle(app, window, 2.0)
+        started = time.monotonic()
+        window.accept_paths([picture], run=False)
+        viewer = window.viewer
+        shown = _wait(app, lambda: viewer.before is not None and viewer.before.path == picture, 300)
+        if not shown:
+            print("the picture was not shown in time", file=sys.stderr)
+            window.shutdown()
+            return 1
+        shown_s = time.monotonic() - started
+        fit = _settle(app, window)
+        budget = window.workspace.pictures
+        readings = [fit]
+        view = viewer.view
+        for step in (view.actual_size, view.zoom_in, view.zoom_out, view.zoom_out):
+            step()
+            readings.append(_settle(app, window, 0.5))
+        pictures = budget.total
+        window.memory_panel.unload_all_button.click()
+        unloaded = _settle(app, window, 2.0)
+        print(
+            json.dumps(
+                {
+                    "idle": idle,
+                    "fit": fit,
+                    "in_view": max(readings),
+                    "unloaded": unloaded,
+                    "pictures": pictures,
+                    "pictures_unloaded": budget.total,
+                    "shown_s": shown_s,
+                }
+            ),
+            flush=True,
+        )
+        window.shutdown()
+        window.deleteLater()
+        app.processEvents()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
