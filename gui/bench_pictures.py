@@ -1,8 +1,13 @@
 """The window's side of the bench's picture rows (engine/bench/window_memory.py): a real
-window, offscreen, shows the picture given on the command line, fitted, at 1:1 and zoomed,
-then Unload all; it prints its RSS at each step as one JSON line and exits.
+window, offscreen, runs an upscale of the image given on the command line with the model given,
+shows its product beside the image (fitted, at 1:1 and zoomed), then Unload all; it prints its
+RSS at each step as one JSON line and exits.
 
-    python -m gui.bench_pictures PICTURE
+    python -m gui.bench_pictures IMAGE MODEL [SMALL]
+
+With SMALL (a small image), its job runs first: the RSS after it is the window with the engine
+loaded and a job done (ONNX Runtime's libraries, the session), so what the large product adds
+to that is told apart.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from pathlib import Path
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication
 
+from engine.requests import Operation
 from engine.runtime.memory import process_rss, trim_heap
 from engine.settings import EngineSettings
 from gui.main_window import MainWindow
@@ -44,17 +50,18 @@ def _settle(app: QApplication, window: MainWindow, seconds: float = SETTLE_S) ->
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
+    if len(argv) not in (2, 3):
         print(__doc__, file=sys.stderr)
         return 2
-    picture = Path(argv[0])
+    picture, model = Path(argv[0]), Path(argv[1])
+    small = Path(argv[2]) if len(argv) == 3 else None
     app = QApplication.instance() or QApplication(["tessera-bench"])
     assert isinstance(app, QApplication)
     with tempfile.TemporaryDirectory(prefix="tessera-bench-window-") as d:
         store = QSettings(str(Path(d) / "settings.ini"), QSettings.Format.IniFormat)
         window = MainWindow(
             AppSettings(store),
-            engine_settings=EngineSettings(),
+            engine_settings=EngineSettings(models_dir=model.parent),
             data_dir=Path(d) / "data",
             probe_runtimes=False,
             calibrate=False,
@@ -64,12 +71,32 @@ def main(argv: list[str]) -> int:
         window.show()
         _wait(app, lambda: window.inventory is not None, 30)
         idle = _settle(app, window, 2.0)
-        started = time.monotonic()
-        window.accept_paths([picture], run=False)
+        window.panel.select_operation(Operation.UPSCALE)
+        if not window.panel.select_model(str(model)):
+            print(f"{model.name} is not offered", file=sys.stderr)
+            window.shutdown()
+            return 1
+        jobs = window.workspace.jobs
+        engine_loaded, ended = idle, False
+        for image in (small, picture):
+            if image is None:
+                continue
+            if image == picture and small is not None:
+                engine_loaded = _settle(app, window, 1.0)  # the engine loaded, a job done
+            started = time.monotonic()
+            window.accept_paths([image], run=False)
+            key = next(k for k, s in window.workspace.sources.items() if s.paths[0] == image)
+            window.jobs.run_one(key, window.panel.current_operation())
+            ended = _wait(
+                app, lambda: bool(jobs) and all(j.state.ended for j in jobs.values()), 900
+            )
         viewer = window.viewer
-        shown = _wait(app, lambda: viewer.before is not None and viewer.before.path == picture, 300)
+        product = picture.with_name(f"{picture.stem}-{model.stem}.png")
+        shown = ended and _wait(
+            app, lambda: viewer.after is not None and viewer.after.path == product, 300
+        )
         if not shown:
-            print("the picture was not shown in time", file=sys.stderr)
+            print(f"{product.name} was not shown in time", file=sys.stderr)
             window.shutdown()
             return 1
         shown_s = time.monotonic() - started
@@ -87,6 +114,7 @@ def main(argv: list[str]) -> int:
             json.dumps(
                 {
                     "idle": idle,
+                    "engine_loaded": engine_loaded,
                     "fit": fit,
                     "in_view": max(readings),
                     "unloaded": unloaded,

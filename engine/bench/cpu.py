@@ -225,7 +225,7 @@ def run_cpu_bench(args: argparse.Namespace) -> int:
         # Start-up first, on a machine not yet busy with this bench's own models (issue #24).
         measure_window(table, models_dir, 10.0 if quick else 60.0, 2 if quick else 3)
         # What the window holds with a large product in view, and after Unload all (#21).
-        measure_window_memory(table, models_dir, (6000, 4000) if quick else (12000, 8000))
+        measure_window_memory(table, (6000, 4000) if quick else (12000, 8000))
         measure_cli(
             table, fast_model, test_image(work / "cli.png", 64, 48), work / "cli", 2 if quick else 3
         )
