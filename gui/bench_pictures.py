@@ -42,7 +42,9 @@ def _wait(app: QApplication, done: Callable[[], bool], timeout: float) -> bool:
 
 
 def _settle(app: QApplication, window: MainWindow, seconds: float = SETTLE_S) -> int:
-    """RSS once the task thread is idle and the event loop has run for `seconds`."""
+    """RSS once the viewer has asked for what it needs (its details wait for a move to
+    settle), the task thread is idle and the event loop has run for `seconds`."""
+    _wait(app, lambda: False, 0.3)
     _wait(app, lambda: window.tasks.pending() == 0, 300)
     _wait(app, lambda: False, seconds)
     trim_heap()
