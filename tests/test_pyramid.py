@@ -129,3 +129,54 @@ def test_a_truncated_png_says_so(tmp_path: Path) -> None:
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(BadInputError):
         read_reduced(path, 100, 100, LIMIT)
+
+
+def test_a_png_of_one_large_image_chunk_is_read_in_pieces(tmp_path: Path) -> None:
+    import struct
+    import zlib
+
+    pixels = _picture(1500, 1000, 3, seed=6)
+    raw = b"".join(b"\x00" + row.tobytes() for row in pixels)  # filter None, one IDAT chunk
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        )
+
+    ihdr = struct.pack(">IIBBBBB", 1500, 1000, 8, 2, 0, 0, 0)
+    path = tmp_path / "one-chunk.png"
+    body = zlib.compress(raw, 1)
+    assert len(body) > 1 << 20  # more than the reader takes at once
+    path.write_bytes(
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", body) + chunk(b"IEND", b"")
+    )
+    got = read_region(path, Box(700, 600, 1400, 990), 1.0, LIMIT)
+    assert np.array_equal(got.pixels, pixels[600:990, 700:1400])
+    broken = bytearray(path.read_bytes())
+    broken[len(broken) // 2] ^= 0xFF
+    path.write_bytes(bytes(broken))
+    with pytest.raises(BadInputError):
+        read_reduced(path, 100, 100, LIMIT)
+
+
+@pytest.mark.parametrize("deep", [False, True])
+def test_regions_read_again_start_from_the_nearest_row_checkpoint(
+    tmp_path: Path, deep: bool
+) -> None:
+    from engine.io import pyramid
+
+    pixels = _picture(700, 1600, 3, seed=7)
+    if deep:
+        pixels = pixels.astype(np.uint16) * 257 + 3
+    path = _png(tmp_path / "tall.png", pixels)
+    pyramid.forget_checkpoints()
+    read_reduced(path, 100, 200, LIMIT)  # top to bottom: checkpoints on the way
+    assert pyramid._KEPT.nbytes() > 0
+    for box in (Box(0, 1500, 700, 1600), Box(10, 333, 690, 901), Box(0, 0, 5, 5)):
+        got = read_region(path, box, 1.0, LIMIT).pixels
+        assert np.array_equal(got, pixels[box.y0 : box.y1, box.x0 : box.x1]), box
+    _png(path, pixels[::-1].copy())  # the file changed: its old checkpoints are not used
+    got = read_region(path, Box(0, 1400, 700, 1600), 1.0, LIMIT).pixels
+    assert np.array_equal(got, pixels[::-1][1400:1600])
+    pyramid.forget_checkpoints()
+    assert pyramid._KEPT.nbytes() == 0

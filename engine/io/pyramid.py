@@ -10,6 +10,11 @@ unfiltered in front; 16-bit colour bands by numpy. A JPEG is decoded in Pillow's
 (the decoder's own 1/2, 1/4, 1/8 scaling). Anything else is decoded whole (within the pixel
 limit) and reduced at once.
 
+A PNG has no index of its rows: a region is read from the top down to its last row. On the way
+the reader keeps a few row checkpoints of the last two files it read (the inflater's state and
+the row above, ~100 KB each, at most 32 a file), so a region read again — a pan at 1:1 near the
+bottom of a 12000×8000 product — starts from the nearest one above it: 0.15 s instead of 2 s.
+
 Pixels come as `load_image` gives them (H×W×C uint8/uint16, C = 1…4, upright, read-only), so a
 viewer shows them as it shows a decoded frame.
 """
@@ -17,12 +22,14 @@ viewer shows them as it shows a decoded frame.
 from __future__ import annotations
 
 import struct
+import threading
 import zlib
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 from PIL import Image
@@ -34,10 +41,19 @@ from engine.io.png import SIGNATURE
 from engine.io.reading import load_image
 from engine.io.resize import resize_frame
 
-__all__ = ["Box", "PictureInfo", "ReadPicture", "picture_info", "read_reduced", "read_region"]
+__all__ = [
+    "Box",
+    "PictureInfo",
+    "ReadPicture",
+    "forget_checkpoints",
+    "picture_info",
+    "read_reduced",
+    "read_region",
+]
 
 BAND_BYTES = 1 << 20  # raw rows unfiltered at once: the reader's working memory is a few of these
 _CHANNELS = {0: 1, 2: 3, 4: 2, 6: 4}
+_PIECE = 64 << 10  # compressed bytes read at once
 
 
 @dataclass(frozen=True)
@@ -267,49 +283,150 @@ def _png_header(path: Path) -> _PngHeader | None:
     )
 
 
-def _idat(fp: BinaryIO) -> Iterator[bytes]:
-    """The IDAT chunks' data, in order, read a chunk at a time."""
-    fp.seek(8)
-    seen = False
-    while True:
-        head = fp.read(8)
-        if len(head) < 8:
-            raise BadInputError(f"{Path(fp.name).name}: the file ends before its image data does.")
-        length, kind = struct.unpack(">I4s", head)
-        if kind == b"IDAT":
-            seen = True
-            body = fp.read(length)
-            crc = fp.read(4)
-            if len(body) < length or len(crc) < 4:
-                raise BadInputError(f"{Path(fp.name).name}: the file ends inside its image data.")
-            if zlib.crc32(body, zlib.crc32(kind)) != struct.unpack(">I", crc)[0]:
-                raise BadInputError(f"{Path(fp.name).name}: checksum error in the image data.")
-            yield body
-        elif seen or kind == b"IEND":
-            return
-        else:
-            fp.seek(length + 4, 1)
+class _Idat:
+    """The IDAT chunks' data, in order, a piece of at most `_PIECE` bytes at a time (a writer
+    may put the whole image in one chunk); `where` and `resume` let a read start again inside
+    a chunk (whose checksum was checked when it was first read whole)."""
+
+    def __init__(self, fp: BinaryIO) -> None:
+        self.fp = fp
+        self.name = Path(fp.name).name
+        self.left = 0  # bytes of the current chunk still to read
+        self.crc: int | None = None  # of the current chunk so far; None: not checked
+        self.seen = False
+        self.done = False
+        fp.seek(8)
+
+    def where(self) -> tuple[int, int]:
+        return self.fp.tell(), self.left
+
+    def resume(self, offset: int, left: int) -> None:
+        self.fp.seek(offset)
+        self.left, self.crc, self.seen = left, None, True
+
+    def read(self) -> bytes | None:
+        while not self.left:
+            if self.done or not self._next_chunk():
+                self.done = True
+                return None
+        piece = self.fp.read(min(self.left, _PIECE))
+        if not piece:
+            raise BadInputError(f"{self.name}: the file ends inside its image data.")
+        self.left -= len(piece)
+        if self.crc is not None:
+            self.crc = zlib.crc32(piece, self.crc)
+        if not self.left:
+            stored = self.fp.read(4)
+            if len(stored) < 4:
+                raise BadInputError(f"{self.name}: the file ends inside its image data.")
+            if self.crc is not None and struct.unpack(">I", stored)[0] != self.crc:
+                raise BadInputError(f"{self.name}: checksum error in the image data.")
+        return piece
+
+    def _next_chunk(self) -> bool:
+        while True:
+            head = self.fp.read(8)
+            if len(head) < 8:
+                raise BadInputError(f"{self.name}: the file ends before its image data does.")
+            length, kind = struct.unpack(">I4s", head)
+            if kind == b"IDAT":
+                self.seen, self.left, self.crc = True, length, zlib.crc32(kind)
+                if length:
+                    return True
+                self.fp.seek(4, 1)
+                continue
+            if self.seen or kind == b"IEND":
+                return False
+            self.fp.seek(length + 4, 1)
 
 
-def _bands(info: PictureInfo, png: _PngHeader, last_row: int) -> Iterator[tuple[int, np.ndarray]]:
-    """(first row, rows) of the picture from the top down to `last_row`, unfiltered a band at a
-    time."""
+@dataclass(frozen=True)
+class _Checkpoint:
+    """Where the rows from `row` on start: the file position, the inflater, the row above."""
+
+    row: int
+    where: tuple[int, int]
+    inflater: Any  # zlib's Decompress, copied (it is copied again to be used)
+    previous: bytes
+
+
+class _Checkpoints:
+    """A few files' checkpoints, so a region near the bottom of a large PNG is read from the
+    nearest one above it instead of from the top (a pan at 1:1). Each costs the inflater's
+    state, a piece of compressed data and one row: ~100 KB, at most `_CHECKPOINTS` a file."""
+
+    def __init__(self, files: int) -> None:
+        self._files = files
+        self._held: OrderedDict[tuple[str, int, int, int], dict[int, _Checkpoint]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def of(self, path: Path) -> dict[int, _Checkpoint]:
+        stat = path.stat()
+        with open(path, "rb") as fp:  # a file rewritten within the clock's tick: its last bytes
+            fp.seek(max(0, stat.st_size - 4096))  # (the last chunks' checksums) tell it apart
+            tail = zlib.crc32(fp.read())
+        key = (str(path), stat.st_mtime_ns, stat.st_size, tail)
+        with self._lock:
+            held = self._held.pop(key, None)
+            if held is None:
+                held = {}
+            self._held[key] = held
+            while len(self._held) > self._files:
+                self._held.popitem(last=False)
+            return held
+
+    def forget(self) -> None:
+        with self._lock:
+            self._held.clear()
+
+    def nbytes(self) -> int:
+        with self._lock:
+            return sum(
+                len(c.previous) + 40_000 + _PIECE
+                for points in self._held.values()
+                for c in points.values()
+            )
+
+
+_CHECKPOINTS = 32  # per file
+_KEPT = _Checkpoints(files=2)
+
+
+def forget_checkpoints() -> None:
+    """Let go of the row checkpoints kept for region reads (Unload all)."""
+    _KEPT.forget()
+
+
+def _bands(
+    info: PictureInfo, png: _PngHeader, first_row: int, last_row: int
+) -> Iterator[tuple[int, np.ndarray]]:
+    """(first row, rows) of the picture from the checkpoint at or above `first_row` down to
+    `last_row`, unfiltered a band at a time; checkpoints are kept on the way."""
     channels = _CHANNELS[png.colour_type]
     bpp = channels * png.depth // 8
     stride = png.width * bpp
     band_rows = max(1, BAND_BYTES // (stride + 1))
+    every = band_rows * max(1, -(-png.height // (band_rows * _CHECKPOINTS)))
     unfilter = _pillow_unfilter(png) if png.depth == 8 else _numpy_unfilter(png.width, bpp)
+    points = _KEPT.of(info.path)
     inflater = zlib.decompressobj()
     previous = bytes(stride)
     pending = bytearray()
     row = 0
     with open(info.path, "rb") as fp:
-        chunks = _idat(fp)
+        chunks = _Idat(fp)
+        above = [r for r in points if r <= first_row]
+        if above:
+            start = points[max(above)]
+            chunks.resume(*start.where)
+            inflater, previous, row = start.inflater.copy(), start.previous, start.row
         while row < last_row:
+            if row and row % every == 0 and row not in points and not pending:
+                points[row] = _Checkpoint(row, chunks.where(), inflater.copy(), previous)
             need = min(band_rows, last_row - row) * (stride + 1)
             while len(pending) < need:
                 # Inflated no further than the band: a flat picture's chunk inflates 1000-fold.
-                data = inflater.unconsumed_tail or next(chunks, None)
+                data = inflater.unconsumed_tail or chunks.read()
                 if data is None:
                     pending += inflater.flush()
                     if len(pending) < need:
@@ -429,7 +546,7 @@ def _read_png(info: PictureInfo, box: Box, size: tuple[int, int]) -> np.ndarray:
     out: np.ndarray | None = None
     filled = 0
     carry: np.ndarray | None = None
-    for top, rows in _bands(info, png, box.y1):
+    for top, rows in _bands(info, png, box.y0, box.y1):
         lo, hi = max(box.y0, top), min(box.y1, top + len(rows))
         if lo >= hi:
             continue

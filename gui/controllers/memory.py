@@ -13,6 +13,7 @@ import logging
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from engine.io.pyramid import forget_checkpoints
 from engine.runtime import census, memory
 from engine.runtime.memory import MemorySnapshot
 from engine.runtime.sessions import SessionInfo
@@ -31,6 +32,7 @@ def _read() -> MemorySnapshot:
 
 
 def _trim() -> None:
+    forget_checkpoints()  # the picture reader's row checkpoints of large PNGs
     memory.trim_heap()
 
 
