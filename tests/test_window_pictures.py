@@ -142,3 +142,46 @@ def test_the_budget_asks_its_holders_once_over_the_cap(qtbot: QtBot) -> None:
     assert len(asked) == 2
     budget.release()  # Unload all asks whatever the total
     assert len(asked) == 3
+
+
+@pytest.mark.parametrize("kind", ["rgba16", "la8", "l16", "rgb8"])
+def test_a_small_still_is_shown_as_the_decoded_frame_was(tmp_path: Path, kind: str) -> None:
+    """Read at its own size through the picture reader, a still is the same QImage as the
+    decoded frame the viewer showed before (16 bits shown as their high byte, alpha kept)."""
+    from engine.io.png import encode_png
+    from engine.io.reading import load_image
+    from engine.settings import DEFAULT_MAX_PIXELS
+    from gui.widgets.images import load_display, to_qimage
+
+    rng = np.random.default_rng(3)
+    channels = {"rgba16": 4, "la8": 2, "l16": 1, "rgb8": 3}[kind]
+    dtype = np.uint16 if kind.endswith("16") else np.uint8
+    pixels = rng.integers(0, np.iinfo(dtype).max, (37, 53, channels), dtype=dtype)
+    path = tmp_path / f"{kind}.png"
+    encode_png(path, [pixels], durations=[0])
+    shown = load_display(path)
+    assert shown.readable and not shown.reduced and (shown.width, shown.height) == (53, 37)
+    assert shown.bit_depth == (16 if dtype == np.uint16 else 8)
+    assert shown.has_alpha == (channels in (2, 4))
+    want = to_qimage(load_image(path, DEFAULT_MAX_PIXELS).frames[0])
+    assert shown.frames[0] == want
+
+
+def test_a_turned_jpeg_is_shown_upright_when_reduced(tmp_path: Path) -> None:
+    from PIL import Image
+
+    from gui.widgets.images import load_display
+
+    picture = Image.new("RGB", (1600, 900), (200, 40, 40))
+    picture.paste((40, 40, 200), (0, 0, 800, 900))  # left half blue, as stored
+    exif = Image.Exif()
+    exif[0x0112] = 6  # shown turned a quarter clockwise: the blue half on top
+    path = tmp_path / "turned.jpg"
+    picture.save(path, exif=exif, quality=95)
+    shown = load_display(path, frame_size=(300, 300))
+    assert (shown.width, shown.height) == (900, 1600) and shown.reduced
+    frame = shown.frames[0]
+    assert frame.height() == 300 and frame.width() < 300
+    top = frame.pixelColor(frame.width() // 2, 10)
+    bottom = frame.pixelColor(frame.width() // 2, frame.height() - 10)
+    assert top.blue() > 150 > top.red() and bottom.red() > 150 > bottom.blue()
