@@ -171,9 +171,6 @@ class CompareView(QWidget):
         held = self._details[side]
         return (QRectF(held[0]), held[1]) if held is not None else None
 
-    def side_size(self, side: int) -> QSize:
-        return QSize(self._sizes[side])
-
     def held(self) -> tuple[int, int]:
         """(pictures, bytes) the view keeps: the two frames, the details, the preview's."""
         count, total = 0, 0
@@ -423,7 +420,7 @@ class CompareView(QWidget):
             if self.preview is not None:
                 self._paint_after(painter, self._canvas_rect())
             else:
-                self._paint_one(painter, 1 if self._after else 0, self._canvas_rect(), None)
+                self._paint_one(painter, 1 if self._after is not None else 0, self._canvas_rect(), None)
         elif self.mode is ViewMode.SINGLE:
             self._paint_after(painter, self._canvas_rect())
             self._badge(painter, self.labels[1], 8)
