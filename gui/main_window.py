@@ -186,6 +186,7 @@ class MainWindow(QMainWindow):
         self.intake.thumbnailReady.connect(
             lambda key, image: self.inputs.set_thumbnail(key, image or QImage())
         )
+        self.intake.selectRequested.connect(self.inputs.select_keys)
         self.panel.runRequested.connect(self.run_selected)
         self.panel.fetchRequested.connect(self.fetch_models)
         self.panel.addModelRequested.connect(self.menus.add_model_dialog)
@@ -297,8 +298,12 @@ class MainWindow(QMainWindow):
         self.jobs.forget_ended()
 
     def clear_inputs(self) -> None:
-        self.jobs.clear()
+        """Clear, at once; the notice's Undo (or Ctrl+Z) brings the list back."""
+        self.intake.clear()
         self.viewer.clear()
+
+    def undo_clear(self) -> None:
+        self.intake.undo_clear()
 
     def continue_from_result(self) -> None:
         """The result on the right becomes the input of the image's next job."""

@@ -39,6 +39,7 @@ class MenuHost(Protocol):
     welcome: WelcomePage
 
     def paste(self) -> None: ...
+    def undo_clear(self) -> None: ...
     def save_as(self, version_id: str = "") -> None: ...
     def copy_result(self) -> None: ...
     def apply_preferences(self) -> None: ...
@@ -107,6 +108,9 @@ class WindowMenus:
         self.recent_menu = current.addMenu("Open &recent")
         self.recent_menu.aboutToShow.connect(self.fill_recent)
         a("&Paste image", h.paste, [key.Paste], "Add the image (or files) on the clipboard")
+        # Clear empties the list at once; this brings it back (issue #21).
+        tip = "Bring back the images Clear took out of the list"
+        self.undo_action = a("&Undo clear", h.undo_clear, [key.Undo], tip)
         current.addSeparator()
         a("&Save result as…", h.save_as, ["Ctrl+Shift+S"])
         a("&Copy result", h.copy_result, [key.Copy])

@@ -10,6 +10,7 @@ from PySide6.QtCore import QByteArray, QSettings, QStandardPaths
 
 from engine.options import OutputFormat, OutputOptions
 from engine.settings import EngineSettings
+from gui.jobs import SaveTo
 
 ORGANIZATION = "Tessera"
 APPLICATION = "Tessera"
@@ -108,12 +109,30 @@ class AppSettings:
 
     @property
     def output_dir(self) -> str:
-        """Empty: next to each input."""
+        """The folder chosen for results (kept while another choice is made); empty: none."""
         return self._str("folders/output", "")
 
     @output_dir.setter
     def output_dir(self, value: str) -> None:
         self.store.setValue("folders/output", value)
+
+    @property
+    def save_to(self) -> SaveTo:
+        """Where results go; a `Tessera` folder beside each image unless the person chose."""
+        raw = self.store.value("folders/save_to")
+        try:
+            return SaveTo(str(raw))
+        except ValueError:
+            pass
+        # Before issue #21 only the folder was kept, and an empty one meant next to each image:
+        # what a person saved then keeps working.
+        if self.store.contains("folders/output"):
+            return SaveTo.FOLDER if self.output_dir else SaveTo.BESIDE
+        return SaveTo.TESSERA
+
+    @save_to.setter
+    def save_to(self, value: SaveTo) -> None:
+        self.store.setValue("folders/save_to", value.value)
 
     # -- the operation panel --------------------------------------------------------------------
     @property

@@ -2,8 +2,10 @@
 
 `InputsController` turns a drop (its MIME data), a file list or a pasted picture into inputs
 of the workspace (through the jobs controller), installs dropped `.onnx` models, asks for each
-new input's thumbnail off the GUI thread, remembers recent files, queues jobs when
-"Start jobs for dropped files" is on, and says why anything was refused. No widgets.
+new input's thumbnail off the GUI thread (an input whose thumbnail cannot be decoded is marked
+unreadable with the reason, and Run leaves it out), remembers recent files, queues jobs when
+"Start jobs for dropped files" is on, and says why anything was refused. It also empties the
+list (Clear, at once, whatever its length) and brings it back (Undo). No widgets.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QMimeData, QObject, Signal
 
+from engine.errors import BadInputError
 from engine.requests import Operation
+from engine.settings import DEFAULT_MAX_PIXELS
 from gui.controllers.jobs import JobsController
 from gui.controllers.models import ModelsController
 from gui.inputs import InputSource
@@ -68,6 +72,7 @@ class InputsController(QObject):
     noticeRequested = Signal(object)  # Notice
     noticeCleared = Signal(object)  # Topic: an earlier notice of it is stale
     thumbnailReady = Signal(str, object)  # input key, its thumbnail (None: cannot be read)
+    selectRequested = Signal(list)  # input keys the inputs panel should select (Undo of Clear)
 
     def __init__(
         self,
@@ -219,8 +224,59 @@ class InputsController(QObject):
         path, make = source.paths[0], self.thumbnailer
 
         def done(outcome: TaskOutcome) -> None:
-            if not self.closed:
-                image = outcome.value if outcome.error is None else None
-                self.thumbnailReady.emit(source.key, image)
+            if self.closed:
+                return
+            image = outcome.value if outcome.error is None else None
+            self.thumbnailReady.emit(source.key, image)
+            reason = unreadable(source, outcome.error)
+            if reason:
+                self.jobs.mark_unreadable(source.key, reason)
 
         self.tasks.submit(lambda: make(path), done)
+
+    # -- clear and undo -----------------------------------------------------------------------
+    def clear(self) -> int:
+        """Empty the list at once; a notice offers Undo (and Ctrl+Z brings it back)."""
+        cleared = self.jobs.clear()
+        count = len(cleared.sources)
+        if count:
+            self.noticeRequested.emit(
+                Notice(
+                    f"Cleared {count} image{'s' if count != 1 else ''} from the list "
+                    "(the files stay).",
+                    NoticeLevel.INFO,
+                    Topic.INPUTS,
+                    "Undo",
+                    self.undo_clear,
+                )
+            )
+        return count
+
+    def undo_clear(self) -> int:
+        """The list as Clear found it: its inputs in order, their results and marks, the
+        selection and the image in view. Returns how many came back."""
+        cleared = self.jobs.undo_clear()
+        if cleared is None:
+            self.statusRequested.emit("Nothing to undo.")
+            return 0
+        self.noticeCleared.emit(Topic.INPUTS)
+        for source in cleared.sources.values():
+            self.request_thumbnail(source)
+        key, version = cleared.viewing
+        if key is not None and key in cleared.sources:
+            self.jobs.show(key, version or "")
+        if cleared.selected:
+            self.selectRequested.emit(list(cleared.selected))
+        count = len(cleared.sources)
+        self.statusRequested.emit(f"Brought back {count} image{'s' if count != 1 else ''}.")
+        return count
+
+
+def unreadable(source: InputSource, error: BaseException | None) -> str:
+    """Why the input cannot be read, from its thumbnail's failure; empty when it can be, or
+    when the failure is no fault of the file (memory, or the thumbnail's own pixel limit)."""
+    if not isinstance(error, BadInputError):
+        return ""
+    if source.width * source.height * max(source.frames, 1) > DEFAULT_MAX_PIXELS:
+        return ""  # too large for a thumbnail; the job's own limit decides
+    return str(error)

@@ -33,6 +33,7 @@ from engine.requests import (
     ProductKind,
     Result,
 )
+from gui.controllers.run_plan import plan_run
 from gui.controllers.speed import Calibrator, Estimate, SpeedBook
 from gui.engine_thread import EngineThread
 from gui.inputs import InputSource, as_sequence, classify_paths
@@ -48,7 +49,7 @@ from gui.jobs import (
     job_versions,
 )
 from gui.messages import Notice, NoticeLevel, Topic
-from gui.workspace import Workspace
+from gui.workspace import ClearedInputs, Workspace
 
 log = logging.getLogger(__name__)
 
@@ -134,9 +135,17 @@ class JobsController(QObject):
     def remove(self, keys: Sequence[str]) -> None:
         self.workspace.remove_sources(keys)
 
-    def clear(self) -> None:
+    def clear(self) -> ClearedInputs:
         self._deferred.clear()
-        self.workspace.clear_sources()
+        return self.workspace.clear_sources()
+
+    def undo_clear(self) -> ClearedInputs | None:
+        """The inputs the last Clear took, back in the list (None: nothing to undo)."""
+        return self.workspace.undo_clear()
+
+    def mark_unreadable(self, key: str, reason: str) -> None:
+        """The input cannot be read: marked at once, and Run leaves it out."""
+        self.workspace.set_broken(key, reason)
 
     def show(self, key: str, version_id: str) -> None:
         self.workspace.set_viewing(key, version_id or None)
@@ -169,26 +178,14 @@ class JobsController(QObject):
 
     # -- running ------------------------------------------------------------------------------
     def targets(self, selected: Sequence[str] | None = None) -> list[InputSource]:
-        """What Run runs: the selected inputs when the person selected several, else all."""
-        ws = self.workspace
-        keys = ws.selected if selected is None else selected
-        chosen = [ws.sources[k] for k in keys if k in ws.sources]
-        return chosen if len(chosen) >= 2 else list(ws.sources.values())
+        """What Run runs: the selected inputs when the person selected several, else all;
+        not the unreadable ones, nor the ones done already with these settings (all of them
+        again when every one is done)."""
+        return list(plan_run(self.workspace, selected).run)
 
     def run_label(self, selected: Sequence[str] | None = None) -> str:
         """The Run button's words: what it will do."""
-        ws = self.workspace
-        keys = ws.selected if selected is None else selected
-        chosen = [k for k in keys if k in ws.sources]
-        if len(chosen) >= 2:
-            return f"Run selected ({len(chosen)})"
-        count = len(ws.sources)
-        if count == 0:
-            return "Run"
-        if count == 1:
-            base = ws.base(next(iter(ws.sources)))
-            return "Run 1 image" if base is None or base.is_original else f"Run on {base.label}"
-        return f"Run {count} images"
+        return plan_run(self.workspace, selected).label
 
     def estimate(self, sources: Sequence[InputSource], settings: JobSettings) -> Estimate | None:
         megapixels = sum(s.megapixels for s in sources)
@@ -230,7 +227,11 @@ class JobsController(QObject):
 
     def run_selected(self, operation: Operation | None = None) -> list[str]:
         """Run: every image, or the selected ones when several are selected."""
-        sources = self.targets()
+        plan = plan_run(self.workspace)
+        sources = list(plan.run)
+        if not sources and plan.broken:
+            self._warn("\n".join(self.workspace.broken[s.key] for s in plan.broken), Topic.INPUTS)
+            return []
         if not sources:
             self._warn(
                 "Add images first: drop them on the window or use File ▸ Open.", Topic.INPUTS
@@ -294,7 +295,7 @@ class JobsController(QObject):
             inputs=inputs,
             device=settings.device,
             runtime=settings.runtime,
-            output_dir=settings.output_dir,
+            output_dir=settings.output_folder(source.paths),
             tile=settings.job_tile,
             sequence=sequence,
             output=settings.output,

@@ -74,10 +74,13 @@ def pixmap_bytes(pix: QPixmap | None) -> int:
 class PreviewLayer:
     """The preview's pictures, in product pixels: patches as they come, or one whole image."""
 
-    def __init__(self) -> None:
+    def __init__(self, zoom: float | None = None, turned_on: bool = False) -> None:
         self.size = QSize()  # the product's size; empty until the engine says
         self.patches: list[tuple[QRect, QPixmap]] = []
         self.image: QPixmap | None = None  # a non-tiled family's whole preview
+        self.pending = True  # pixels are coming: what they have not reached is dimmed
+        self.zoom = zoom  # the person's zoom, shown again once the product's size is known
+        self.turned_on = turned_on  # made by turning Preview on (not by a reset)
 
     def clear(self) -> None:
         self.patches = []
@@ -224,23 +227,42 @@ class CompareView(QWidget):
         return self._canvas_size()
 
     # -- preview ------------------------------------------------------------------------------
-    def set_preview(self, on: bool) -> None:
+    def set_preview(self, on: bool, keep_zoom: bool = False) -> None:
+        """Preview on (a fresh layer) or off. Off, or `keep_zoom` (nothing to preview), the
+        canvas goes back to the left picture at the zoom the person sees."""
         old = self._canvas_size()
-        self.preview = PreviewLayer() if on else None
-        self._canvas_changed(old)
+        # The zoom the person sees stays theirs: Preview on shows the product at it once its
+        # size is known (a fresh layer after a reset keeps the number the last one had).
+        previous = self.preview
+        if previous is not None and previous.size.isEmpty():  # not shown at its size yet
+            layer = PreviewLayer(previous.zoom, previous.turned_on)
+        else:
+            layer = PreviewLayer(self._zoom, previous is None)
+        self.preview = layer if on else None
+        self._canvas_changed(old, self._zoom if keep_zoom or not on else None)
 
     def set_preview_size(self, size: QSize) -> None:
-        """The product's size: the canvas grows to it and the picture stays where it was."""
+        """The product's size: the canvas grows to it, at the person's zoom (100 % shows the
+        product's pixels 1:1), the point at the view's centre kept there."""
         if self.preview is None or self.preview.size == size:
             return
         old = self._canvas_size()
         self.preview.size = size
-        self._canvas_changed(old)
+        zoom, self.preview.zoom = self.preview.zoom, None
+        self._canvas_changed(old, zoom)
 
-    def _canvas_changed(self, old: QSize) -> None:
+    def _canvas_changed(self, old: QSize, zoom: float | None = None) -> None:
+        """A new canvas size: shown at `zoom` around the view's centre, or (None) the picture
+        stays where it was on screen."""
         new = self._canvas_size()
         if not old.isEmpty() and not new.isEmpty() and old != new and not self._fit:
-            self._zoom *= old.width() / new.width()
+            ratio = new.width() / old.width()
+            if zoom is not None:
+                centre = QPointF(self._port_width() / 2, self.height() / 2)
+                self._origin = centre - (centre - self._origin) * ratio * (zoom / self._zoom)
+                self._zoom = zoom
+            else:
+                self._zoom /= ratio
             self.zoomChanged.emit(self._zoom)
         self._apply_fit()
         self.update()
@@ -372,6 +394,11 @@ class CompareView(QWidget):
         zoom = min(MAX_ZOOM, max(MIN_ZOOM, zoom))
         canvas = (anchor - self._origin) / self._zoom  # keep the point under `anchor` in place
         self._zoom = zoom
+        layer = self.preview
+        if layer is not None and layer.zoom is not None:
+            # Zoomed while the product's size is not known yet: after turning Preview on the
+            # new number is the one to keep; in a reset's moment the view simply stays put.
+            layer.zoom = zoom if layer.turned_on else None
         self._origin = anchor - canvas * zoom
         self._fit = False
         self.zoomChanged.emit(self._zoom)
@@ -420,7 +447,9 @@ class CompareView(QWidget):
             if self.preview is not None:
                 self._paint_after(painter, self._canvas_rect())
             else:
-                self._paint_one(painter, 1 if self._after is not None else 0, self._canvas_rect(), None)
+                self._paint_one(
+                    painter, 1 if self._after is not None else 0, self._canvas_rect(), None
+                )
         elif self.mode is ViewMode.SINGLE:
             self._paint_after(painter, self._canvas_rect())
             self._badge(painter, self.labels[1], 8)
@@ -505,7 +534,8 @@ class CompareView(QWidget):
             painter.drawPixmap(rect, layer.image, QRectF(layer.image.rect()))
             return
         self._draw_side(painter, 0, rect)
-        painter.fillRect(rect, PENDING_SHADE)
+        if layer.pending:
+            painter.fillRect(rect, PENDING_SHADE)
         size = self._canvas_size()
         if size.isEmpty():
             return

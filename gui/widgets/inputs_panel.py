@@ -1,8 +1,9 @@
-"""The inputs: a thumbnail per added image, each marked while its job runs, when it is done, and
-in red when its last job failed (the reason in its tooltip)."""
+"""The inputs: a thumbnail per added image, each marked while its job runs, when it is done, in
+red when its last job failed, and broken when it cannot be read (the reason in its tooltip)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import Enum
 
 from PySide6.QtCore import QItemSelectionModel, QPoint, QPointF, QRectF, QSize, Qt, Signal
@@ -30,6 +31,7 @@ class InputMark(Enum):
     RUNNING = "running"
     DONE = "done"
     FAILED = "failed"
+    BROKEN = "broken"  # the file cannot be read: Run leaves it out
 
 
 def _placeholder() -> QPixmap:
@@ -53,6 +55,7 @@ def badged(base: QPixmap, mark: InputMark) -> QPixmap:
             InputMark.RUNNING: (QColor(52, 152, 219), "…"),
             InputMark.DONE: (QColor(39, 174, 96), "✓"),
             InputMark.FAILED: (QColor(192, 57, 43), "!"),
+            InputMark.BROKEN: (QColor(90, 90, 90), "✕"),
         }[mark]
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         painter.setPen(QPen(QColor(255, 255, 255), 2))
@@ -210,6 +213,19 @@ class InputsPanel(QWidget):
             self.list.scrollToItem(item)
         finally:
             self._programmatic = False
+
+    def select_keys(self, keys: Sequence[str]) -> None:
+        """Select exactly `keys` (Undo of Clear brings the selection back), in one change."""
+        wanted = set(keys)
+        self._programmatic = True
+        blocked = self.list.blockSignals(True)
+        try:
+            for key, item in self._items.items():
+                item.setSelected(key in wanted)
+        finally:
+            self.list.blockSignals(blocked)
+            self._programmatic = False
+        self.selectionChanged.emit()
 
     def current_key(self) -> str | None:
         item = self.list.currentItem()

@@ -1,11 +1,16 @@
-"""The output step's controls: format (PNG, JPEG, WebP), quality, and a target size — the
-model's own, a factor of the input ("×2 of a ×4 model") or a width in pixels."""
+"""The output step's controls: format (PNG, JPEG, WebP), quality, a target size — the
+model's own, a factor of the input ("×2 of a ×4 model") or a width in pixels — and where the
+results go ("Save to": a `Tessera` folder beside each image, next to each image, or a folder)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
+    QFileDialog,
     QFormLayout,
     QHBoxLayout,
     QSpinBox,
@@ -14,7 +19,7 @@ from PySide6.QtWidgets import (
 
 from engine.options import MAX_WIDTH, OutputFormat, OutputOptions
 from engine.requests import Operation
-from gui.jobs import has_scale
+from gui.jobs import SaveTo, has_scale
 from gui.widgets.elided_label import WrappedLabel
 
 FACTORS = (0.5, 1.0, 2.0, 3.0, 4.0)
@@ -157,3 +162,95 @@ class OutputEditor(QWidget):
             notes.append(f"Beyond the model's ×{self.scale}, the rest is ordinary interpolation.")
         self.note.setText(" ".join(notes))
         self.note.setVisible(bool(notes))
+
+
+CHOOSE = "choose"  # the "A folder…" item: asks for a folder
+SAVE_TO_TIPS = {
+    SaveTo.TESSERA: "Results go into a folder named Tessera beside each image, made at the first "
+    "result: they never mix with the images, so adding that folder again never takes them as "
+    "inputs.",
+    SaveTo.BESIDE: "Results go next to each image (a folder of frames: its Tessera folder).",
+    SaveTo.FOLDER: "Every result of the batch goes into this folder.",
+}
+
+
+class SaveToEditor(QWidget):
+    """Where a batch's results go; each job keeps the choice it was started with."""
+
+    changed = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.folder: Path | None = None
+        self._choice = SaveTo.TESSERA
+        # What "A folder…" asks with; tests answer it without a dialog.
+        self.ask_folder: Callable[[Path | None], Path | None] = self._dialog
+        self.box = QComboBox()
+        self.box.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+        )
+        self.box.setMinimumContentsLength(16)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.box, 1)
+        self._fill()
+        self.box.activated.connect(self._activated)
+
+    def choice(self) -> SaveTo:
+        return self._choice
+
+    def chosen_folder(self) -> Path | None:
+        """The folder every result goes to; None when results go beside their images."""
+        return self.folder if self._choice is SaveTo.FOLDER else None
+
+    def text(self) -> str:
+        return self.box.currentText()
+
+    def set_choice(self, choice: SaveTo, folder: Path | None = None) -> None:
+        """Show `choice`; `folder` is the one chosen (kept for a later "A folder" pick)."""
+        self.folder = folder if folder is not None else self.folder
+        if choice is SaveTo.FOLDER and self.folder is None:
+            choice = SaveTo.TESSERA  # a folder choice that lost its folder
+        self._choice = choice
+        self._fill()
+
+    def set_folder(self, folder: Path) -> None:
+        """The person chose `folder` for every result."""
+        self.set_choice(SaveTo.FOLDER, folder)
+        self.changed.emit()
+
+    def choose_folder(self) -> None:
+        """Ask for a folder; a cancelled dialog keeps the choice before it."""
+        folder = self.ask_folder(self.folder)
+        if folder is not None:
+            self.set_folder(folder)
+        else:
+            self._fill()
+
+    def _dialog(self, start: Path | None) -> Path | None:
+        found = QFileDialog.getExistingDirectory(self, "Save results to", str(start or ""))
+        return Path(found) if found else None
+
+    def _fill(self) -> None:
+        box = self.box
+        box.blockSignals(True)
+        box.clear()
+        box.addItem("Tessera folder beside each image", SaveTo.TESSERA.value)
+        box.addItem("Next to each image", SaveTo.BESIDE.value)
+        if self.folder is not None:
+            box.addItem(str(self.folder), SaveTo.FOLDER.value)
+            box.setItemData(box.count() - 1, str(self.folder), Qt.ItemDataRole.ToolTipRole)
+        box.addItem("A folder…", CHOOSE)
+        box.setCurrentIndex(max(0, box.findData(self._choice.value)))
+        box.setToolTip(SAVE_TO_TIPS[self._choice])
+        box.blockSignals(False)
+
+    def _activated(self, index: int) -> None:
+        data = self.box.itemData(index)
+        if data == CHOOSE:
+            self.choose_folder()
+            return
+        chosen = SaveTo(str(data))
+        if chosen is not self._choice:
+            self.set_choice(chosen)
+            self.changed.emit()

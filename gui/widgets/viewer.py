@@ -373,9 +373,15 @@ class ViewerPanel(QWidget):
         view.add_patch(QRect(r.x0, r.y0, r.width, r.height), to_qimage(patch.pixels))
         self.picturesChanged.emit()
 
-    def clear_preview(self) -> None:
+    def clear_preview(self, pending: bool = True) -> None:
+        """Forget what the preview drew; `pending` False: nothing is coming (no model), so the
+        left picture is shown as it is, not dimmed."""
         if self.view.preview is not None:
-            self.view.set_preview(True)  # a fresh layer: the canvas is the left picture again
+            # A fresh layer: the canvas is the left picture again (at the person's zoom when
+            # nothing is coming, as with Preview off).
+            self.view.set_preview(True, keep_zoom=not pending)
+            if self.view.preview is not None:
+                self.view.preview.pending = pending
 
     def preview_region(self) -> Region | None:
         """The part of the left picture the right-hand side shows, in its pixels."""

@@ -130,11 +130,13 @@ class WindowLayout:
         ws.settingsChanged.connect(self.update_run)
         ws.jobAdded.connect(lambda job_id: self.job_list.add(ws.jobs[job_id]))
         ws.jobChanged.connect(self._job_changed)
-        # the estimate reads every input: once per turn of the event loop, not once per job
+        # Run's words and the estimate read every input: once per turn of the event loop, not
+        # once per job (a result or an unreadable file changes what Run runs)
         self.estimate_timer = QTimer(self.host)
         self.estimate_timer.setSingleShot(True)
         self.estimate_timer.setInterval(0)
-        self.estimate_timer.timeout.connect(self.update_estimate)
+        self.estimate_timer.timeout.connect(self.update_run)
+        ws.inputChanged.connect(lambda _key: self.estimate_timer.start())
         ws.jobEnded.connect(lambda _job_id: self.estimate_timer.start())
         ws.jobsEnded.connect(lambda _job_ids: self.estimate_timer.start())
         ws.jobsForgotten.connect(self.job_list.remove)
@@ -164,7 +166,7 @@ class WindowLayout:
     def _input_changed(self, key: str) -> None:
         ws = self.ws
         done = any(v.viewable for v in ws.results(key))
-        self.mark_input(key, ws.running_for(key), ws.failure(key), done)
+        self.mark_input(key, ws.running_for(key), ws.failure(key), done, ws.broken.get(key, ""))
 
     def _job_changed(self, job_id: str) -> None:
         if job_id not in self.ws.dirty:
@@ -219,11 +221,15 @@ class WindowLayout:
         if not sources:
             self.viewer.clear()
 
-    def mark_input(self, key: str, running: bool, failure: str, done: bool) -> None:
+    def mark_input(
+        self, key: str, running: bool, failure: str, done: bool, broken: str = ""
+    ) -> None:
         if running:
             mark, tip = InputMark.RUNNING, "A job is running or waiting for this image."
         elif failure:
             mark, tip = InputMark.FAILED, f"Failed: {failure}"
+        elif broken:
+            mark, tip = InputMark.BROKEN, f"Cannot be read, so Run leaves it out: {broken}"
         elif done:
             mark, tip = InputMark.DONE, "Done: its results are in the strip under the viewer."
         else:
