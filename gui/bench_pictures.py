@@ -93,7 +93,9 @@ def main(argv: list[str]) -> int:
                 app, lambda: bool(jobs) and all(j.state.ended for j in jobs.values()), 900
             )
         viewer = window.viewer
-        product = picture.with_name(f"{picture.stem}-{model.stem}.png")
+        name = f"{picture.stem}-{model.stem}.png"  # wherever the output step put it
+        products = [p.path for j in jobs.values() if j.result for p in j.result.products]
+        product = next((p for p in products if p.name == name), picture.with_name(name))
         shown = ended and _wait(
             app, lambda: viewer.after is not None and viewer.after.path == product, 300
         )
