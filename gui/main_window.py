@@ -43,6 +43,7 @@ from gui.widgets.export_dialog import ExportDialog
 from gui.widgets.images import load_display_paths, make_thumbnail, read_clip_frame
 from gui.widgets.inputs_panel import THUMB
 from gui.widgets.job_list import confirm_quit
+from gui.widgets.pictures_binding import PicturesBinding
 from gui.widgets.preview_binding import PreviewBinding
 from gui.widgets.version_strip import file_mime
 from gui.widgets.window_layout import WindowLayout
@@ -143,9 +144,13 @@ class MainWindow(QMainWindow):
         self.recent_menu, self.run_action = menus.recent_menu, menus.run_action
         self.cancel_action, self.preview_action = menus.cancel_action, menus.preview_action
         self.memory_action = menus.memory_action
+        ws = self.workspace
         DropTarget(self, self.drop_overlay, self.intake.accept_mime)
         warn = lambda text: self.warn(text, Topic.JOBS)  # noqa: E731
         self.preview_glue = PreviewBinding(self.viewer, self.preview, self.preview_action, warn)
+        self.pictures_glue = PicturesBinding(
+            self.viewer, self.view, self.preview, ws.pictures, self.memory, self.memory_panel
+        )
 
     def _wire(self) -> None:
         ws, e, j, v = self.workspace, self.engine, self.jobs, self.view

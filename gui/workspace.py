@@ -22,6 +22,7 @@ from engine.previews import Region
 from engine.requests import Progress, Result
 from gui.inputs import InputSource
 from gui.jobs import ORIGINAL, Job, JobSettings, JobState, Version, job_versions
+from gui.pictures import PictureBudget
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,7 @@ class Workspace(QObject):
         self.preview_on = False
         self.region: Region | None = None
         self.dirty: set[str] = set()  # job rows whose progress is not drawn yet
+        self.pictures = PictureBudget(parent=self)  # every decoded picture the window keeps
         self._of_input: dict[str, list[str]] = {}  # input key → its job ids, oldest first
         self._batching = False  # inside `batch()`: announcements wait for its end
         self._held: dict[str, None] = {}  # jobs changed during the batch, in order

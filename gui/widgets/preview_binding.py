@@ -70,5 +70,5 @@ class PreviewBinding(QObject):
         self.viewer.set_preview_status(why, False)
 
     def _picture(self, image: DisplayImage) -> None:
-        if image.frames:
-            self.viewer.view.set_preview_image(image.frames[0])
+        if image.frames:  # drawn at the product's size: the frame may be smaller
+            self.viewer.view.set_preview_image(image.frames[0], image.size)
