@@ -79,6 +79,21 @@ def test_space_with_the_focus_in_the_viewer_flips_wherever_the_pointer_is(
     assert window.viewer.view.flipped and not window.workspace.jobs
 
 
+def test_space_in_a_text_field_types_a_space_even_with_the_pointer_over_the_viewer(
+    qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
+) -> None:
+    _ready(qtbot, window, tmp_path, models)
+    field = window.panel.output
+    field.setFocus()
+    qtbot.waitUntil(field.hasFocus)
+    qtbot.keyClicks(field, "my")
+    _pointer_over(qtbot, window.viewer.view)
+    _space(qtbot)
+    qtbot.keyClicks(field, "photos")
+    assert field.text() == "my photos"
+    assert not window.viewer.view.flipped
+
+
 def test_clicking_run_leaves_the_focus_in_the_viewer(
     qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
 ) -> None:
