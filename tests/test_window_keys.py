@@ -37,9 +37,24 @@ def _ready(qtbot: QtBot, win: MainWindow, tmp_path: Path, models: Path) -> None:
     qtbot.waitUntil(win.isActiveWindow)
 
 
+_moves = [0]
+
+
 def _pointer_over(qtbot: QtBot, widget: QWidget) -> None:
-    QTest.mouseMove(widget, widget.rect().center())
+    """A real move over `widget`, near its centre at a spot not used before (see below)."""
+    _moves[0] += 1
+    step = _moves[0] % 40
+    window = widget.window()
+    QTest.mouseMove(window, widget.mapTo(window, widget.rect().center() + QPoint(step, step)))
     qtbot.wait(20)
+
+
+def _pointer_away(qtbot: QtBot, win: MainWindow) -> None:
+    """Over the operation panel, by way of the viewer: offscreen, a window shown under the
+    pointer gets a synthetic Enter, and a move to where the pointer already was is dropped, so
+    without a real move over the viewer first no Leave would follow."""
+    _pointer_over(qtbot, win.viewer.view)
+    _pointer_over(qtbot, win.panel)
 
 
 def _space(qtbot: QtBot) -> None:
@@ -72,7 +87,7 @@ def test_space_with_the_focus_in_the_viewer_flips_wherever_the_pointer_is(
     qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
 ) -> None:
     _ready(qtbot, window, tmp_path, models)
-    _pointer_over(qtbot, window.panel)
+    _pointer_away(qtbot, window)
     window.viewer.view.setFocus()
     qtbot.waitUntil(window.viewer.view.hasFocus)
     _space(qtbot)
@@ -83,7 +98,8 @@ def test_space_in_a_text_field_types_a_space_even_with_the_pointer_over_the_view
     qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
 ) -> None:
     _ready(qtbot, window, tmp_path, models)
-    field = window.panel.output
+    field = QLineEdit(window.panel)  # a text field in the window (the panel has none of its own)
+    field.show()
     field.setFocus()
     qtbot.waitUntil(field.hasFocus)
     qtbot.keyClicks(field, "my")
@@ -119,7 +135,7 @@ def test_run_pressed_with_space_hands_the_keyboard_to_the_viewer(
     qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
 ) -> None:
     _ready(qtbot, window, tmp_path, models)
-    _pointer_over(qtbot, window.panel)
+    _pointer_away(qtbot, window)
     run = window.panel.run_button
     run.setFocus(Qt.FocusReason.TabFocusReason)
     qtbot.waitUntil(run.hasFocus)
