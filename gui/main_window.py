@@ -288,11 +288,17 @@ class MainWindow(QMainWindow):
             self.notifier.job_ended(job)
 
     # -- running, chains ----------------------------------------------------------------------
+    # After Run (and Save as…), no button keeps the keyboard: a second Space must not queue
+    # the same minutes-long job again (gui/widgets/window_layout.py, focus_viewer).
     def run_selected(self) -> list[str]:
-        return self.jobs.run_selected(self.panel.current_operation())
+        queued = self.jobs.run_selected(self.panel.current_operation())
+        self.layout_.focus_viewer()
+        return queued
 
     def run_one(self, key: str) -> list[str]:
-        return self.jobs.run_one(key, self.panel.current_operation())
+        queued = self.jobs.run_one(key, self.panel.current_operation())
+        self.layout_.focus_viewer()
+        return queued
 
     def clear_finished(self) -> None:
         self.jobs.forget_ended()
@@ -324,7 +330,11 @@ class MainWindow(QMainWindow):
 
     def run_chain_from(self, version_id: str = "") -> list[str]:
         ws = self.workspace
-        return self.jobs.run_chain_from(ws.find_version(version_id) if version_id else ws.viewed())
+        queued = self.jobs.run_chain_from(
+            ws.find_version(version_id) if version_id else ws.viewed()
+        )
+        self.layout_.focus_viewer()
+        return queued
 
     # -- the viewer and its preview -----------------------------------------------------------
     def _on_version_chosen(self, version_id: str, on_left: bool) -> None:
@@ -362,6 +372,7 @@ class MainWindow(QMainWindow):
         options = self.panel.output_options()
         self.export_dialog = ExportDialog(version.path, size, operation, None, options, self)
         chosen = self.export_dialog.ask()
+        self.layout_.focus_viewer()
         if chosen is not None:
             self.results.export(version.path, chosen[0], chosen[1], source)
 

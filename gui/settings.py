@@ -25,6 +25,18 @@ def pictures_dir() -> Path:
     return Path(found) if found else Path.home() / "Pictures"
 
 
+def default_open_dir() -> Path:
+    """Pictures where it exists, else home."""
+    pictures = pictures_dir()
+    return pictures if pictures.is_dir() else Path.home()
+
+
+def default_model_dir() -> Path:
+    found = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DownloadLocation)
+    downloads = Path(found) if found else Path.home() / "Downloads"
+    return downloads if downloads.is_dir() else Path.home()
+
+
 class AppSettings:
     """Typed access to QSettings; the keys live here and nowhere else."""
 
@@ -133,6 +145,32 @@ class AppSettings:
     @save_to.setter
     def save_to(self, value: SaveTo) -> None:
         self.store.setValue("folders/save_to", value.value)
+
+    @property
+    def open_dir(self) -> Path:
+        """Where Open and Add… start: the folder last opened from, while it exists; else the
+        Pictures folder (or home). Never the current directory, which for a start from a
+        terminal is the checkout or wherever the shell happened to be."""
+        return self._existing_dir("folders/last_open") or default_open_dir()
+
+    @open_dir.setter
+    def open_dir(self, value: Path | str) -> None:
+        self.store.setValue("folders/last_open", str(value))
+
+    @property
+    def model_open_dir(self) -> Path:
+        """Where "Add a model file…" starts: the folder a model was last added from, else
+        Downloads (where a downloaded model lands), else home."""
+        return self._existing_dir("folders/last_model") or default_model_dir()
+
+    @model_open_dir.setter
+    def model_open_dir(self, value: Path | str) -> None:
+        self.store.setValue("folders/last_model", str(value))
+
+    def _existing_dir(self, key: str) -> Path | None:
+        text = self._str(key, "")
+        folder = Path(text).expanduser() if text else None
+        return folder if folder is not None and folder.is_absolute() and folder.is_dir() else None
 
     # -- the operation panel --------------------------------------------------------------------
     @property

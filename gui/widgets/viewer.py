@@ -183,7 +183,7 @@ class ViewerPanel(QWidget):
         self.continue_button.clicked.connect(self.continueRequested)
         bottom = QHBoxLayout()
         bottom.setContentsMargins(0, 0, 0, 0)
-        bottom.addWidget(self.strip, 1)
+        bottom.addStretch(1)  # the strip has the row above to itself: 2–3 versions at 1024×640
         bottom.addWidget(self.continue_button)
         bottom.addWidget(self.save_button)
         bottom.addWidget(self.copy_button)
@@ -195,6 +195,7 @@ class ViewerPanel(QWidget):
         layout.addWidget(self.view, 1)
         layout.addWidget(self.scrubber_row)
         layout.addWidget(self.clip_bar)
+        layout.addWidget(self.strip)
         layout.addLayout(bottom)
 
         self.flip_action = QAction("Flip between the two versions", self)
