@@ -135,7 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="an option of the operation, e.g. num_tokens=2400 or refine_foreground=true "
         "(upscale: max_tile, auto_start; remove-background: normalization, input_size, "
-        "refine_foreground; depth: normalization, process_res; geometry: num_tokens)",
+        "refine_foreground; depth: normalization, process_res; geometry: num_tokens, "
+        "process_res, point_clouds (a clip's PLY per frame))",
     )
     run.add_argument(
         "--format",

@@ -72,6 +72,14 @@ class GeometryOptions:
     process_res: int | None = field(
         default=None, metadata=_range(56, 16384, "longest side fed to the model")
     )
+    # A clip's point clouds are one PLY per frame (megabytes each): only when asked for.
+    point_clouds: bool | None = field(
+        default=None,
+        metadata={
+            "help": "a clip: one PLY point cloud per frame, in a folder beside its products "
+            "(off; a still always gets its PLY)"
+        },
+    )
 
 
 OperationOptions = UpscaleOptions | BackgroundOptions | DepthOptions | GeometryOptions
@@ -104,6 +112,7 @@ class DepthConfig:
 class GeometryConfig:
     num_tokens: int
     process_res: int
+    point_clouds: bool  # a clip's PLY per frame
 
 
 # Tessera's own defaults, used where neither the request nor the model's catalog entry says.
@@ -114,7 +123,7 @@ _BUILTIN: Mapping[type[Any], Any] = {
     ),
     DepthOptions: DepthConfig(normalization=Normalization.IMAGENET, process_res=504),
     # 1280: over twice the token grid of 3600 tokens at 4:3, and the 2:1 grid's longest side.
-    GeometryOptions: GeometryConfig(num_tokens=1800, process_res=1280),
+    GeometryOptions: GeometryConfig(num_tokens=1800, process_res=1280, point_clouds=False),
 }
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from engine.errors import EngineError
 from engine.io.image import is_video
 from engine.io.reading import image_size
-from engine.io.sequences import list_sequence
+from engine.io.sequences import SEQUENCE_PRODUCTS, list_sequence
 from engine.settings import DEFAULT_MAX_PIXELS
 
 MIN_SEQUENCE = 3  # fewer numbered files are never offered as a sequence
@@ -114,14 +114,23 @@ def numbered_sequence(paths: Sequence[Path]) -> list[Path] | None:
 
 
 def classify_paths(paths: Sequence[Path]) -> Classified:
-    """Sources in the order given, one per image; folders and animated files are sequences."""
+    """Sources in the order given, one per image; folders and animated files are sequences.
+    Tessera's own results never become inputs by the way: a `Tessera` folder dropped with the
+    images beside it is left out (a folder of frames leaves out the products in it, and its
+    `Tessera` folder, `list_sequence`)."""
     sources: list[InputSource] = []
     models: list[Path] = []
     refused: list[str] = []
-    for raw in paths:
-        path = Path(raw)
+    given = [Path(raw) for raw in paths]
+    for path in given:
         if path.suffix.lower() == ".onnx" and path.is_file():
             models.append(path)
+            continue
+        if _products_folder_among(path, given):
+            refused.append(
+                f"{path.name}/: left out, it holds the results Tessera wrote for these images. "
+                "Add it on its own to use them as inputs."
+            )
             continue
         if path.is_dir():
             try:
@@ -148,6 +157,13 @@ def classify_paths(paths: Sequence[Path]) -> Classified:
             continue
         sources.append(InputSource((path,), False, count, width, height))
     return Classified(tuple(sources), tuple(models), tuple(refused), sequence_offer(sources))
+
+
+def _products_folder_among(path: Path, given: Sequence[Path]) -> bool:
+    """`path` is the `Tessera` results folder of other paths given with it (a select-all)."""
+    if path.name != SEQUENCE_PRODUCTS or len(given) < 2 or not path.is_dir():
+        return False
+    return any(other != path and other.parent == path.parent for other in given)
 
 
 def _clip(path: Path) -> InputSource:

@@ -9,7 +9,8 @@ from enum import Enum
 from pathlib import Path
 
 from engine.io.image import VIDEO_SUFFIXES
-from engine.options import OutputOptions
+from engine.io.sequences import SEQUENCE_PRODUCTS
+from engine.options import OperationOptions, OutputOptions
 from engine.requests import (
     Operation,
     OperationRequest,
@@ -33,6 +34,23 @@ def has_scale(operation: Operation) -> bool:
     return operation.has_scale
 
 
+class SaveTo(Enum):
+    """Where a job's products go (the output step's "Save to")."""
+
+    # A `Tessera` folder beside each image, made at the first result: products never lie among
+    # the inputs, so a folder reopened as frames never takes them (the rule the command line
+    # keeps for folders of frames). The app's default.
+    TESSERA = "tessera"
+    BESIDE = "beside"  # next to each image (a folder of frames: its own `Tessera` folder)
+    FOLDER = "folder"  # one folder the person chose
+
+
+def products_folder(inputs: tuple[Path, ...]) -> Path:
+    """The `Tessera` folder beside `inputs` (inside a folder of frames)."""
+    first = inputs[0]
+    return first / SEQUENCE_PRODUCTS if first.is_dir() else first.parent / SEQUENCE_PRODUCTS
+
+
 @dataclass(frozen=True)
 class JobSettings:
     """What the operation panel says when Run is pressed; every job of the batch keeps it."""
@@ -43,13 +61,33 @@ class JobSettings:
     device: str = "cpu"
     runtime: str = "auto"
     tile: int | None = None
-    output_dir: Path | None = None  # None: next to each input
+    output_dir: Path | None = None  # the folder the person chose; None: per input (`save_to`)
     output: OutputOptions = field(default_factory=OutputOptions)
+    # Without a chosen folder: the engine's own rule (beside each input), as a request that
+    # names no folder; the panel says what the person chose.
+    save_to: SaveTo = SaveTo.BESIDE
+    options: OperationOptions | None = None  # the operation's own (a clip's point clouds)
 
     @property
     def job_tile(self) -> int | None:
         """The tile size a request carries: only tiled operations have one."""
         return self.tile if is_tiled(self.operation) else None
+
+    def output_folder(self, inputs: tuple[Path, ...]) -> Path | None:
+        """The folder a job on the input `inputs` (its original files) writes into; None: the
+        engine's rule, beside each file it is run on."""
+        if self.output_dir is not None:
+            return self.output_dir
+        if self.save_to is SaveTo.TESSERA and inputs:
+            return products_folder(inputs)
+        return None
+
+    @property
+    def makes(self) -> tuple[object, ...]:
+        """What the product depends on: the operation, the model and the output step (not the
+        device, the runtime, the tile size or the folder). Two jobs with the same `makes` on
+        one input make the same picture."""
+        return (self.operation, self.model, self.output)
 
 
 class JobState(Enum):

@@ -43,6 +43,7 @@ from gui.widgets.export_dialog import ExportDialog
 from gui.widgets.images import load_display_paths, make_thumbnail, read_clip_frame
 from gui.widgets.inputs_panel import THUMB
 from gui.widgets.job_list import confirm_quit
+from gui.widgets.pictures_binding import PicturesBinding
 from gui.widgets.preview_binding import PreviewBinding
 from gui.widgets.version_strip import file_mime
 from gui.widgets.window_layout import WindowLayout
@@ -143,9 +144,13 @@ class MainWindow(QMainWindow):
         self.recent_menu, self.run_action = menus.recent_menu, menus.run_action
         self.cancel_action, self.preview_action = menus.cancel_action, menus.preview_action
         self.memory_action = menus.memory_action
+        ws = self.workspace
         DropTarget(self, self.drop_overlay, self.intake.accept_mime)
         warn = lambda text: self.warn(text, Topic.JOBS)  # noqa: E731
         self.preview_glue = PreviewBinding(self.viewer, self.preview, self.preview_action, warn)
+        self.pictures_glue = PicturesBinding(
+            self.viewer, self.view, self.preview, ws.pictures, self.memory, self.memory_panel
+        )
 
     def _wire(self) -> None:
         ws, e, j, v = self.workspace, self.engine, self.jobs, self.view
@@ -181,7 +186,7 @@ class MainWindow(QMainWindow):
         self.intake.thumbnailReady.connect(
             lambda key, image: self.inputs.set_thumbnail(key, image or QImage())
         )
-        self.inputs.thumbnailsWanted.connect(self._make_thumbnails)
+        self.intake.selectRequested.connect(self.inputs.select_keys)
         self.panel.runRequested.connect(self.run_selected)
         self.panel.fetchRequested.connect(self.fetch_models)
         self.panel.addModelRequested.connect(self.menus.add_model_dialog)
@@ -276,13 +281,6 @@ class MainWindow(QMainWindow):
     def _update_estimate(self) -> None:
         self.layout_.update_estimate()
 
-    def _make_thumbnails(self, keys: list[str]) -> None:
-        """Only the thumbnails in view are made: 1000 images added cost ~20 (issue #21)."""
-        for key in keys:
-            source = self.workspace.source(key)
-            if source is not None:
-                self.intake.request_thumbnail(source)
-
     def _on_job_ended(self, job_id: str) -> None:
         job = self.workspace.jobs.get(job_id)
         if job is not None:
@@ -290,18 +288,28 @@ class MainWindow(QMainWindow):
             self.notifier.job_ended(job)
 
     # -- running, chains ----------------------------------------------------------------------
+    # After Run (and Save as…), no button keeps the keyboard: a second Space must not queue
+    # the same minutes-long job again (gui/widgets/window_layout.py, focus_viewer).
     def run_selected(self) -> list[str]:
-        return self.jobs.run_selected(self.panel.current_operation())
+        queued = self.jobs.run_selected(self.panel.current_operation())
+        self.layout_.focus_viewer()
+        return queued
 
     def run_one(self, key: str) -> list[str]:
-        return self.jobs.run_one(key, self.panel.current_operation())
+        queued = self.jobs.run_one(key, self.panel.current_operation())
+        self.layout_.focus_viewer()
+        return queued
 
     def clear_finished(self) -> None:
         self.jobs.forget_ended()
 
     def clear_inputs(self) -> None:
-        self.jobs.clear()
+        """Clear, at once; the notice's Undo (or Ctrl+Z) brings the list back."""
+        self.intake.clear()
         self.viewer.clear()
+
+    def undo_clear(self) -> None:
+        self.intake.undo_clear()
 
     def continue_from_result(self) -> None:
         """The result on the right becomes the input of the image's next job."""
@@ -322,7 +330,11 @@ class MainWindow(QMainWindow):
 
     def run_chain_from(self, version_id: str = "") -> list[str]:
         ws = self.workspace
-        return self.jobs.run_chain_from(ws.find_version(version_id) if version_id else ws.viewed())
+        queued = self.jobs.run_chain_from(
+            ws.find_version(version_id) if version_id else ws.viewed()
+        )
+        self.layout_.focus_viewer()
+        return queued
 
     # -- the viewer and its preview -----------------------------------------------------------
     def _on_version_chosen(self, version_id: str, on_left: bool) -> None:
@@ -360,6 +372,7 @@ class MainWindow(QMainWindow):
         options = self.panel.output_options()
         self.export_dialog = ExportDialog(version.path, size, operation, None, options, self)
         chosen = self.export_dialog.ask()
+        self.layout_.focus_viewer()
         if chosen is not None:
             self.results.export(version.path, chosen[0], chosen[1], source)
 

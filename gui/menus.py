@@ -1,5 +1,5 @@
 """The window's menus and their shortcuts (every shortcut also works with the menu bar hidden),
-the Open recent list, and About."""
+Space over the viewer, the Open recent list, and About."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QFileDialog, QMainWindow, QMenu, QMessageBox
+from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtGui import QAction, QKeySequence, QShortcut
+from PySide6.QtWidgets import QApplication, QFileDialog, QMainWindow, QMenu, QMessageBox, QWidget
 
 from engine.io.image import VIDEO_SUFFIXES
 from gui.controllers.jobs import JobsController
@@ -39,6 +40,7 @@ class MenuHost(Protocol):
     welcome: WelcomePage
 
     def paste(self) -> None: ...
+    def undo_clear(self) -> None: ...
     def save_as(self, version_id: str = "") -> None: ...
     def copy_result(self) -> None: ...
     def apply_preferences(self) -> None: ...
@@ -87,6 +89,49 @@ def toggle(
     return made
 
 
+class SpaceFlip(QObject):
+    """Space flips the compare whenever the pointer or the focus is in the viewer.
+
+    With the focus in the viewer the viewer's own Flip action answers (its shortcut covers the
+    viewer and its children). With the pointer over the viewer and the focus elsewhere — on Run
+    after a click, on a checkbox — this window-wide shortcut answers instead of the focused
+    widget, so Space never presses a button the person is not looking at. Only one of the two is
+    enabled at a time (two would make Space ambiguous); elsewhere Space does what it always does
+    (types a space in a text field, toggles the focused checkbox reached with Tab)."""
+
+    def __init__(self, window: QWidget, viewer: QWidget, flip: QAction) -> None:
+        super().__init__(window)
+        self.viewer = viewer
+        self.pointer_in = False
+        self.shortcut = QShortcut(QKeySequence(Qt.Key.Key_Space), window)
+        self.shortcut.setContext(Qt.ShortcutContext.WindowShortcut)
+        self.shortcut.setAutoRepeat(False)
+        self.shortcut.activated.connect(flip.trigger)
+        viewer.installEventFilter(self)
+        app = QApplication.instance()
+        if isinstance(app, QApplication):
+            app.focusChanged.connect(self.update)
+        self.update()
+
+    def focus_in_viewer(self) -> bool:
+        focus = QApplication.focusWidget()
+        return focus is not None and (focus is self.viewer or self.viewer.isAncestorOf(focus))
+
+    def update(self, *_widgets: object) -> None:
+        self.shortcut.setEnabled(
+            self.pointer_in and self.viewer.isVisible() and not self.focus_in_viewer()
+        )
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        kind = event.type()
+        if watched is self.viewer and kind in (QEvent.Type.Enter, QEvent.Type.Leave):
+            self.pointer_in = kind is QEvent.Type.Enter
+            self.update()
+        elif watched is self.viewer and kind in (QEvent.Type.Show, QEvent.Type.Hide):
+            self.update()
+        return False
+
+
 class WindowMenus:
     """The menu bar of `window`; the actions the window enables or renames are kept here."""
 
@@ -107,6 +152,9 @@ class WindowMenus:
         self.recent_menu = current.addMenu("Open &recent")
         self.recent_menu.aboutToShow.connect(self.fill_recent)
         a("&Paste image", h.paste, [key.Paste], "Add the image (or files) on the clipboard")
+        # Clear empties the list at once; this brings it back (issue #21).
+        tip = "Bring back the images Clear took out of the list"
+        self.undo_action = a("&Undo clear", h.undo_clear, [key.Undo], tip)
         current.addSeparator()
         a("&Save result as…", h.save_as, ["Ctrl+Shift+S"])
         a("&Copy result", h.copy_result, [key.Copy])
@@ -124,6 +172,7 @@ class WindowMenus:
         a("&Fit", view.fit, ["Ctrl+0"])
         a("&Actual size", view.actual_size, ["Ctrl+1"])
         current.addAction(h.viewer.flip_action)
+        self.space = SpaceFlip(self.window, h.viewer, h.viewer.flip_action)
         self.preview_action = toggle(self.window, "&Preview", "Ctrl+P", current, h.set_preview)
         self.preview_action.setStatusTip(
             "Show what the chosen operation and model make of the part of the image in view"
@@ -178,20 +227,33 @@ class WindowMenus:
         )
 
     # -- the dialogs the File menu opens ------------------------------------------------------
+    # Each starts in the folder last used for it (AppSettings), never in the current directory.
     def open_dialog(self) -> None:
-        files, _ = QFileDialog.getOpenFileNames(self.window, "Open images", "", IMAGE_FILTER)
+        settings = self.host.settings
+        files, _ = QFileDialog.getOpenFileNames(
+            self.window, "Open images", str(settings.open_dir), IMAGE_FILTER
+        )
         if files:
+            settings.open_dir = Path(files[0]).parent
             self.host.accept_paths([Path(f) for f in files])
 
     def open_folder_dialog(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self.window, "Open a folder of frames")
+        settings = self.host.settings
+        folder = QFileDialog.getExistingDirectory(
+            self.window, "Open a folder of frames", str(settings.open_dir)
+        )
         if folder:
+            # the folder that holds it: the next sequence is most likely its sibling
+            settings.open_dir = Path(folder).parent
             self.host.accept_paths([Path(folder)])
 
     def add_model_dialog(self) -> None:
+        settings = self.host.settings
         files, _ = QFileDialog.getOpenFileNames(
-            self.window, "Add a model", "", "ONNX models (*.onnx)"
+            self.window, "Add a model", str(settings.model_open_dir), "ONNX models (*.onnx)"
         )
+        if files:
+            settings.model_open_dir = Path(files[0]).parent
         for f in files:
             self.host.models.install(Path(f))
 

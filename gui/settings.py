@@ -8,8 +8,9 @@ from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSettings, QStandardPaths
 
-from engine.options import OutputFormat, OutputOptions
+from engine.options import OutputFormat, OutputOptions, VideoCodec, VideoOptions
 from engine.settings import EngineSettings
+from gui.jobs import SaveTo
 
 ORGANIZATION = "Tessera"
 APPLICATION = "Tessera"
@@ -22,6 +23,18 @@ def pictures_dir() -> Path:
     """Where a person looks for pictures (~/Pictures), for pasted images and their results."""
     found = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.PicturesLocation)
     return Path(found) if found else Path.home() / "Pictures"
+
+
+def default_open_dir() -> Path:
+    """Pictures where it exists, else home."""
+    pictures = pictures_dir()
+    return pictures if pictures.is_dir() else Path.home()
+
+
+def default_model_dir() -> Path:
+    found = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DownloadLocation)
+    downloads = Path(found) if found else Path.home() / "Downloads"
+    return downloads if downloads.is_dir() else Path.home()
 
 
 class AppSettings:
@@ -108,12 +121,56 @@ class AppSettings:
 
     @property
     def output_dir(self) -> str:
-        """Empty: next to each input."""
+        """The folder chosen for results (kept while another choice is made); empty: none."""
         return self._str("folders/output", "")
 
     @output_dir.setter
     def output_dir(self, value: str) -> None:
         self.store.setValue("folders/output", value)
+
+    @property
+    def save_to(self) -> SaveTo:
+        """Where results go; a `Tessera` folder beside each image unless the person chose."""
+        raw = self.store.value("folders/save_to")
+        try:
+            return SaveTo(str(raw))
+        except ValueError:
+            pass
+        # Before issue #21 only the folder was kept, and an empty one meant next to each image:
+        # what a person saved then keeps working.
+        if self.store.contains("folders/output"):
+            return SaveTo.FOLDER if self.output_dir else SaveTo.BESIDE
+        return SaveTo.TESSERA
+
+    @save_to.setter
+    def save_to(self, value: SaveTo) -> None:
+        self.store.setValue("folders/save_to", value.value)
+
+    @property
+    def open_dir(self) -> Path:
+        """Where Open and Add… start: the folder last opened from, while it exists; else the
+        Pictures folder (or home). Never the current directory, which for a start from a
+        terminal is the checkout or wherever the shell happened to be."""
+        return self._existing_dir("folders/last_open") or default_open_dir()
+
+    @open_dir.setter
+    def open_dir(self, value: Path | str) -> None:
+        self.store.setValue("folders/last_open", str(value))
+
+    @property
+    def model_open_dir(self) -> Path:
+        """Where "Add a model file…" starts: the folder a model was last added from, else
+        Downloads (where a downloaded model lands), else home."""
+        return self._existing_dir("folders/last_model") or default_model_dir()
+
+    @model_open_dir.setter
+    def model_open_dir(self, value: Path | str) -> None:
+        self.store.setValue("folders/last_model", str(value))
+
+    def _existing_dir(self, key: str) -> Path | None:
+        text = self._str(key, "")
+        folder = Path(text).expanduser() if text else None
+        return folder if folder is not None and folder.is_absolute() and folder.is_dir() else None
 
     # -- the operation panel --------------------------------------------------------------------
     @property
@@ -163,7 +220,15 @@ class AppSettings:
             factor = float(factor_text) if factor_text else None
         except ValueError:
             factor = None
-        options = OutputOptions(fmt, quality, factor, width or None if factor is None else None)
+        try:
+            codec = VideoCodec(self._str("output/video_codec", "auto"))
+        except ValueError:
+            codec = VideoCodec.AUTO
+        crf = self._int("output/crf", -1)
+        video = VideoOptions(codec, crf if crf >= 0 else None)
+        options = OutputOptions(
+            fmt, quality, factor, width or None if factor is None else None, video=video
+        )
         try:
             options.check()
         except Exception:  # a hand-edited settings file: fall back to the default
@@ -176,6 +241,8 @@ class AppSettings:
         self.store.setValue("output/quality", value.quality)
         self.store.setValue("output/factor", "" if value.factor is None else f"{value.factor:g}")
         self.store.setValue("output/width", value.width or 0)
+        self.store.setValue("output/video_codec", value.video.codec.value)
+        self.store.setValue("output/crf", -1 if value.video.crf is None else value.video.crf)
 
     # -- recent files and speeds ----------------------------------------------------------------
     def recent_files(self) -> list[str]:

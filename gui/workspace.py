@@ -3,7 +3,8 @@
 `Workspace` holds the inputs and their versions, the jobs, what each input's next job starts
 from (its base) and the steps that made every result (its chain), what is viewed (the input
 and its left/right pair), the job settings the operation panel shows, Preview on/off and the
-part of the image in view, the job rows waiting to be redrawn, and the inputs selected. Every
+part of the image in view, the job rows waiting to be redrawn, the inputs selected, the ones
+that cannot be read, and what the last Clear took (for Undo). Every
 change goes through a method here and is announced by a signal, so widgets render it and
 controllers act on it without writing each other's fields (krita-ai-diffusion's `model/`,
 ndv's evented models). QtCore only; touched on the GUI thread only.
@@ -15,6 +16,7 @@ import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
@@ -22,6 +24,23 @@ from engine.previews import Region
 from engine.requests import Progress, Result
 from gui.inputs import InputSource
 from gui.jobs import ORIGINAL, Job, JobSettings, JobState, Version, job_versions
+from gui.pictures import PictureBudget
+
+
+@dataclass(frozen=True)
+class ClearedInputs:
+    """What Clear took out of the list, kept whole for Undo (its stores, not copies: Clear of a
+    thousand images stays instant)."""
+
+    sources: dict[str, InputSource]
+    versions: dict[str, list[Version]]
+    bases: dict[str, str]
+    pairs: dict[str, tuple[str, str]]
+    broken: dict[str, str]
+    made: dict[str, set[tuple[object, ...]]]
+    selected: tuple[str, ...]
+    viewing: tuple[str | None, str | None]
+
 
 ANNOUNCE_PART_S = 0.015  # a batch's announcements per turn of the event loop (issue #21)
 
@@ -44,6 +63,10 @@ class Workspace(QObject):
         super().__init__(parent)
         self.sources: dict[str, InputSource] = {}  # in the order they were added
         self.selected: tuple[str, ...] = ()
+        self.broken: dict[str, str] = {}  # input key → why it cannot be read (never queued)
+        # input key → what each finished result of it was made with: its steps' `makes`
+        self.made: dict[str, set[tuple[object, ...]]] = {}
+        self.cleared: ClearedInputs | None = None  # what the last Clear took, until inputs change
         self.jobs: dict[str, Job] = {}
         self.job_input: dict[str, str] = {}  # job id → input key
         self._versions: dict[str, list[Version]] = {}  # input key → its products, oldest first
@@ -56,6 +79,7 @@ class Workspace(QObject):
         self.preview_on = False
         self.region: Region | None = None
         self.dirty: set[str] = set()  # job rows whose progress is not drawn yet
+        self.pictures = PictureBudget(parent=self)  # every decoded picture the window keeps
         self._of_input: dict[str, list[str]] = {}  # input key → its job ids, oldest first
         self._batching = False  # inside `batch()`: announcements wait for its end
         self._held: dict[str, None] = {}  # jobs changed during the batch, in order
@@ -72,11 +96,13 @@ class Workspace(QObject):
         for source in added:
             self.sources[source.key] = source
         if added:
+            self.cleared = None
             self.inputsChanged.emit()
         return added
 
     def replace_sources(self, ordered: dict[str, InputSource]) -> None:
         self.sources = dict(ordered)
+        self.cleared = None
         self._drop_stale_pairs()
         self.inputsChanged.emit()
 
@@ -85,21 +111,55 @@ class Workspace(QObject):
             self.sources.pop(key, None)
             self._versions.pop(key, None)
             self.bases.pop(key, None)
+            self.broken.pop(key, None)
+            self.made.pop(key, None)
+        self.cleared = None
         if self.viewing[0] in keys:
             self.viewing = (None, None)
         self.selected = tuple(k for k in self.selected if k in self.sources)
         self._drop_stale_pairs()
         self.inputsChanged.emit()
 
-    def clear_sources(self) -> None:
-        self.sources.clear()
-        self._versions.clear()
-        self.bases.clear()
-        self.pairs.clear()
+    def clear_sources(self) -> ClearedInputs:
+        """Empty the list; what it held is kept for `undo_clear` until the inputs change."""
+        cleared = ClearedInputs(
+            self.sources,
+            self._versions,
+            self.bases,
+            self.pairs,
+            self.broken,
+            self.made,
+            self.selected,
+            self.viewing,
+        )
+        self.sources, self._versions, self.bases, self.pairs = {}, {}, {}, {}
+        self.broken, self.made = {}, {}
         self.selected = ()
         self.viewing = (None, None)
         self.following = True
+        self.cleared = cleared if cleared.sources else None
         self.inputsChanged.emit()
+        return cleared
+
+    def undo_clear(self) -> ClearedInputs | None:
+        """The list as the last Clear found it: inputs in their order, their versions, bases,
+        pairs, marks and the selection; None when nothing is to undo. What is viewed is the
+        caller's to show again (`ClearedInputs.viewing`)."""
+        cleared, self.cleared = self.cleared, None
+        if cleared is None or self.sources:
+            return None
+        # Jobs that ended after Clear put their results in the emptied store: they stay.
+        for key, later in self._versions.items():
+            cleared.versions.setdefault(key, []).extend(later)
+        for key, makes in self.made.items():
+            cleared.made.setdefault(key, set()).update(makes)
+        self.sources, self._versions = cleared.sources, cleared.versions
+        self.bases, self.pairs, self.broken = cleared.bases, cleared.pairs, cleared.broken
+        self.made = cleared.made
+        self.selected = cleared.selected
+        self.inputsChanged.emit()
+        self.selectionChanged.emit()
+        return cleared
 
     def _drop_stale_pairs(self) -> None:
         for key in [k for k in self.pairs if k not in self.sources]:
@@ -113,6 +173,12 @@ class Workspace(QObject):
 
     def source(self, key: str | None) -> InputSource | None:
         return self.sources.get(key) if key else None
+
+    def set_broken(self, key: str, reason: str) -> None:
+        """The input cannot be read (its thumbnail or header said why): Run leaves it out."""
+        if key in self.sources and self.broken.get(key) != reason:
+            self.broken[key] = reason
+            self.inputChanged.emit(key)
 
     # -- versions -----------------------------------------------------------------------------
     def versions(self, key: str) -> list[Version]:
@@ -220,6 +286,9 @@ class Workspace(QObject):
         key = self.job_input.get(job.id, "")
         added = job_versions(job, key)
         self._versions.setdefault(key, []).extend(added)
+        if any(v.viewable for v in added):
+            steps = tuple(step.makes for step in self.chains.get(job.id, ()))
+            self.made.setdefault(key, set()).add(steps)
         return added
 
     def announce_end(self, job_id: str) -> None:

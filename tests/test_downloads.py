@@ -430,6 +430,63 @@ def test_cli_download_progress_and_exit_codes(
     assert "disk is full" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("entry_id", ["test-refused", "test-gone"])
+def test_a_failed_download_says_where_to_get_the_file_and_where_to_put_it(
+    local_catalog: tuple[ServerState, Path], entry_id: str
+) -> None:
+    # Offline (nothing listens on the port) or moved (404): the person can fetch the file on
+    # another computer and drop it in, so the message names the address, the file and the
+    # folder — on one line, as the app's notice and the command's `error:` line show it.
+    _, models_dir = local_catalog
+    entry = catalog_module.load_catalog()[entry_id]
+    with pytest.raises(DownloadError) as err:
+        download_model(entry_id, models_dir, timeout=5)
+    message = str(err.value)
+    assert f"download {entry.url} (on any computer)" in message
+    assert f"put it in {models_dir} as {entry.file}" in message
+    assert "\n" not in message
+
+
+def test_a_curated_upscaler_downloads_from_a_local_server_and_is_offered_no_more(
+    local_catalog: tuple[ServerState, Path],
+) -> None:
+    # The same path as the catalog's new upscalers (a pinned ×2 upscale file): downloaded,
+    # verified, installed under its catalog id, and then no longer in Get….
+    from gui.controllers.models import get_offers, model_groups
+
+    state, models_dir = local_catalog
+    before = {
+        o.entry.id
+        for o in get_offers(models.discover(models_dir), catalog_module.Family.UPSCALE)
+        if o.entry
+    }
+    assert "test-up" in before
+    download_model("test-up", models_dir)
+    after = models.discover(models_dir)
+    assert "test-up" not in {
+        o.entry.id for o in get_offers(after, catalog_module.Family.UPSCALE) if o.entry
+    }
+    (group,) = [g for g in model_groups(after, catalog_module.Family.UPSCALE) if g.label == "Test"]
+    assert group.choices[0].model == "test-up" and group.choices[0].scale == 2
+    assert state.ranges == [None]  # one request, nothing resumed
+
+
+def test_the_catalog_offers_more_upscalers_than_the_starter_set(tmp_path: Path) -> None:
+    from gui.controllers.models import get_offers
+
+    inventory = models.discover(tmp_path)
+    downloads_ = [
+        o.entry
+        for o in get_offers(inventory, catalog_module.Family.UPSCALE)
+        if o.entry is not None and not o.manual
+    ]
+    assert len(downloads_) >= 3
+    for e in downloads_:
+        assert e.url is not None and e.url.startswith("https://")
+        assert e.size and e.sha256 and e.licence and e.scale and e.purpose and e.label
+    assert {e.scale for e in downloads_} >= {2, 4}
+
+
 # --- pinned downloads, one at a time across processes, validated options, SIGTERM ------------
 
 # Catalog downloads whose sha256 and size could not be found for that exact file (same
@@ -441,8 +498,9 @@ def test_a_download_without_checksum_and_size_is_refused(
     local_catalog: tuple[ServerState, Path],
 ) -> None:
     state, models_dir = local_catalog
-    with pytest.raises(ModelError, match="no checksum and size for it"):
+    with pytest.raises(ModelError, match="no checksum and size for it") as err:
         download_model("test-unpinned", models_dir)
+    assert "/up.onnx" in str(err.value) and f"{models_dir} as test-unpinned.onnx" in str(err.value)
     assert state.ranges == [], "nothing may be fetched for an unverifiable download"
     assert not models_dir.exists() or not list(models_dir.iterdir())
 
@@ -468,13 +526,12 @@ def test_an_unverifiable_download_is_never_offered(
     from gui.controllers.models import get_offers
 
     inventory = models.discover(tmp_path)  # an empty folder: every catalog model is missing
-    offered = {
-        o.entry.id
-        for family in catalog_module.Family
-        for o in get_offers(inventory, family)
-        if o.entry is not None
-    }
+    offers = [o for family in catalog_module.Family for o in get_offers(inventory, family)]
+    offered = {o.entry.id for o in offers if o.entry is not None and not o.manual}
     assert offered and not offered & UNPINNED
+    # They are named, as files to fetch by hand (the window says where from and where to).
+    by_hand = {o.entry.id for o in offers if o.entry is not None and o.manual}
+    assert by_hand == UNPINNED
     catalog = catalog_module.load_catalog()
     for entry_id in UNPINNED:
         entry = catalog[entry_id]

@@ -303,24 +303,39 @@ def test_cancel_during_a_tiled_job_keeps_the_session_for_the_next_job(
 ) -> None:
     use_model(window, models, "slow.onnx", tile=64)
     engine_runs: list[Progress] = []
-    window.engine.worker.runFinished.connect(engine_runs.append, Qt.ConnectionType.DirectConnection)
+    # The engine thread is held at the end of its second run until Cancel has been clicked:
+    # the count read before the click is then the count at the click, however loaded the
+    # machine (the thread that appends is the one waiting).
+    clicked = threading.Event()
+
+    def on_run(event: Progress) -> None:  # on the engine thread, between two runs
+        engine_runs.append(event)
+        if len(engine_runs) == 2:
+            clicked.wait(JOB_TIMEOUT_MS / 1000)
+
+    window.engine.worker.runFinished.connect(on_run, Qt.ConnectionType.DirectConnection)
     big = photo(tmp_path / "big.png", 400, 300)
     (job_id,) = window.accept_paths([big]).jobs
-    qtbot.waitUntil(lambda: len(engine_runs) >= 2, timeout=JOB_TIMEOUT_MS)
-    row = window.job_list.row(job_id)
-    assert row is not None and row.cancel_button.isEnabled()
+    try:
+        qtbot.waitUntil(lambda: len(engine_runs) >= 2, timeout=JOB_TIMEOUT_MS)
+        row = window.job_list.row(job_id)
+        assert row is not None and row.cancel_button.isEnabled()
 
-    with qtbot.waitSignal(window.engine.operationCancelled, timeout=JOB_TIMEOUT_MS) as blocker:
-        at_cancel = len(engine_runs)
-        qtbot.mouseClick(row.cancel_button, Qt.MouseButton.LeftButton)
+        with qtbot.waitSignal(window.engine.operationCancelled, timeout=JOB_TIMEOUT_MS) as blocker:
+            at_cancel = len(engine_runs)
+            assert at_cancel == 2  # the engine waits: nothing ran since
+            qtbot.mouseClick(row.cancel_button, Qt.MouseButton.LeftButton)
+            clicked.set()
+    finally:
+        clicked.set()  # never leave the engine thread waiting
     cancellation: OperationCancellation = blocker.args[0]
     assert cancellation.request_id == job_id and cancellation.started
-    # a run that ended just before the click may still report; none starts after it
-    assert len(engine_runs) <= at_cancel + 1
+    # the engine was between two runs at the click: none starts after it
+    assert len(engine_runs) == at_cancel
     total = engine_runs[0].run_count
     assert len(engine_runs) < total
     qtbot.wait(300)
-    assert len(engine_runs) <= at_cancel + 1
+    assert len(engine_runs) == at_cancel
     assert row.state_label.text() == "Cancelled"
     assert not row.cancel_button.isVisibleTo(row)
 
@@ -596,8 +611,7 @@ def test_progress_text() -> None:
 def test_settings_survive_a_restart(make_window: WindowFactory, tmp_path: Path) -> None:
     first = make_window()
     first.panel.tile.setValue(128)
-    first.panel.output.setText(str(tmp_path / "results"))
-    first.panel.output.editingFinished.emit()
+    first.panel.save_to.set_folder(tmp_path / "results")
     first.panel.run_on_drop.setChecked(False)
     first.close()
     second = make_window()

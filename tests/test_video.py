@@ -18,13 +18,13 @@ from engine.cancel import CancelToken
 from engine.errors import Cancelled, ErrorKind
 from engine.io.reading import load_image
 from engine.io.video import load_video, poster_frame, probe_video, read_frame
-from engine.options import OutputOptions, VideoCodec, VideoOptions
+from engine.options import GeometryOptions, OutputOptions, VideoCodec, VideoOptions
 from engine.requests import Operation, OperationRequest, ProductKind, Progress, ProgressKind
 from engine.runtime.providers import CUDA_EP
 from engine.samples.contract_models import make_da3, make_moge, make_u2net, make_upscaler
 from engine.settings import EngineSettings
 from tests.engine_helpers import Recorder, cuda_shrink
-from tests.video_clips import decoded, make_clip, picture, times
+from tests.video_clips import decoded, make_clip, picture, subtitles, times, with_subtitles
 
 ROOT = Path(__file__).resolve().parents[1]
 BT709 = {"colorspace": 1, "color_primaries": 1, "color_trc": 1, "color_range": 1}
@@ -92,6 +92,21 @@ def test_h264_aac_mp4_keeps_frames_rate_timestamps_audio_tags_chapters(
     assert [c["metadata"].get("title") for c in info["chapters"]] == ["A", "B"]
 
 
+def test_subtitles_are_copied_as_they_are(engine: Engine, models: Path, tmp_path: Path) -> None:
+    clip = make_clip(tmp_path / "plain.mkv", 8, audio="aac")
+    cues = [(0, 100, "Hello there"), (160, 300, "General Kenobi")]
+    subbed = with_subtitles(clip, tmp_path / "film.mkv", cues)
+    result = _run(engine, models / "up2.onnx", [subbed], tmp_path / "o")
+    assert result.ok, result.failures  # type: ignore[attr-defined]
+    product = result.products[0].path  # type: ignore[attr-defined]
+    _, _, info = decoded(product)
+    assert info["streams"] == ["video", "audio", "subtitle"]
+    assert info["languages"][2] == "eng"  # the stream's own tags come along
+    assert (
+        subtitles(product) == subtitles(subbed) == [(0.0, "Hello there"), (0.16, "General Kenobi")]
+    )
+
+
 def test_vp9_webm_with_opus_stays_webm(engine: Engine, models: Path, tmp_path: Path) -> None:
     clip = make_clip(tmp_path / "clip.webm", 6, codec="libvpx-vp9", audio="libopus")
     result = _run(engine, models / "up2.onnx", [clip], tmp_path / "o")
@@ -120,6 +135,9 @@ def test_10bit_hevc_mkv_stays_10bit(engine: Engine, models: Path, tmp_path: Path
     ffv1 = _run(engine, models / "up2.onnx", [clip], out, codec=VideoCodec.FFV1)
     _, _, info = decoded(ffv1.products[0].path, "rgb48le")  # type: ignore[attr-defined]
     assert info["codec"] == "ffv1" and info["pix_fmt"] == "gbrp16le"
+    av1 = _run(engine, models / "up2.onnx", [clip], out, codec=VideoCodec.AV1)
+    _, _, info = decoded(av1.products[0].path, "rgb48le")  # type: ignore[attr-defined]
+    assert info["codec"] in ("av1", "libdav1d") and info["pix_fmt"] == "yuv420p10le"
 
 
 def test_rotation_and_colour_metadata_kept(engine: Engine, models: Path, tmp_path: Path) -> None:
@@ -260,6 +278,11 @@ def test_a_cut_out_clip_has_alpha_and_a_matte_clip(tmp_path: Path) -> None:
     # ProRes 4444 (FFmpeg's decoder reads it as 12-bit 4:4:4 with alpha)
     assert cut.suffix == ".mov" and info["pix_fmt"].startswith("yuva444p")
     assert frames_p[0].to_ndarray(format="rgba")[..., 3].min() < 64
+    # Without sound that WebM cannot hold, the VP9 cut-out is a WebM.
+    quiet = make_clip(tmp_path / "quiet.mp4", 2, audio=None)
+    webm = _run(engine, model, [quiet], tmp_path / "w", Operation.REMOVE_BACKGROUND)
+    names = sorted(p.path.name for p in webm.products)  # type: ignore[attr-defined]
+    assert names == ["quiet-cutout.webm", "quiet-mask.mkv"]
 
 
 def test_depth_clip_is_a_preview_and_a_lossless_16bit_clip(tmp_path: Path) -> None:
@@ -299,6 +322,84 @@ def test_geometry_clip_is_depth_and_normal_clips(tmp_path: Path) -> None:
     assert kinds == ["depth16", "mask", "normal"]
     for product in result.products:  # type: ignore[attr-defined]
         assert product.path.suffix == ".mkv" and product.frames == 3
+
+
+def test_a_clips_point_clouds_only_on_request_one_ply_per_frame_in_a_folder(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "m"
+    folder.mkdir()
+    model = make_moge(folder / "moge.onnx")
+    engine = Engine(EngineSettings(models_dir=folder))
+    clip = make_clip(tmp_path / "clip.mp4", 3, audio=None)
+    out = tmp_path / "o"
+    asked = OperationRequest(
+        Operation.GEOMETRY,
+        str(model),
+        (clip,),
+        output_dir=out,
+        options=GeometryOptions(point_clouds=True),
+    )
+    result = engine.run(asked)
+    assert result.ok, result.failures
+    clouds = [p.path for p in result.products if p.kind is ProductKind.POINT_CLOUD]
+    assert [p.relative_to(out).as_posix() for p in clouds] == [
+        f"clip-points/clip-points-{i:04d}.ply" for i in (1, 2, 3)
+    ]
+    for cloud in clouds:
+        head = cloud.read_bytes()[:400]
+        assert head.startswith(b"ply\nformat binary_little_endian 1.0\n")
+        count = int(head.split(b"element vertex ")[1].split(b"\n")[0])
+        body = len(cloud.read_bytes()) - (head.index(b"end_header\n") + len(b"end_header\n"))
+        assert count > 0 and body == count * 27  # 6 floats and 3 bytes a point
+    # The clips are as without the option; a second run's folder gets a number, as files do.
+    assert sorted(p.kind.value for p in result.products if p.path.parent == out) == [
+        "depth16",
+        "mask",
+        "normal",
+    ]
+    again = engine.run(asked)
+    assert {p.path.parent.name for p in again.products if p.path.suffix == ".ply"} == {
+        "clip-points-1"
+    }
+    # Cancelled in the middle: neither the folder nor a hidden file is left.
+    token = CancelToken()
+
+    def progress(p: Progress) -> None:
+        if p.kind is ProgressKind.FRAME_FINISHED and p.frame == 1:
+            token.cancel()
+
+    stopped = tmp_path / "stopped"
+    with pytest.raises(Cancelled):
+        engine.run(
+            OperationRequest(
+                Operation.GEOMETRY,
+                str(model),
+                (clip,),
+                output_dir=stopped,
+                options=GeometryOptions(point_clouds=True),
+            ),
+            progress,
+            token,
+        )
+    assert _files(stopped) == []
+
+
+def test_the_point_cloud_option_on_the_command_line(tmp_path: Path) -> None:
+    folder = tmp_path / "m"
+    folder.mkdir()
+    model = make_moge(folder / "moge.onnx")
+    clip = make_clip(tmp_path / "clip.mp4", 2, audio=None)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "engine", "run", "geometry", str(clip), "--quiet"]
+    command += ["--model", str(model), "--out", str(tmp_path / "o")]
+    command += ["--option", "point_clouds=true"]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert _files(tmp_path / "o" / "clip-points") == [
+        "clip-points-0001.ply",
+        "clip-points-0002.ply",
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -509,3 +610,8 @@ def test_video_choices_travel_to_the_running_app() -> None:
     )
     back = wire.decode(wire.encode(request)[wire.HEADER.size :])
     assert isinstance(back, OperationRequest) and back.output.video == choices
+    clouds = OperationRequest(
+        Operation.GEOMETRY, "m", (Path("/clips/a.mp4"),), options=GeometryOptions(point_clouds=True)
+    )
+    back = wire.decode(wire.encode(clouds)[wire.HEADER.size :])
+    assert isinstance(back, OperationRequest) and back.options == clouds.options

@@ -11,10 +11,12 @@ a real engine thread, clips made here with PyAV (64×48, 10 frames).
 
 from __future__ import annotations
 
+import threading
 from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
+import pytest
 from PIL import Image
 from PySide6.QtGui import QImage
 from pytestqt.qtbot import QtBot
@@ -88,8 +90,36 @@ def test_a_dropped_clip_is_one_input_with_a_poster_and_a_bad_one_is_refused_at_o
     assert window.viewer.clip_bar.label.text() == f"frame 1/{FRAMES} · 00:00.0"
 
     drop_files(window, [bad])
-    assert len(window.workspace.sources) == 1  # refused at once, nothing queued
-    assert "broken.mp4" in window.notice.label.text()  # the engine's reason, named
+    # the engine's reason, named, once the task thread has read the header; nothing queued
+    qtbot.waitUntil(lambda: "broken.mp4" in window.notice.label.text(), timeout=10_000)
+    assert len(window.workspace.sources) == 1
+
+
+def test_a_clip_is_read_off_the_gui_thread_and_joins_the_inputs_when_read(
+    qtbot: QtBot, window: MainWindow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The header and first frame of a dropped clip are read on the task thread: a clip on a
+    slow disk or share must not freeze the window (the probe is spied on, and still runs)."""
+    import engine.io.video
+
+    threads: list[str] = []
+    real = engine.io.video.probe_video
+
+    def spy(*args: object, **kwargs: object) -> object:
+        threads.append(threading.current_thread().name)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(engine.io.video, "probe_video", spy)
+    clip = make_clip(tmp_path / "walk.mp4", FRAMES)
+    still = tmp_path / "still.png"
+    Image.fromarray(np.full((8, 8, 3), 99, np.uint8)).save(still)
+    drop_files(window, [clip, still])
+    keys = [s.paths[0] for s in window.workspace.sources.values()]
+    assert keys == [still]  # the still at once; the clip once it is read
+    qtbot.waitUntil(lambda: len(window.workspace.sources) == 2, timeout=10_000)
+    (source,) = [s for s in window.workspace.sources.values() if s.clip]
+    assert source.frames == FRAMES
+    assert threads and threading.main_thread().name not in threads
 
 
 def test_the_scrubber_shows_frame_n_of_the_clip_and_of_its_product(
@@ -165,6 +195,113 @@ def test_the_run_estimate_covers_every_frame_of_the_clip(
     assert guess is not None and one is not None
     assert guess.seconds == FRAMES * one.seconds
     assert f"the clip's {FRAMES} frames" in window.jobs.estimate_line("this CPU")
+
+
+def test_a_running_clip_says_frame_and_tile_and_time_left(
+    qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
+) -> None:
+    clip = make_clip(tmp_path / "walk.mp4", FRAMES)
+    open_clip(qtbot, window, clip)
+    use_model(window, models, "up2.onnx")
+    window.panel.tile.setValue(32)  # 64×48 frames: several tiles each
+    lines: list[tuple[str, str]] = []
+
+    def seen(_event: object) -> None:  # after the workspace took the event: the row redrawn
+        for job_id in window.workspace.jobs:
+            row = window.job_list.row(job_id)
+            if row is not None:
+                row.refresh()
+                lines.append((row.bar.format(), row.time_label.text()))
+
+    window.engine.progressChanged.connect(seen)
+    window.run_selected()
+    wait_ended(qtbot, window)
+    window.engine.progressChanged.disconnect(seen)
+    bars = [bar for bar, _ in lines]
+    # 64×48 on 32-px tiles with their overlap: 6 tiles a frame, every frame and tile named
+    for index in range(1, FRAMES + 1):
+        assert [f"frame {index}/{FRAMES} · tile {t}/6" for t in range(1, 7)] == [
+            bar for bar in dict.fromkeys(bars) if bar.startswith(f"frame {index}/")
+        ]
+    assert all(times.endswith(" left") for bar, times in lines if bar.startswith("frame 5/"))
+
+
+def test_geometry_on_a_clip_writes_point_clouds_only_when_ticked(
+    qtbot: QtBot, tmp_path: Path
+) -> None:
+    from PySide6.QtCore import QSettings
+
+    from engine.options import GeometryOptions
+    from engine.requests import ProductKind
+    from engine.samples.contract_models import make_moge
+    from gui.settings import AppSettings
+
+    folder = tmp_path / "models"
+    folder.mkdir()
+    make_moge(folder / "moge.onnx")
+    settings = AppSettings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    settings.output_dir = str(tmp_path / "out")
+    win = MainWindow(
+        settings,
+        engine_settings=EngineSettings(models_dir=folder),
+        data_dir=tmp_path / "data",
+        calibrate=False,
+    )
+    win.confirm_close = False
+    try:
+        win.show()
+        qtbot.waitUntil(lambda: win.inventory is not None, timeout=10_000)
+        panel = win.panel
+        assert not panel.point_clouds.isVisibleTo(panel)  # upscaling: no such choice
+        panel.select_operation(Operation.GEOMETRY)
+        assert panel.select_model(str(folder / "moge.onnx"))
+        assert panel.point_clouds.isVisibleTo(panel) and not panel.point_clouds.isChecked()
+        clip = make_clip(tmp_path / "walk.mp4", 3, audio=None)
+        open_clip(qtbot, win, clip)
+        settings_now = panel.job_settings()
+        assert settings_now is not None and settings_now.options is None  # off by default
+        panel.point_clouds.setChecked(True)
+        (job_id,) = win.run_selected()
+        wait_ended(qtbot, win)
+        job = win.workspace.jobs[job_id]
+        assert job.request.options == GeometryOptions(point_clouds=True)
+        assert job.state is JobState.FINISHED and job.result is not None
+        clouds = [p.path for p in job.result.products if p.kind is ProductKind.POINT_CLOUD]
+        assert [(p.parent.name, p.name) for p in clouds] == [
+            ("walk-points", f"walk-points-{i:04d}.ply") for i in (1, 2, 3)
+        ]
+    finally:
+        win.close()
+
+
+def test_the_output_step_chooses_the_clips_codec_and_quality(
+    qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
+) -> None:
+    from engine.options import VideoCodec, VideoOptions
+    from gui.widgets.output_options import OutputEditor
+    from tests.video_clips import decoded
+
+    editor = window.panel.output_editor
+    assert (
+        editor.codec.isVisibleTo(window.panel) and editor.codec.currentText() == "Clip's own codec"
+    )
+    assert not OutputEditor().codec.isVisibleTo(window)  # Save as (an image) has no such row
+    clip = make_clip(tmp_path / "walk.mp4", 4)
+    open_clip(qtbot, window, clip)
+    use_model(window, models, "up2.onnx")
+    editor.codec.setCurrentIndex(editor.codec.findData(VideoCodec.HEVC.value))
+    editor.crf.setValue(30)
+    (job_id,) = window.run_selected()
+    wait_ended(qtbot, window)
+    job = window.workspace.jobs[job_id]
+    assert job.request.output.video == VideoOptions(VideoCodec.HEVC, 30)
+    assert job.result is not None
+    _, _, info = decoded(job.result.products[0].path)
+    assert info["codec"] == "hevc" and info["audio_codecs"] == ["aac"]
+    # remembered for the next start; FFV1 has no CRF to set
+    assert window.settings.output_options.video == VideoOptions(VideoCodec.HEVC, 30)
+    editor.codec.setCurrentIndex(editor.codec.findData(VideoCodec.FFV1.value))
+    assert not editor.crf.isEnabled()
 
 
 def test_play_runs_at_the_clip_rate_and_drops_frames_while_one_is_read(qtbot: QtBot) -> None:

@@ -131,11 +131,11 @@ def test_2_run_processes_every_image_and_says_so(
     qtbot.mouseClick(window.panel.run_button, Qt.MouseButton.LeftButton)
     assert [j.request.inputs for j in window.workspace.jobs.values()] == [(p,) for p in images]
     wait_ended(qtbot, window)
-    # several selected: the button says so, and runs those
+    # several selected: the button says so, and runs those (again: they are done, #21)
     window.inputs.list.item(0).setSelected(True)
     window.inputs.list.item(2).setSelected(True)
     window.inputs.list.item(1).setSelected(False)
-    assert window.panel.run_button.text() == "Run selected (2)"
+    assert window.panel.run_button.text() == "Run selected again (2)"
     ids = window.run_selected()
     assert [window.workspace.jobs[i].request.inputs for i in ids] == [(images[0],), (images[2],)]
 

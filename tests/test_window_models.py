@@ -3,9 +3,11 @@ without a model say how to get one and what it writes."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
+from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from engine.requests import Operation
@@ -86,3 +88,96 @@ def test_5_depth_and_geometry_say_how_to_get_a_model_and_what_it_writes(
     assert writes in actions[0].toolTip()
     assert not any("starter" in a.text() for a in actions)  # no starter model does this
     assert actions[-1].text() == "Add a model file (.onnx)…"
+
+
+def test_13_fast_preview_keeps_its_scale_across_groups_operations_and_restarts(
+    qtbot: QtBot, catalog_models: Path, make_window: WindowFactory, tmp_path: Path
+) -> None:
+    win = make_window()
+    panel = win.panel
+    fast = next(i for i in range(panel.model.count()) if panel.model.itemText(i) == "Fast preview")
+    panel.model.setCurrentIndex(fast)
+    # The person clicks ×2, as on screen.
+    button = panel.scale_buttons.button(2)
+    assert button is not None
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    assert panel.current_model().model == "realesrgan-animevideov3-x2"  # type: ignore[union-attr]
+
+    # Another model and back: the group comes back at the scale chosen last.
+    panel.model.setCurrentIndex(0)
+    assert panel.current_model().model == "realesrgan-x4plus"  # type: ignore[union-attr]
+    panel.model.setCurrentIndex(fast)
+    assert panel.current_scale() == 2
+    assert panel.current_model().model == "realesrgan-animevideov3-x2"  # type: ignore[union-attr]
+
+    # Another operation and back, and other images viewed.
+    panel.select_operation(Operation.REMOVE_BACKGROUND)
+    panel.select_operation(Operation.UPSCALE)
+    win.accept_paths([photo(tmp_path / "a.png", 40, 30), photo(tmp_path / "b.png", 30, 20)])
+    win.inputs.select(str(tmp_path / "b.png"))
+    assert panel.current_scale() == 2
+
+    # The Photo model chosen for upscaling, then Fast preview again in a new window: still ×2.
+    panel.model.setCurrentIndex(0)
+    win.close()
+    again = make_window(win.settings)
+    again.panel.model.setCurrentIndex(fast)
+    assert again.panel.current_model().model == "realesrgan-animevideov3-x2"  # type: ignore[union-attr]
+
+
+# -- Get… for more upscalers (#21, item 11) --------------------------------------------------
+
+
+def test_11_get_offers_more_upscalers_with_size_and_licence(
+    catalog_models: Path, window: MainWindow
+) -> None:
+    panel = window.panel
+    panel.select_operation(Operation.UPSCALE)
+    texts = [a.text() for a in panel.get_menu.actions() if a.text()]
+    assert "Download 4xNomosWebPhoto ESRGAN (67 MB, CC-BY-4.0)" in texts
+    assert "Download 4xSPANkendata (2 MB, CC-BY-SA-4.0)" in texts
+    assert "Download 2x StarSample V1.0 (2 MB, CC0-1.0)" in texts
+    assert "Get Real-ESRGAN x2plus yourself… (67 MB, BSD-3-Clause)" in texts
+    assert texts[-1] == "Add a model file (.onnx)…"
+    tip = next(a for a in panel.get_menu.actions() if "SPANkendata" in a.text()).toolTip()
+    assert "Clean, undegraded photos" in tip and "CC-BY-SA-4.0" in tip
+
+
+def test_11_a_model_without_checksum_says_where_to_get_it_and_fetches_nothing(
+    catalog_models: Path, window: MainWindow
+) -> None:
+    window.panel.select_operation(Operation.UPSCALE)
+    action = next(a for a in window.panel.get_menu.actions() if "x2plus" in a.text())
+    action.trigger()
+    text = window.notice.text()
+    url = "https://github.com/ketaevweb/ai-video-enhancer/releases/download/models-v1/"
+    assert url + "RealESRGAN_x2plus.onnx" in text
+    assert f"put it in {catalog_models} as RealESRGAN_x2plus.onnx" in text
+    assert not window.models.fetcher.is_running()
+
+
+def test_11_an_offline_download_names_the_address_the_file_and_the_folder(
+    qtbot: QtBot, catalog_models: Path, window: MainWindow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Offline, made real: the download command's every connection goes to a proxy on a
+    # closed local port (urllib honours these variables), so nothing leaves the machine.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    for name in ("https_proxy", "http_proxy", "HTTPS_PROXY", "HTTP_PROXY"):
+        monkeypatch.setenv(name, f"http://127.0.0.1:{closed}")
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    window.panel.select_operation(Operation.UPSCALE)
+    action = next(a for a in window.panel.get_menu.actions() if "SPANkendata" in a.text())
+    action.trigger()
+    assert window.models.fetcher.is_running()
+    qtbot.waitUntil(lambda: "failed" in window.notice.text(), timeout=60_000)
+    text = window.notice.text()
+    assert (
+        "https://raw.githubusercontent.com/terrainer/AI-Upscaling-Models/"
+        "99613b7b3d429cee4f94eea8fadc99f16de384c3/4xSPANkendata/4xSPANkendata_fp32.onnx"
+    ) in text
+    assert f"put it in {catalog_models} as 4xSPANkendata_fp32.onnx" in text
+    assert text.count("4xSPANkendata_fp32.onnx") == 2  # said once, not by the app and the command
+    assert not (catalog_models / "4xSPANkendata_fp32.onnx").exists()

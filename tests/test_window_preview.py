@@ -445,3 +445,110 @@ def test_a_cut_out_preview_is_one_run_and_preview_off_hands_back_what_previews_k
     qtbot.waitUntil(lambda: engine.previews.held_bytes == 0, timeout=10_000)
     qtbot.waitUntil(lambda: not cutout.path.parent.exists(), timeout=10_000)
     assert window.viewer.preview_status == "" and not window.viewer.preview_on
+
+
+# -- the preview belongs to one image, operation and model (#21, item 7) ----------------------
+
+
+def right_side(win: MainWindow) -> np.ndarray:
+    """The view as drawn, a patch right of the split line (where the preview is, inside the
+    fitted picture), as pixels."""
+    view = win.viewer.view
+    view.repaint()
+    shot = as_array(view.grab().toImage())
+    h, w = shot.shape[:2]
+    return shot[h * 3 // 8 : h * 5 // 8, w // 2 + h // 16 : w // 2 + h // 4]
+
+
+def test_no_model_clears_the_preview_its_dimming_and_its_line_on_every_image_after(
+    qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
+) -> None:
+    events = Events(window)
+    first = photo(tmp_path / "first.png", 160, 120, seed=4)
+    second = photo(tmp_path / "second.png", 120, 90, seed=5)
+    open_image(qtbot, window, first)
+    use(window, models, "up2.onnx")
+    window.set_preview(True)
+    wait_preview(qtbot, window, events)
+    assert window.viewer.preview_status.startswith("Preview: ")  # "… keeps 1 MB …"
+    engine = window.engine.worker._engine
+    assert engine is not None and engine.previews.held_bytes > 0
+
+    # Depth: no model of it is installed here, so there is nothing to preview.
+    window.panel.select_operation(Operation.DEPTH)
+    assert window.workspace.settings is None and window.preview.enabled
+    status = window.viewer.preview_status
+    assert not status.startswith("Preview: ") and "model" in status
+    layer = window.viewer.view.preview
+    assert layer is not None and not layer.patches and layer.image is None
+    shown = right_side(window)
+    window.set_preview(False)
+    plain = right_side(window)  # the same picture, the same place: the left one undimmed
+    assert_undimmed(shown, plain)
+    qtbot.waitUntil(lambda: engine.previews.held_bytes == 0, timeout=10_000)
+
+    # Another image viewed with Preview on and still no model: nothing of the old preview.
+    window.set_preview(True)
+    assert "model" in window.viewer.preview_status
+    window.accept_paths([second])
+    window.inputs.select(str(second))
+    qtbot.waitUntil(
+        lambda: window.viewer.before is not None and window.viewer.before.path == second,
+        timeout=10_000,
+    )
+    assert window.preview.enabled and not window.viewer.preview_status.startswith("Preview: ")
+    assert_undimmed(right_side(window), _plain_right(window))
+
+    # A model again: the preview runs for this image, its own line and pixels.
+    window.panel.select_operation(Operation.UPSCALE)
+    assert window.panel.select_model(str(models / "up2.onnx"))
+    result = wait_preview(qtbot, window, events)
+    assert result.scale == 2 and window.viewer.view.canvas_size().width() == 240
+
+
+def assert_undimmed(shown: np.ndarray, plain: np.ndarray) -> None:
+    """The same picture (a column may round differently where the split clips it); the
+    preview's shade would take about 40 % off every pixel."""
+    assert np.abs(shown.astype(np.int32) - plain.astype(np.int32)).mean() < 2
+
+
+def _plain_right(win: MainWindow) -> np.ndarray:
+    win.set_preview(False)
+    try:
+        return right_side(win)
+    finally:
+        win.set_preview(True)
+
+
+def test_turning_preview_on_at_100_percent_keeps_100_percent_of_the_product(
+    qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
+) -> None:
+    events = Events(window)
+    image = photo(tmp_path / "shot.png", 600, 400, seed=6)
+    open_image(qtbot, window, image)
+    use(window, models, "up2.onnx")
+    view = window.viewer.view
+    view.actual_size()
+    assert view.zoom == 1.0 and window.viewer.zoom_label.text() == "100 %"
+    window.set_preview(True)
+    qtbot.waitUntil(lambda: view.canvas_size().width() == 1200, timeout=JOB_MS)
+    wait_preview(qtbot, window, events)
+    # The product's pixels 1:1, as the person asked: not the same picture at 50 %.
+    assert view.zoom == 1.0 and window.viewer.zoom_label.text() == "100 %"
+    # The middle of the view still shows the middle of the picture: the preview side starts
+    # at the split line, in the middle.
+    region = window.preview.region
+    assert region is not None
+    assert abs(region.x0 - 300) <= 2 and abs((region.y0 + region.y1) / 2 - 200) <= 2
+    # Another model (×4) while Preview is on: its product at 100 % too, once its size is known.
+    use(window, models, "net4.onnx")
+    qtbot.waitUntil(lambda: view.canvas_size().width() == 2400, timeout=JOB_MS)
+    assert view.zoom == 1.0 and window.viewer.zoom_label.text() == "100 %"
+    # No model (depth): the original at 100 %; a model again: its product at 100 %.
+    window.panel.select_operation(Operation.DEPTH)
+    assert view.zoom == 1.0 and view.canvas_size().width() == 600
+    use(window, models, "up2.onnx")
+    qtbot.waitUntil(lambda: view.canvas_size().width() == 1200, timeout=JOB_MS)
+    assert view.zoom == 1.0
+    window.set_preview(False)  # and back on the original: 100 % of it
+    assert view.zoom == 1.0 and view.canvas_size().width() == 600

@@ -116,9 +116,9 @@ def test_7_each_batch_keeps_its_output_folder(
     image = photo(tmp_path / "f.png", 30, 20)
     window.accept_paths([image])
     first, second = tmp_path / "batch-1", tmp_path / "batch-2"
-    window.panel.output.setText(str(first))
+    window.panel.save_to.set_folder(first)
     window.run_selected()
-    window.panel.output.setText(str(second))  # changed while the first batch may still run
+    window.panel.save_to.set_folder(second)  # changed while the first batch may still run
     window.run_selected()
     wait_ended(qtbot, window)
     # (a guard: requests always carried their folder; the window must keep it that way)

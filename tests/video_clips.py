@@ -103,6 +103,48 @@ def make_clip(
     return path
 
 
+def with_subtitles(clip: Path, path: Path, cues: Sequence[tuple[int, int, str]]) -> Path:
+    """`clip` remuxed into `path` with a SubRip subtitle stream of `cues` (start and end in
+    milliseconds, text), in English; FFmpeg's SubRip reader makes the stream from a .srt."""
+
+    def stamp(ms: int) -> str:
+        return f"00:00:{ms // 1000:02d},{ms % 1000:03d}"
+
+    srt = path.with_suffix(".srt")
+    srt.write_text(
+        "\n".join(
+            f"{i + 1}\n{stamp(a)} --> {stamp(b)}\n{text}\n" for i, (a, b, text) in enumerate(cues)
+        )
+    )
+    with av.open(str(clip)) as source, av.open(str(srt)) as subs, av.open(str(path), "w") as out:
+        copies = {s.index: out.add_stream_from_template(s) for s in source.streams}
+        sub = out.add_stream_from_template(subs.streams[0])
+        sub.metadata["language"] = "eng"
+        for packet in source.demux():
+            if packet.dts is None:
+                continue
+            packet.stream = copies[packet.stream.index]
+            out.mux(packet)
+        for packet in subs.demux():
+            if packet.dts is None:
+                continue
+            packet.stream = sub
+            out.mux(packet)
+    srt.unlink()
+    return path
+
+
+def subtitles(path: Path) -> list[tuple[float, str]]:
+    """(start in seconds, text) of every cue of a clip's first subtitle stream."""
+    with av.open(str(path)) as container:
+        stream = container.streams.subtitles[0]
+        return [
+            (float(p.pts * p.time_base), bytes(p).decode())
+            for p in container.demux(stream)
+            if p.pts is not None
+        ]
+
+
 def decoded(path: Path, fmt: str = "rgb24") -> tuple[list[np.ndarray], list[Any], Any]:
     """Every frame of a product clip as arrays (as stored), the frames, and the container."""
     with av.open(str(path)) as container:
@@ -118,6 +160,7 @@ def decoded(path: Path, fmt: str = "rgb24") -> tuple[list[np.ndarray], list[Any]
             "tags": dict(container.metadata),
             "chapters": container.chapters(),
             "streams": [s.type for s in container.streams],
+            "languages": [s.metadata.get("language") for s in container.streams],
             "audio_codecs": [s.codec_context.name for s in container.streams.audio],
             "audio_s": [
                 float(s.duration * s.time_base) if s.duration and s.time_base else None

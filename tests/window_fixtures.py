@@ -21,6 +21,7 @@ from pytestqt.qtbot import QtBot
 from engine.requests import Operation
 from engine.samples.contract_models import make_upscaler
 from engine.settings import EngineSettings
+from gui.jobs import SaveTo
 from gui.main_window import MainWindow
 from gui.settings import AppSettings
 from tests.slow_models import make_slow_upscaler
@@ -30,7 +31,8 @@ WindowFactory = Callable[..., MainWindow]
 
 @pytest.fixture
 def make_window(qtbot: QtBot, models: Path, tmp_path: Path) -> Iterator[WindowFactory]:
-    """A window on fresh settings: Tessera's own defaults, except where a test sets them."""
+    """A window on fresh settings: Tessera's own defaults — but results beside their inputs —
+    except where a test sets them."""
     windows: list[MainWindow] = []
 
     def make(settings: AppSettings | None = None, **kwargs: object) -> MainWindow:
@@ -38,6 +40,9 @@ def make_window(qtbot: QtBot, models: Path, tmp_path: Path) -> Iterator[WindowFa
             store = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
             settings = AppSettings(store)
             settings.pasted_dir = tmp_path / "Pictures" / "Tessera"
+            # The window tests look for results beside their inputs; the default (a Tessera
+            # folder beside them) has its own tests, on settings they make (test_window_output).
+            settings.save_to = SaveTo.BESIDE
         kwargs.setdefault("calibrate", False)
         win = MainWindow(
             settings,

@@ -37,6 +37,7 @@ from engine.bench.startup import measure_cli, measure_window
 from engine.bench.table import Row, Table, find_model, scratch, table_for
 from engine.bench.video import measure_video
 from engine.bench.window_batches import measure_batches
+from engine.bench.window_memory import measure_window_memory
 from engine.cancel import CancelToken
 from engine.errors import Cancelled
 from engine.requests import Operation, OperationRequest, Progress, ProgressKind
@@ -224,6 +225,8 @@ def run_cpu_bench(args: argparse.Namespace) -> int:
         assert fast_model is not None
         # Start-up first, on a machine not yet busy with this bench's own models (issue #24).
         measure_window(table, models_dir, 10.0 if quick else 60.0, 2 if quick else 3)
+        # What the window holds with a large product in view, and after Unload all (#21).
+        measure_window_memory(table, (6000, 4000) if quick else (12000, 8000))
         measure_cli(
             table, fast_model, test_image(work / "cli.png", 64, 48), work / "cli", 2 if quick else 3
         )

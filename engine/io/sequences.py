@@ -25,7 +25,8 @@ from engine.io.opening import image_size
 from engine.io.reading import load_image
 
 # Where a sequence's products go when no output folder is given: a folder of this name in
-# the sequence's own folder (list_sequence takes files only, so never them as frames).
+# the sequence's own folder (list_sequence takes files only, so never them as frames). The app
+# writes every image's products into one beside it by default.
 SEQUENCE_PRODUCTS = "Tessera"
 
 
@@ -194,18 +195,24 @@ def list_sequence(folder: Path) -> list[Path]:
     return [folder / name for name in _without_products(names)]
 
 
-# A folder's products are named after its first frame, numbered per frame:
-# `<first>-<suffix>-0001.<ext>` (engine/operations/products.py).
+# Tessera's products are named after the file they were made from: `<stem>-<suffix>.<ext>`,
+# and a sequence's after its first frame, numbered per frame: `<first>-<suffix>-0001.<ext>`
+# (engine/operations/products.py). The suffix names the model or the product ("up2",
+# "realesrgan-x4plus", "cutout", "depth-preview"): it has a letter, where a frame number has none.
 _PRODUCT_TAIL = re.compile(r"-.+-\d{4}\.[^.]+$")
+_SINGLE_PRODUCT_TAIL = re.compile(r"-.*[^\W\d_].*\.[^.]+$")
 
 
 def _without_products(names: list[str]) -> list[str]:
-    """`names` less Tessera's own products of a sequence (left in the folder by an earlier run
-    with the folder as its output): a name that is another file's stem, then `-suffix-NNNN`."""
+    """`names` less Tessera's own products (left in the folder by an earlier run that wrote
+    next to its inputs, issue #21): a name that is another image's stem, then `-suffix`, then
+    an optional frame number. A frame number alone (`shot-2.png` beside `shot.png`) is a frame."""
     stems = {Path(n).stem for n in names}
     kept = []
     for name in names:
-        cuts = (i for i, ch in enumerate(name) if ch == "-" and name[:i] in stems)
-        if not any(_PRODUCT_TAIL.match(name, i) for i in cuts):
+        cuts = [i for i, ch in enumerate(name) if ch == "-" and name[:i] in stems]
+        if not any(
+            _PRODUCT_TAIL.match(name, i) or _SINGLE_PRODUCT_TAIL.match(name, i) for i in cuts
+        ):
             kept.append(name)
     return kept

@@ -394,6 +394,9 @@ class VideoWriter:
                     copies[index] = out.add_stream_from_template(source.streams[index])
                 except (av.error.FFmpegError, ValueError) as e:
                     log.warning("%s: stream %d is left out (%s)", self.path.name, index, e)
+                    continue
+                # The template brings the codec only: the language and title come along here.
+                copies[index].metadata.update(_tags(source.streams[index].metadata))
             try:
                 out.set_chapters(source.chapters())
             except (av.error.FFmpegError, ValueError, AttributeError) as e:

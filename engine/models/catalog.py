@@ -88,7 +88,8 @@ class CatalogEntry:
             return FETCH_STARTER
         if not self.downloadable:
             # No published checksum to pin (DESIGN: no unverified download is installed).
-            return f"get the file from {self.homepage}, then: python -m engine models add PATH"
+            where = f"{self.url} (see {self.homepage})" if self.url else self.homepage
+            return f"download {where} yourself, then: python -m engine models add PATH"
         return f"python -m engine models download {self.id}"
 
     @property

@@ -413,8 +413,9 @@ def download_model(
     if entry.sha256 is None or entry.size is None:
         raise ModelError(
             f"{entry.id} ({entry.name}) cannot be downloaded: the catalog has no checksum and "
-            "size for it, and Tessera installs no download it cannot verify. Get the file from "
-            f"{entry.homepage} yourself and add it with `python -m engine models add PATH`."
+            "size for it, and Tessera installs no download it cannot verify. Get the file "
+            f"yourself ({entry.url}, from {entry.homepage}): put it in {models_dir} as "
+            f"{entry.file}, or add it with `python -m engine models add PATH`."
         )
     ensure_models_dir(models_dir)
     dest = models_dir / entry.file
@@ -422,14 +423,28 @@ def download_model(
     def check(path: Path) -> None:  # a server's error page saved as .onnx must not install
         inspect_model(path, entry.family)
 
-    return download(
-        entry.url,
-        dest,
-        sha256=entry.sha256,
-        size=entry.size,
-        progress=progress,
-        cancel=cancel,
-        timeout=timeout,
-        check=check,
-        waiting=waiting,
+    try:
+        return download(
+            entry.url,
+            dest,
+            sha256=entry.sha256,
+            size=entry.size,
+            progress=progress,
+            cancel=cancel,
+            timeout=timeout,
+            check=check,
+            waiting=waiting,
+        )
+    except DownloadError as e:
+        if e.failure is DownloadFailure.INTEGRITY:
+            raise  # the server holds another file: fetching it elsewhere gives the same
+        hint = elsewhere(entry.url, entry.file, models_dir)
+        raise DownloadError(f"{e} {hint}", e.failure, e.url) from e
+
+
+def elsewhere(url: str, file: str, models_dir: Path) -> str:
+    """How to get a model without this computer's network: one line, every name spelt out."""
+    return (
+        f"To get it another way, download {url} (on any computer), and put it in {models_dir} "
+        f"as {file}, or drop it on Tessera's window: it is checked before it is used."
     )

@@ -32,6 +32,9 @@ Products (camera frame: OpenCV, x right, y down, z forward; metres):
 - `<stem>-points.ply`: binary little-endian point cloud, x y z float, nx ny nz float, red
   green blue uchar, of the valid points off depth edges (relative jump over a 3×3 window
   > 0.04, like the reference's `depth_edge(rtol=0.04)`).
+
+A clip's depth, normals and mask are clips (engine/operations/products.py); its point clouds
+only with the option `point_clouds`, one PLY per frame in `<stem>-points/`.
 """
 
 from __future__ import annotations
@@ -344,7 +347,7 @@ def _write_cloud(full: _FullSize, frame: np.ndarray) -> Callable[[BinaryIO], Non
 
 class Geometry(OperationBase):
     operation: ClassVar[Operation] = Operation.GEOMETRY
-    config = GeometryConfig(1800, 1280)
+    config = GeometryConfig(1800, 1280, False)
 
     def configure(self, options: OperationOptions, spec: ModelSpec) -> None:
         given = of_type(options, GeometryOptions) or GeometryOptions()
@@ -369,7 +372,9 @@ class Geometry(OperationBase):
             normals = products.image_product("normal", ProductKind.NORMAL, meta)
             masks = products.image_product("geometry-mask", ProductKind.MASK, meta)
             cameras = products.bytes_product("intrinsics", ".json", ProductKind.INTRINSICS)
-            clouds = products.bytes_product("points", ".ply", ProductKind.POINT_CLOUD)
+            clouds = products.bytes_product(
+                "points", ".ply", ProductKind.POINT_CLOUD, clip_folder=self.config.point_clouds
+            )
             lo, hi = np.inf, -np.inf
             metrics: list[float] = []
             for index, frame in enumerate(image.frames):

@@ -9,7 +9,8 @@
 - a sequence (a folder, or several files run with `sequence`): one file per frame and product,
   numbered from 1, `<stem>-<suffix>-0001.<ext>`, where stem is the first frame's;
 - products with no multi-frame form (PLY, JSON) are numbered per frame whenever there are
-  several frames.
+  several frames; a clip gets them only when asked (a point cloud per frame), in a folder
+  beside its products, `<stem>-<suffix>/<stem>-<suffix>-0001.<ext>`.
 
 Products are made frame by frame (`Products`): each frame is encoded into the product's hidden
 temp file as soon as it exists, a band of rows at a time where it is computed band by band, so
@@ -30,6 +31,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from engine.files import LIVE, partial_name, sweep_leftovers
 from engine.io.image import DecodedImage, ImageMeta
 from engine.io.png import FrameLike
 from engine.io.publish import PendingOutput, open_output, write_error
@@ -309,6 +311,71 @@ class _BytesSink(_Sink):
             output.__exit__(None, None, None)
 
 
+class _FolderSink(_Sink):
+    """A clip's files with no clip form, asked for (a point cloud per frame): one numbered
+    file per frame in a folder beside the products.
+
+    Each frame's file is written and closed at once as a hidden temp file in the output folder
+    (a long clip would otherwise hold a descriptor per frame); the folder is made when the clip
+    is published, so a cancel or a failure leaves neither."""
+
+    def __init__(self, products: Products, suffix: str, ext: str, kind: ProductKind) -> None:
+        self.p, self.suffix, self.ext, self.kind = products, suffix, ext, kind
+        self.files: list[tuple[Path, str, tuple[int, int] | None]] = []  # temp, name, identity
+        self.published: list[Product] = []
+
+    def add(self, write: Callable[[BinaryIO], None]) -> None:
+        folder = self.p.ctx.out_dir
+        name = output_name(
+            self.p.image.source, f"{self.suffix}-{len(self.files) + 1:04d}", self.ext
+        )
+        sweep_leftovers(folder)
+        temp = folder / partial_name(name)
+        try:
+            descriptor = LIVE.create(temp)
+        except OSError as e:
+            raise write_error(folder / name, e) from e
+        self.files.append((temp, name, None))  # registered first: a failure below removes it
+        try:
+            with os.fdopen(descriptor, "w+b") as file:
+                write(file)
+                file.flush()
+                os.fsync(file.fileno())
+                info = os.fstat(file.fileno())
+        except OSError as e:
+            raise write_error(folder / name, e) from e
+        self.files[-1] = (temp, name, (info.st_dev, info.st_ino))
+
+    def _folder(self) -> Path:
+        base = self.p.ctx.out_dir / output_name(self.p.image.source, self.suffix, "")
+        for number in range(100_000):
+            folder = base if number == 0 else base.with_name(f"{base.name}-{number}")
+            try:
+                folder.mkdir()
+            except FileExistsError:
+                continue
+            except OSError as e:
+                raise write_error(folder, e) from e
+            return folder
+        raise write_error(base, FileExistsError(f"too many numbered copies of {base.name}"))
+
+    def publish(self) -> list[Product]:
+        if not self.files or self.published:
+            return self.published
+        folder = self._folder()
+        for temp, name, identity in self.files:
+            try:
+                LIVE.place(temp, folder / name, identity)
+            except OSError as e:
+                raise write_error(folder / name, e) from e
+            self.published.append(Product(folder / name, self.kind, self.p.image.source))
+        return self.published
+
+    def discard(self) -> None:
+        for temp, _name, _identity in self.files[len(self.published) :]:
+            LIVE.discard(temp)
+
+
 class Products:
     """The products of one input, made frame by frame and published together at the end.
 
@@ -349,7 +416,12 @@ class Products:
             return self._sink(f"{suffix}.tif", _NullSink)
         return self._sink(f"{suffix}.tif", lambda: _FloatSink(self, suffix, kind))
 
-    def bytes_product(self, suffix: str, ext: str, kind: ProductKind) -> _BytesSink | _NullSink:
+    def bytes_product(
+        self, suffix: str, ext: str, kind: ProductKind, *, clip_folder: bool = False
+    ) -> _BytesSink | _FolderSink | _NullSink:
+        """A file per frame; a clip's only with `clip_folder` (asked for), in a folder."""
+        if self.video and clip_folder:
+            return self._sink(f"{suffix}{ext}", lambda: _FolderSink(self, suffix, ext, kind))
         if self.video:  # no point cloud and intrinsics file for every frame of a clip
             return self._sink(f"{suffix}{ext}", _NullSink)
         return self._sink(f"{suffix}{ext}", lambda: _BytesSink(self, suffix, ext, kind))

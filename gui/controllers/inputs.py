@@ -1,10 +1,11 @@
 """What comes into the window: dropped, opened, pasted and handed-over files and pictures.
 
 `InputsController` turns a drop (its MIME data), a file list or a pasted picture into inputs
-of the workspace (through the jobs controller), installs dropped `.onnx` models, makes the
-thumbnails the images list asks for (those in view) off the GUI thread, remembers recent files,
-queues jobs when "Start jobs for dropped files" is on, and says why anything was refused. No
-widgets.
+of the workspace (through the jobs controller), installs dropped `.onnx` models, asks for each
+new input's thumbnail off the GUI thread (an input whose thumbnail cannot be decoded is marked
+unreadable with the reason, and Run leaves it out), remembers recent files, queues jobs when
+"Start jobs for dropped files" is on, and says why anything was refused. It also empties the
+list (Clear, at once, whatever its length) and brings it back (Undo). No widgets.
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QMimeData, QObject, Signal
 
+from engine.errors import BadInputError
+from engine.io.image import is_video
 from engine.requests import Operation
+from engine.settings import DEFAULT_MAX_PIXELS
 from gui.controllers.jobs import AddOutcome, JobsController
 from gui.controllers.models import ModelsController
-from gui.inputs import InputSource
+from gui.inputs import InputSource, classify_paths
 from gui.messages import Notice, NoticeLevel, Topic
 from gui.settings import AppSettings
 from gui.tasks import TaskOutcome, TaskThread
@@ -69,6 +73,7 @@ class InputsController(QObject):
     noticeRequested = Signal(object)  # Notice
     noticeCleared = Signal(object)  # Topic: an earlier notice of it is stale
     thumbnailReady = Signal(str, object)  # input key, its thumbnail (None: cannot be read)
+    selectRequested = Signal(list)  # input keys the inputs panel should select (Undo of Clear)
 
     def __init__(
         self,
@@ -92,8 +97,8 @@ class InputsController(QObject):
         self.run_text = run_text
         self.operation = operation
         self.closed = False
-        self._run_later = False  # whether the rest of a large drop is run as it comes
-        jobs.addedLater.connect(lambda found: self._took(found, self._run_later))
+        self._run_later: bool | None = None  # how the rest of a large drop is run as it comes
+        jobs.addedLater.connect(lambda found: self._take(found, self._run_later, first=False))
 
     def _warn(self, text: str) -> None:
         self.noticeRequested.emit(Notice(text, NoticeLevel.WARNING, Topic.INPUTS))
@@ -125,21 +130,43 @@ class InputsController(QObject):
 
     def accept_paths(self, paths: Sequence[Path | str], *, run: bool | None = None) -> DropOutcome:
         """Add images and folders as inputs (each image its own input) and show the first;
-        queue jobs when run-on-drop is on; install .onnx files; say why anything was refused."""
-        found = self.jobs.add_paths(paths)
-        run = self.run_on_drop() if run is None else run
-        self._run_later = run  # for the rest of a large drop, added in later turns
-        jobs = self._took(found, run, first=True)
-        return DropOutcome(
-            found.sources, tuple(jobs), found.models, found.refused, found.sequence_offer
-        )
+        queue jobs when run-on-drop is on; install .onnx files; say why anything was refused.
 
-    def _took(self, found: AddOutcome, run: bool, first: bool = False) -> list[str]:
-        """What follows an add (all of it, or one part of a large drop: `first` is False for
-        the parts after the first)."""
+        Clips are read on the task thread (a clip's header and first frame: a slow disk or a
+        network share must not freeze the window) and join the inputs when that is done; the
+        outcome returned is of the other paths."""
+        clips = [Path(p) for p in paths if is_video(Path(p)) and Path(p).is_file()]
+        if clips:
+            self._read_clips(clips, run)
+        others = [p for p in paths if Path(p) not in clips]
+        if not others and clips:
+            return DropOutcome((), (), (), ())
+        return self._take(self.jobs.add_paths(others), run)
+
+    def _read_clips(self, clips: list[Path], run: bool | None) -> None:
+        names = ", ".join(p.name for p in clips[:3]) + (" …" if len(clips) > 3 else "")
+        self.statusRequested.emit(f"Reading {names}…")
+
+        def done(outcome: TaskOutcome) -> None:
+            if self.closed:
+                return
+            if outcome.error is not None:  # classify_paths says why per path; this is a bug
+                self._warn(f"{names}: could not be read ({outcome.error}).")
+                return
+            self._take(self.jobs.add_found(outcome.value), run)
+
+        self.tasks.submit(lambda: classify_paths(clips), done, urgent=True)
+
+    def _take(self, found: AddOutcome, run: bool | None, first: bool = True) -> DropOutcome:
+        """What follows an add: all of it, or one part of a large drop (`first` False for the
+        parts after the first, which the jobs controller adds a part per turn)."""
+        if first:
+            self._run_later = run
         for model in found.models:
             self.statusRequested.emit(f"Checking {model.name}…")
             self.models.install(model)
+        for source in found.sources:
+            self.request_thumbnail(source)
         if found.sources:
             self.settings.add_recent([str(s.paths[0]) for s in found.sources])
         if found.refused:
@@ -147,6 +174,7 @@ class InputsController(QObject):
             self._warn("\n".join(found.refused) + tail)
         elif found.sources and first:
             self.noticeCleared.emit(Topic.INPUTS)  # an earlier refusal is stale now
+        run = self.run_on_drop() if run is None else run
         jobs: list[str] = []
         if found.sources and run:
             if self.models.inventory is None:
@@ -158,8 +186,9 @@ class InputsController(QObject):
                 jobs = self.jobs.queue_jobs(list(found.sources), self.operation())
         elif found.sources and first:
             count = len(found.sources) + found.more
+            noun = "clip" if all(s.clip for s in found.sources) else "image"
             self.statusRequested.emit(
-                f"Added {count} image{'s' if count != 1 else ''}. "
+                f"Added {count} {noun}{'s' if count != 1 else ''}. "
                 f"Press {self.run_text()} (Ctrl+Return) when ready."
             )
         if found.sequence_offer and not found.refused:
@@ -175,7 +204,9 @@ class InputsController(QObject):
                     lambda: self.merge_as_sequence(offer),
                 )
             )
-        return jobs
+        return DropOutcome(
+            found.sources, tuple(jobs), found.models, found.refused, found.sequence_offer
+        )
 
     def merge_as_sequence(self, paths: Sequence[Path]) -> InputSource | None:
         sequence = self.jobs.merge_as_sequence(paths)
@@ -227,8 +258,59 @@ class InputsController(QObject):
         path, make = source.paths[0], self.thumbnailer
 
         def done(outcome: TaskOutcome) -> None:
-            if not self.closed:
-                image = outcome.value if outcome.error is None else None
-                self.thumbnailReady.emit(source.key, image)
+            if self.closed:
+                return
+            image = outcome.value if outcome.error is None else None
+            self.thumbnailReady.emit(source.key, image)
+            reason = unreadable(source, outcome.error)
+            if reason:
+                self.jobs.mark_unreadable(source.key, reason)
 
         self.tasks.submit(lambda: make(path), done)
+
+    # -- clear and undo -----------------------------------------------------------------------
+    def clear(self) -> int:
+        """Empty the list at once; a notice offers Undo (and Ctrl+Z brings it back)."""
+        cleared = self.jobs.clear()
+        count = len(cleared.sources)
+        if count:
+            self.noticeRequested.emit(
+                Notice(
+                    f"Cleared {count} image{'s' if count != 1 else ''} from the list "
+                    "(the files stay).",
+                    NoticeLevel.INFO,
+                    Topic.INPUTS,
+                    "Undo",
+                    self.undo_clear,
+                )
+            )
+        return count
+
+    def undo_clear(self) -> int:
+        """The list as Clear found it: its inputs in order, their results and marks, the
+        selection and the image in view. Returns how many came back."""
+        cleared = self.jobs.undo_clear()
+        if cleared is None:
+            self.statusRequested.emit("Nothing to undo.")
+            return 0
+        self.noticeCleared.emit(Topic.INPUTS)
+        for source in cleared.sources.values():
+            self.request_thumbnail(source)
+        key, version = cleared.viewing
+        if key is not None and key in cleared.sources:
+            self.jobs.show(key, version or "")
+        if cleared.selected:
+            self.selectRequested.emit(list(cleared.selected))
+        count = len(cleared.sources)
+        self.statusRequested.emit(f"Brought back {count} image{'s' if count != 1 else ''}.")
+        return count
+
+
+def unreadable(source: InputSource, error: BaseException | None) -> str:
+    """Why the input cannot be read, from its thumbnail's failure; empty when it can be, or
+    when the failure is no fault of the file (memory, or the thumbnail's own pixel limit)."""
+    if not isinstance(error, BadInputError):
+        return ""
+    if source.width * source.height * max(source.frames, 1) > DEFAULT_MAX_PIXELS:
+        return ""  # too large for a thumbnail; the job's own limit decides
+    return str(error)

@@ -36,9 +36,10 @@ from engine.requests import (
     Result,
     new_request_id,
 )
+from gui.controllers.run_plan import plan_run
 from gui.controllers.speed import TINY_MP, Calibrator, Estimate, Rate, SpeedBook
 from gui.engine_thread import EngineThread
-from gui.inputs import InputSource, as_sequence, classify_paths, sequence_offer
+from gui.inputs import Classified, InputSource, as_sequence, classify_paths, sequence_offer
 from gui.jobs import (
     ORIGINAL,
     Job,
@@ -51,7 +52,7 @@ from gui.jobs import (
     job_versions,
 )
 from gui.messages import Notice, NoticeLevel, Topic
-from gui.workspace import Workspace
+from gui.workspace import ClearedInputs, Workspace
 
 log = logging.getLogger(__name__)
 
@@ -139,10 +140,14 @@ class JobsController(QObject):
     def add_paths(self, paths: Sequence[Path | str]) -> AddOutcome:
         """Add every image as its own input and show the first new one. A large add reads
         ADD_CHUNK headers now and the rest a part per turn (`addedLater` for each part)."""
-        ws = self.workspace
         given = [Path(p) for p in paths]
         now, rest = given[:ADD_CHUNK], given[ADD_CHUNK:]
-        found = classify_paths(now)
+        return self.add_found(classify_paths(now), rest)
+
+    def add_found(self, found: Classified, rest: Sequence[Path] = ()) -> AddOutcome:
+        """Add what `classify_paths` found (clips are classified on the task thread); `rest`:
+        the paths of the same add still to read, a part per turn."""
+        ws = self.workspace
         added = ws.add_sources(found.sources)
         shown = added[0] if added else (found.sources[0] if found.sources else None)
         if shown is not None:  # already there: shown anyway, the person asked for it
@@ -214,12 +219,20 @@ class JobsController(QObject):
         self._waiting = deque(w for w in self._waiting if w.source.key not in gone)
         self.workspace.remove_sources(keys)
 
-    def clear(self) -> None:
+    def clear(self) -> ClearedInputs:
         self._deferred.clear()
         self._adding.clear()
         self._adding_sources = []
         self._waiting.clear()
-        self.workspace.clear_sources()
+        return self.workspace.clear_sources()
+
+    def undo_clear(self) -> ClearedInputs | None:
+        """The inputs the last Clear took, back in the list (None: nothing to undo)."""
+        return self.workspace.undo_clear()
+
+    def mark_unreadable(self, key: str, reason: str) -> None:
+        """The input cannot be read: marked at once, and Run leaves it out."""
+        self.workspace.set_broken(key, reason)
 
     def show(self, key: str, version_id: str) -> None:
         self.workspace.set_viewing(key, version_id or None)
@@ -252,26 +265,14 @@ class JobsController(QObject):
 
     # -- running ------------------------------------------------------------------------------
     def targets(self, selected: Sequence[str] | None = None) -> list[InputSource]:
-        """What Run runs: the selected inputs when the person selected several, else all."""
-        ws = self.workspace
-        keys = ws.selected if selected is None else selected
-        chosen = [ws.sources[k] for k in keys if k in ws.sources]
-        return chosen if len(chosen) >= 2 else list(ws.sources.values())
+        """What Run runs: the selected inputs when the person selected several, else all;
+        not the unreadable ones, nor the ones done already with these settings (all of them
+        again when every one is done)."""
+        return list(plan_run(self.workspace, selected).run)
 
     def run_label(self, selected: Sequence[str] | None = None) -> str:
         """The Run button's words: what it will do."""
-        ws = self.workspace
-        keys = ws.selected if selected is None else selected
-        chosen = [k for k in keys if k in ws.sources]
-        if len(chosen) >= 2:
-            return f"Run selected ({len(chosen)})"
-        count = len(ws.sources)
-        if count == 0:
-            return "Run"
-        if count == 1:
-            base = ws.base(next(iter(ws.sources)))
-            return "Run 1 image" if base is None or base.is_original else f"Run on {base.label}"
-        return f"Run {count} images"
+        return plan_run(self.workspace, selected).label
 
     def estimate(self, sources: Sequence[InputSource], settings: JobSettings) -> Estimate | None:
         """One figure for the whole batch (fixed cost × images + rate × megapixels)."""
@@ -314,7 +315,11 @@ class JobsController(QObject):
 
     def run_selected(self, operation: Operation | None = None) -> list[str]:
         """Run: every image, or the selected ones when several are selected."""
-        sources = self.targets()
+        plan = plan_run(self.workspace)
+        sources = list(plan.run)
+        if not sources and plan.broken:
+            self._warn("\n".join(self.workspace.broken[s.key] for s in plan.broken), Topic.INPUTS)
+            return []
         if not sources:
             self._warn(
                 "Add images first: drop them on the window or use File ▸ Open.", Topic.INPUTS
@@ -430,9 +435,10 @@ class JobsController(QObject):
             inputs=inputs,
             device=settings.device,
             runtime=settings.runtime,
-            output_dir=settings.output_dir,
+            output_dir=settings.output_folder(source.paths),
             tile=settings.job_tile,
             sequence=sequence,
+            options=settings.options,
             output=settings.output,
             id=job_id or new_request_id(),
         )

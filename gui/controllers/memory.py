@@ -3,7 +3,8 @@
 NVML and psutil can take milliseconds (the first reading, which starts NVML, a few hundred), so
 `MemoryController` reads them on the task thread once a second and hands the snapshot to the
 gauge and the memory panel; a reading still under way is not asked for again. It also says how
-many models are loaded, from the engine thread's `sessionsChanged`. No widgets.
+many models are loaded, from the engine thread's `sessionsChanged`. Unload all lets go of the
+window's pictures too (`release_pictures`) and gives the freed heap back. No widgets.
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ import logging
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from engine.io.pyramid import forget_checkpoints
 from engine.runtime import census, memory
 from engine.runtime.memory import MemorySnapshot
 from engine.runtime.sessions import SessionInfo
 from gui.engine_thread import EngineThread
+from gui.pictures import PictureBudget
 from gui.tasks import TaskOutcome, TaskThread
 
 log = logging.getLogger(__name__)
@@ -26,6 +29,11 @@ CENSUS_EVERY = 5  # every Tessera process on the machine (M6): each fifth readin
 
 def _read() -> MemorySnapshot:
     return memory.snapshot()  # looked up at each call: tests replace it
+
+
+def _trim() -> None:
+    forget_checkpoints()  # the picture reader's row checkpoints of large PNGs
+    memory.trim_heap()
 
 
 def _take_census() -> census.Census:
@@ -83,6 +91,13 @@ class MemoryController(QObject):
             self.snapshotTaken.emit(outcome.value)
         if start_timer:
             self.timer.start()
+
+    def release_pictures(self, budget: PictureBudget) -> None:
+        """The window keeps only the pictures on screen; the freed heap pages go back to the
+        system (the pictures were freed on this thread; the trim runs on the task thread)."""
+        budget.release()
+        if not self.closed:
+            self.tasks.submit(_trim, lambda _outcome: self.poll())
 
     def _on_sessions(self, sessions: tuple[SessionInfo, ...]) -> None:
         n = len(sessions)

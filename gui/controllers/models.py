@@ -88,6 +88,7 @@ class GetOffer:
     entry: CatalogEntry | None  # None: the starter models
     text: str
     tip: str
+    manual: bool = False  # no pinned checksum: Tessera says where to get it, fetches nothing
 
 
 def model_groups(inventory: ModelInventory | None, family: Family) -> list[ModelGroup]:
@@ -165,7 +166,7 @@ def get_offers(inventory: ModelInventory | None, family: Family) -> list[GetOffe
             )
         )
     for e in sorted(missing, key=lambda e: e.rank):
-        if not e.downloadable:  # a download Tessera cannot verify is not offered
+        if not e.downloadable:  # a download Tessera cannot verify is not fetched: below
             continue
         size = fmt_size(e.size or e.approx_size)
         what = e.purpose or FAMILY_PRODUCTS[family]
@@ -176,7 +177,32 @@ def get_offers(inventory: ModelInventory | None, family: Family) -> list[GetOffe
                 f"{what}.\nWrites {FAMILY_PRODUCTS[family]}.\nLicence: {e.licence_text}",
             )
         )
+    # Known models without a published checksum: offered as a file to fetch by hand, so the
+    # person learns the address, the file name and the folder instead of finding nothing.
+    for e in sorted(missing, key=lambda e: e.rank):
+        if e.downloadable or e.source is not Source.DOWNLOAD or e.url is None:
+            continue
+        size = fmt_size(e.size or e.approx_size)
+        offers.append(
+            GetOffer(
+                e,
+                f"Get {e.name} yourself… ({size}, {e.licence})",
+                f"{e.purpose or FAMILY_PRODUCTS[family]}.\nWrites {FAMILY_PRODUCTS[family]}.\n"
+                "No checksum is published for this file, so Tessera does not download it: it "
+                f"says where to get it and where to put it.\nLicence: {e.licence_text}",
+                manual=True,
+            )
+        )
     return offers
+
+
+def get_by_hand(entry: CatalogEntry, models_dir: Path) -> str:
+    """Where to fetch a catalog model on any computer and where to put it here."""
+    return (
+        f"Download {entry.url} (on any computer), then put it in {models_dir} as {entry.file}, "
+        "or drop it on this window: Tessera checks it against the "
+        f"{entry.family.value} contract before it is used."
+    )
 
 
 def missing_hint(inventory: ModelInventory | None, family: Family) -> str:
@@ -191,7 +217,7 @@ def missing_hint(inventory: ModelInventory | None, family: Family) -> str:
             f"No {family.value} model is installed. Drop an .onnx {family.value} model on the "
             f"window or use Get… ▸ Add a model file. It writes {writes}."
         )
-    first = offers[0]
+    first = next((o for o in offers if not o.manual), offers[0])
     what = (
         "the starter models"
         if first.entry is None
@@ -222,6 +248,7 @@ class ModelsController(QObject):
         self.fetcher = ModelFetcher(self)
         self.fetcher.fetchProgressed.connect(lambda line: self.fetchStatusChanged.emit(line, True))
         self.fetcher.fetchFinished.connect(self._on_fetch_finished)
+        self._fetching: CatalogEntry | None = None  # the catalog model being downloaded
         self._closed = False
 
     def refresh(self) -> None:
@@ -273,10 +300,21 @@ class ModelsController(QObject):
                 Notice("A model download is already running.", NoticeLevel.INFO, Topic.MODELS)
             )
             return False
+        if entry is not None and not entry.downloadable:
+            self.noticeRequested.emit(
+                Notice(
+                    f"{entry.name} has no published checksum, so Tessera does not download it. "
+                    + get_by_hand(entry, self.models_dir()),
+                    NoticeLevel.INFO,
+                    Topic.MODELS,
+                )
+            )
+            return False
         if entry is None:
             args, what = ["fetch-starter"], "the starter models"
         else:
             args, what = ["download", entry.id], entry.name
+        self._fetching = entry
         self.fetcher.start(args, what, self.models_dir())
         self.fetchStatusChanged.emit(f"Getting {what}…", True)
         return True
@@ -289,9 +327,14 @@ class ModelsController(QObject):
             )
         else:
             self.fetchStatusChanged.emit(f"Failed: {outcome.message}", False)
+            message = outcome.message
+            entry = self._fetching
+            if entry is not None and entry.url is not None and entry.url not in message:
+                # Whatever the command said (it may have been stopped): how to do without it.
+                message = f"{message} {get_by_hand(entry, self.models_dir())}"
             self.noticeRequested.emit(
                 Notice(
-                    f"Getting {outcome.description} failed: {outcome.message}",
+                    f"Getting {outcome.description} failed: {message}",
                     NoticeLevel.WARNING,
                     Topic.MODELS,
                 )

@@ -64,6 +64,8 @@ class PreviewTarget:
 class PreviewController(QObject):
     patched = Signal(object)  # PreviewPatch of the newest generation: draw it
     resetRequested = Signal()  # what is previewed changed: forget what was drawn
+    # Nothing to preview (no model, a sequence): forget what was drawn, dim nothing; why.
+    targetCleared = Signal(str)
     statusChanged = Signal(str, bool)  # what the preview is doing; True while it runs
     finished = Signal(object)  # PreviewResult of the newest generation
     failed = Signal(str)
@@ -86,6 +88,7 @@ class PreviewController(QObject):
         self.generation = 0
         self.target: PreviewTarget | None = None
         self._source: tuple[str, Path] | None = None
+        self._sequence = False  # the left version is a sequence: not previewed
         self._started: str | None = None  # the newest generation's request on the engine
         self.drawn: list[PreviewPatch] = []  # passed on since the last reset (tests read it)
         self.frame_of: Callable[[], int] = lambda: 0  # the clip frame on screen (the viewer's)
@@ -117,6 +120,8 @@ class PreviewController(QObject):
         self.enabledChanged.emit(on)
         if on:
             self.refresh()
+            if self.target is None:  # on with nothing to preview: say why, dim nothing
+                self.targetCleared.emit(self._why_not())
         else:
             self._timer.stop()
             self.generation += 1  # whatever is still on its way is stale
@@ -130,6 +135,7 @@ class PreviewController(QObject):
     def set_source(self, input_key: str | None, path: Path | None) -> None:
         """The image the preview works on: the left version's file."""
         source = (input_key, path) if input_key is not None and path is not None else None
+        self._sequence = input_key is not None and path is None
         if source != self._source:
             self._source = source
             self.workspace.set_region(None)  # the view says what it shows of the new image
@@ -163,16 +169,33 @@ class PreviewController(QObject):
             self._timer.start()
 
     def refresh(self) -> None:
-        """The operation, model or settings may have changed: preview again if they did."""
+        """The operation, model or settings may have changed: preview again if they did.
+
+        What a preview shows — its pixels, its dimming, its status line — belongs to one
+        image, operation and model: any change forgets it, and with nothing to preview (no
+        model chosen, a sequence) nothing of the last one stays on screen or in the engine."""
         if not self.enabled:
             return
         target = self._target()
         if target != self.target:
             self.target = target
             self.drawn = []
-            self.resetRequested.emit()
             self._timer.stop()
-            self._request()
+            self.statusChanged.emit("", False)  # the last preview's line was about another
+            if target is None:
+                self.generation += 1  # whatever is still on its way is stale
+                self.engine.cancel_previews()
+                self.engine.release_previews()
+                self.targetCleared.emit(self._why_not())  # the view forgets, dims nothing
+            else:
+                self.resetRequested.emit()
+                self._request()
+
+    def _why_not(self) -> str:
+        """Why there is nothing to preview, for the person."""
+        if self._source is None:
+            return "Preview shows single images, not sequences." if self._sequence else ""
+        return "Choose a model (or Get… one) to preview this operation."
 
     @property
     def waiting(self) -> bool:

@@ -6,20 +6,35 @@ request from the jobs controller (a new input, a result that came in) and a choi
 person (a thumbnail, a version, a job) both end in one load; a newer load makes an older one
 stale, so the view never flips back to what the person has left. What is viewed (the input,
 its pair) is the workspace's; this controller is the action of showing it.
+
+Stills are decoded at the view's size (`set_frame_size`), and the parts the viewer needs at more
+pixels are read on request (`read_detail`); a request the view has moved past is skipped.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from pathlib import Path
+from typing import Any, Protocol
 
 from PySide6.QtCore import QObject, Signal
 
+from engine.runtime.memory import trim_heap
 from gui.jobs import ORIGINAL, Version
 from gui.tasks import TaskOutcome, TaskThread
 from gui.workspace import Workspace
 
-Loader = Callable[[tuple[Path, ...]], object]  # paths → a decoded picture for the viewer
+Loader = Callable[..., object]  # paths (, frame_size=(w, h)) → a decoded picture for the viewer
+
+
+class DetailAsk(Protocol):
+    """What a detail request carries that this controller reads (the viewer's DetailRequest)."""
+
+    @property
+    def side(self) -> int: ...
+
+    @property
+    def generation(self) -> int: ...
 
 
 class ViewController(QObject):
@@ -28,6 +43,7 @@ class ViewController(QObject):
     loaded = Signal(object, object, tuple)  # left picture, right picture (or None), labels
     failed = Signal(str, str)  # title, why the picture cannot be shown
     cleared = Signal()
+    detailLoaded = Signal(object)  # the viewer's Detail: a part in view at more pixels
 
     def __init__(
         self,
@@ -42,6 +58,9 @@ class ViewController(QObject):
         self.loader = loader
         self._generation = 0
         self.closed = False
+        self.frame_size: tuple[int, int] | None = None  # None: the loader's own default
+        self.detail_reader: Callable[[Any], object] | None = None
+        self._detail_wanted: dict[int, int] = {}  # side → the newest request's generation
         workspace.inputChanged.connect(self._input_changed)
         workspace.inputsChanged.connect(self._inputs_changed)
 
@@ -145,9 +164,13 @@ class ViewController(QObject):
         labels = (left.label, right.label)
         name = left.paths[0].name if left.paths else ""
 
+        size = self.frame_size
+        load = self.loader if size is None else functools.partial(self.loader, frame_size=size)
+
         def work() -> tuple[object, object]:
-            before = self.loader(left_paths) if left_paths else None
-            after = self.loader(right_paths) if right_paths else None
+            before = load(left_paths) if left_paths else None
+            after = load(right_paths) if right_paths else None
+            trim_heap()  # the decoder's bands are freed: their pages go back too
             return before, after
 
         self.tasks.submit(work, lambda o: self._loaded(generation, o, labels, name), urgent=True)
@@ -164,6 +187,36 @@ class ViewController(QObject):
             return
         before, after = outcome.value
         self.loaded.emit(before, after, labels)
+
+    def set_detail_reader(self, reader: Callable[[Any], object]) -> None:
+        """How a detail request is read (on the task thread): the viewer's picture reader."""
+        self.detail_reader = reader
+
+    def set_frame_size(self, size: tuple[int, int]) -> None:
+        """The view's size in device pixels: stills are decoded at about this size."""
+        self.frame_size = size
+
+    def read_detail(self, request: DetailAsk) -> None:
+        """Read a part of a shown picture on the task thread; the newest per side wins."""
+        reader = self.detail_reader
+        if reader is None or self.closed:
+            return
+        side, generation = request.side, request.generation
+        self._detail_wanted[side] = generation
+
+        def work() -> object:
+            if self._detail_wanted.get(side) != generation:
+                return None  # the view moved again before this was read
+            return reader(request)
+
+        def done(outcome: TaskOutcome) -> None:
+            if self.closed or outcome.value is None:
+                return
+            if outcome.error is not None:  # the file went away or broke: the frame stays
+                return
+            self.detailLoaded.emit(outcome.value)
+
+        self.tasks.submit(work, done, urgent=True)
 
     def _input_changed(self, key: str) -> None:
         ws = self.workspace

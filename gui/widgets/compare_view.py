@@ -7,10 +7,16 @@ person put it while the picture moves under it.
 With Preview on, the right-hand side is the preview of the panel's operation on the left
 version: the left picture scaled to the product's size and dimmed, with the preview's final
 pixels drawn over it as they come (`PreviewLayer`), so what is still coming reads as such.
+
+Each side is drawn from the picture it was given (about the view's size: `gui.widgets.images`),
+stretched to the side's full size, with a `detail` over it where the view needs more pixels
+than that (zoomed in: the part in view, read at the resolution it is shown at). The view never
+holds a full-size copy of a large picture.
 """
 
 from __future__ import annotations
 
+import math
 from enum import Enum
 
 from PySide6.QtCore import (
@@ -57,13 +63,24 @@ class ViewMode(Enum):
 PENDING_SHADE = QColor(0, 0, 0, 110)  # over what the preview has not reached yet
 
 
+PATCH_SHRINK_BELOW = 0.5  # a preview patch drawn at under half its pixels is kept at that size
+LARGE_CANVAS = 4  # a product of more than this many screens' pixels keeps shrunk patches
+
+
+def pixmap_bytes(pix: QPixmap | None) -> int:
+    return 0 if pix is None or pix.isNull() else pix.width() * pix.height() * pix.depth() // 8
+
+
 class PreviewLayer:
     """The preview's pictures, in product pixels: patches as they come, or one whole image."""
 
-    def __init__(self) -> None:
+    def __init__(self, zoom: float | None = None, turned_on: bool = False) -> None:
         self.size = QSize()  # the product's size; empty until the engine says
         self.patches: list[tuple[QRect, QPixmap]] = []
         self.image: QPixmap | None = None  # a non-tiled family's whole preview
+        self.pending = True  # pixels are coming: what they have not reached is dimmed
+        self.zoom = zoom  # the person's zoom, shown again once the product's size is known
+        self.turned_on = turned_on  # made by turning Preview on (not by a reset)
 
     def clear(self) -> None:
         self.patches = []
@@ -72,6 +89,16 @@ class PreviewLayer:
     def keep_within(self, visible: QRectF) -> None:
         """Forget patches out of view: what is drawn stays bounded by what is shown."""
         self.patches = [(r, p) for r, p in self.patches if QRectF(r).intersects(visible)]
+
+    def add(self, rect: QRect, pix: QPixmap) -> None:
+        """A patch over what it covers whole (a finer one after a zoom replaces the coarse)."""
+        self.patches = [(r, p) for r, p in self.patches if not rect.contains(r)]
+        self.patches.append((rect, pix))
+
+    def held(self) -> tuple[int, int]:
+        """(pictures, bytes) this layer keeps."""
+        total = sum(pixmap_bytes(p) for _r, p in self.patches) + pixmap_bytes(self.image)
+        return len(self.patches) + (self.image is not None), total
 
 
 class CompareView(QWidget):
@@ -93,6 +120,9 @@ class CompareView(QWidget):
         self.setBackgroundRole(QPalette.ColorRole.Dark)
         self._before: QPixmap | None = None
         self._after: QPixmap | None = None
+        self._sizes: list[QSize] = [QSize(), QSize()]  # each side's full size, in its pixels
+        # Per side: a part of the picture at more pixels than its frame, in the side's pixels.
+        self._details: list[tuple[QRectF, QPixmap] | None] = [None, None]
         self._split = 0.5  # of the view's width
         self._zoom = 1.0
         self._origin = QPointF(0, 0)  # viewport position of the canvas's top-left corner
@@ -109,15 +139,74 @@ class CompareView(QWidget):
 
     # -- content ------------------------------------------------------------------------------
     def set_images(
-        self, before: QImage | None, after: QImage | None, *, keep_view: bool = False
+        self,
+        before: QImage | None,
+        after: QImage | None,
+        *,
+        keep_view: bool = False,
+        sizes: tuple[QSize | None, QSize | None] = (None, None),
     ) -> None:
+        """The two pictures, drawn at `sizes` (each side's full size; the picture's own size
+        when None): a picture smaller than its side is stretched until a detail comes."""
         old = self._canvas_size()
         self._before = QPixmap.fromImage(before) if before is not None else None
         self._after = QPixmap.fromImage(after) if after is not None else None
+        for side, (image, size) in enumerate(zip((before, after), sizes, strict=True)):
+            full = size if size is not None else (image.size() if image is not None else QSize())
+            if image is None or full != self._sizes[side]:
+                self._details[side] = None
+            self._sizes[side] = full
         if not keep_view or old != self._canvas_size():
             self._fit = True
         self._apply_fit()
         self.update()
+
+    def set_detail(self, side: int, where: QRectF | None, image: QImage | None) -> None:
+        """`where` (in the side's full-size pixels) drawn from `image`; None: no detail."""
+        if where is None or image is None:
+            self._details[side] = None
+        else:
+            self._details[side] = (QRectF(where), QPixmap.fromImage(image))
+        self.update()
+
+    def detail(self, side: int) -> tuple[QRectF, QPixmap] | None:
+        """Where the side's detail lies (in its full-size pixels) and its pixels."""
+        held = self._details[side]
+        return (QRectF(held[0]), held[1]) if held is not None else None
+
+    def held(self) -> tuple[int, int]:
+        """(pictures, bytes) the view keeps: the two frames, the details, the preview's."""
+        count, total = 0, 0
+        pixmaps = [self._before, self._after, *(d[1] for d in self._details if d is not None)]
+        for pix in pixmaps:
+            if pix is not None:
+                count += 1
+                total += pixmap_bytes(pix)
+        if self.preview is not None:
+            more, size = self.preview.held()
+            count, total = count + more, total + size
+        return count, total
+
+    def visible_of(self, side: int) -> QRectF:
+        """The part of the side's picture its viewport shows, in the side's full-size pixels
+        (the whole viewport: the split line moves without asking for more)."""
+        size, full = self._canvas_size(), self._sizes[side]
+        if size.isEmpty() or full.isEmpty():
+            return QRectF()
+        port = QRectF(0, 0, self._port_width(), self.height())
+        seen = QRectF(
+            (port.topLeft() - self._origin) / self._zoom,
+            (port.bottomRight() - self._origin) / self._zoom,
+        ).intersected(QRectF(0, 0, size.width(), size.height()))
+        fx, fy = full.width() / size.width(), full.height() / size.height()
+        return QRectF(seen.x() * fx, seen.y() * fy, seen.width() * fx, seen.height() * fy)
+
+    def screen_scale(self, side: int) -> float:
+        """Screen pixels per full-size pixel of the side's picture, as drawn now."""
+        size, full = self._canvas_size(), self._sizes[side]
+        if size.isEmpty() or full.isEmpty():
+            return 0.0
+        return self._zoom * self.devicePixelRatioF() * size.width() / full.width()
 
     def has_before(self) -> bool:
         return self._before is not None
@@ -128,32 +217,52 @@ class CompareView(QWidget):
     def _canvas_size(self) -> QSize:
         if self.preview is not None and not self.preview.size.isEmpty():
             return self.preview.size
-        for pix in (self._after, self._before):
-            if pix is not None:
-                return pix.size()
+        if self._after is not None:
+            return QSize(self._sizes[1])
+        if self._before is not None:
+            return QSize(self._sizes[0])
         return QSize()
 
     def canvas_size(self) -> QSize:
         return self._canvas_size()
 
     # -- preview ------------------------------------------------------------------------------
-    def set_preview(self, on: bool) -> None:
+    def set_preview(self, on: bool, keep_zoom: bool = False) -> None:
+        """Preview on (a fresh layer) or off. Off, or `keep_zoom` (nothing to preview), the
+        canvas goes back to the left picture at the zoom the person sees."""
         old = self._canvas_size()
-        self.preview = PreviewLayer() if on else None
-        self._canvas_changed(old)
+        # The zoom the person sees stays theirs: Preview on shows the product at it once its
+        # size is known (a fresh layer after a reset keeps the number the last one had).
+        previous = self.preview
+        if previous is not None and previous.size.isEmpty():  # not shown at its size yet
+            layer = PreviewLayer(previous.zoom, previous.turned_on)
+        else:
+            layer = PreviewLayer(self._zoom, previous is None)
+        self.preview = layer if on else None
+        self._canvas_changed(old, self._zoom if keep_zoom or not on else None)
 
     def set_preview_size(self, size: QSize) -> None:
-        """The product's size: the canvas grows to it and the picture stays where it was."""
+        """The product's size: the canvas grows to it, at the person's zoom (100 % shows the
+        product's pixels 1:1), the point at the view's centre kept there."""
         if self.preview is None or self.preview.size == size:
             return
         old = self._canvas_size()
         self.preview.size = size
-        self._canvas_changed(old)
+        zoom, self.preview.zoom = self.preview.zoom, None
+        self._canvas_changed(old, zoom)
 
-    def _canvas_changed(self, old: QSize) -> None:
+    def _canvas_changed(self, old: QSize, zoom: float | None = None) -> None:
+        """A new canvas size: shown at `zoom` around the view's centre, or (None) the picture
+        stays where it was on screen."""
         new = self._canvas_size()
         if not old.isEmpty() and not new.isEmpty() and old != new and not self._fit:
-            self._zoom *= old.width() / new.width()
+            ratio = new.width() / old.width()
+            if zoom is not None:
+                centre = QPointF(self._port_width() / 2, self.height() / 2)
+                self._origin = centre - (centre - self._origin) * ratio * (zoom / self._zoom)
+                self._zoom = zoom
+            else:
+                self._zoom /= ratio
             self.zoomChanged.emit(self._zoom)
         self._apply_fit()
         self.update()
@@ -162,15 +271,31 @@ class CompareView(QWidget):
     def add_patch(self, rect: QRect, image: QImage) -> None:
         if self.preview is None:
             return
-        self.preview.patches.append((rect, QPixmap.fromImage(image)))
+        # Of a product far larger than the view, a patch drawn at under half its pixels is
+        # kept at the pixels it is drawn with (a fit view of 12000×8000 would otherwise hold
+        # all of it); otherwise its own pixels, which the preview's tests compare exactly.
+        scale = self._zoom * self.devicePixelRatioF()
+        canvas = self._canvas_size()
+        screen = self.width() * self.height() * self.devicePixelRatioF() ** 2
+        large = canvas.width() * canvas.height() > LARGE_CANVAS * screen
+        if large and scale < PATCH_SHRINK_BELOW and image.width() * image.height() > 4096:
+            image = image.scaled(
+                max(1, math.ceil(image.width() * scale)),
+                max(1, math.ceil(image.height() * scale)),
+                Qt.AspectRatioMode.IgnoreAspectRatio,
+                Qt.TransformationMode.SmoothTransformation,
+            )
+        self.preview.add(rect, QPixmap.fromImage(image))
         self.update()
 
-    def set_preview_image(self, image: QImage | None) -> None:
+    def set_preview_image(self, image: QImage | None, size: QSize | None = None) -> None:
+        """A non-tiled family's whole preview; `size` is the product's (the picture may be
+        smaller: it is drawn at the product's size)."""
         if self.preview is None:
             return
         self.preview.image = QPixmap.fromImage(image) if image is not None else None
         if image is not None:
-            self.set_preview_size(image.size())
+            self.set_preview_size(size if size is not None else image.size())
         self.update()
 
     def clear_preview(self) -> None:
@@ -269,6 +394,11 @@ class CompareView(QWidget):
         zoom = min(MAX_ZOOM, max(MIN_ZOOM, zoom))
         canvas = (anchor - self._origin) / self._zoom  # keep the point under `anchor` in place
         self._zoom = zoom
+        layer = self.preview
+        if layer is not None and layer.zoom is not None:
+            # Zoomed while the product's size is not known yet: after turning Preview on the
+            # new number is the one to keep; in a reset's moment the view simply stays put.
+            layer.zoom = zoom if layer.turned_on else None
         self._origin = anchor - canvas * zoom
         self._fit = False
         self.zoomChanged.emit(self._zoom)
@@ -312,14 +442,14 @@ class CompareView(QWidget):
         painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, self._zoom < 2)
         before = self._before
         if self.flipped and before is not None:
-            self._paint_one(painter, before, self._canvas_rect(), self.labels[0])
+            self._paint_one(painter, 0, self._canvas_rect(), self.labels[0])
         elif not self._comparing():
             if self.preview is not None:
                 self._paint_after(painter, self._canvas_rect())
             else:
-                pix = self._after or before
-                assert pix is not None
-                self._paint_one(painter, pix, self._canvas_rect(), None)
+                self._paint_one(
+                    painter, 1 if self._after is not None else 0, self._canvas_rect(), None
+                )
         elif self.mode is ViewMode.SINGLE:
             self._paint_after(painter, self._canvas_rect())
             self._badge(painter, self.labels[1], 8)
@@ -328,7 +458,7 @@ class CompareView(QWidget):
             half = self.width() / 2
             painter.save()
             painter.setClipRect(QRectF(0, 0, half, self.height()))
-            self._paint_one(painter, before, self._canvas_rect(), None)
+            self._paint_one(painter, 0, self._canvas_rect(), None)
             painter.restore()
             self._badge(painter, self.labels[0], 8)
             painter.save()
@@ -345,7 +475,7 @@ class CompareView(QWidget):
             painter.fillRect(rect, self._checker)
             painter.save()
             painter.setClipRect(QRectF(0, 0, x, self.height()))
-            painter.drawPixmap(rect, before, QRectF(before.rect()))
+            self._draw_side(painter, 0, rect)
             painter.restore()
             painter.save()
             painter.setClipRect(QRectF(x, 0, self.width() - x, self.height()))
@@ -367,9 +497,28 @@ class CompareView(QWidget):
         if room > 40:
             self._badge(painter, self.preview_note, left, bottom=True, width=room - 12)
 
-    def _paint_one(self, painter: QPainter, pix: QPixmap, rect: QRectF, label: str | None) -> None:
-        painter.fillRect(rect, self._checker)
+    def _draw_side(self, painter: QPainter, side: int, rect: QRectF) -> None:
+        """The side's frame stretched over `rect` (the canvas on screen), its detail over it."""
+        pix = (self._before, self._after)[side]
+        if pix is None:
+            return
         painter.drawPixmap(rect, pix, QRectF(pix.rect()))
+        held, full = self._details[side], self._sizes[side]
+        if held is None or full.isEmpty():
+            return
+        where, detail = held
+        sx, sy = rect.width() / full.width(), rect.height() / full.height()
+        target = QRectF(
+            rect.x() + where.x() * sx,
+            rect.y() + where.y() * sy,
+            where.width() * sx,
+            where.height() * sy,
+        )
+        painter.drawPixmap(target, detail, QRectF(detail.rect()))
+
+    def _paint_one(self, painter: QPainter, side: int, rect: QRectF, label: str | None) -> None:
+        painter.fillRect(rect, self._checker)
+        self._draw_side(painter, side, rect)
         if label:
             self._badge(painter, label, 8)
 
@@ -379,15 +528,14 @@ class CompareView(QWidget):
         painter.fillRect(rect, self._checker)
         layer = self.preview
         if layer is None:
-            if self._after is not None:
-                painter.drawPixmap(rect, self._after, QRectF(self._after.rect()))
+            self._draw_side(painter, 1, rect)
             return
         if layer.image is not None:
             painter.drawPixmap(rect, layer.image, QRectF(layer.image.rect()))
             return
-        if self._before is not None:
-            painter.drawPixmap(rect, self._before, QRectF(self._before.rect()))
-        painter.fillRect(rect, PENDING_SHADE)
+        self._draw_side(painter, 0, rect)
+        if layer.pending:
+            painter.fillRect(rect, PENDING_SHADE)
         size = self._canvas_size()
         if size.isEmpty():
             return

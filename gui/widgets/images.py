@@ -1,5 +1,9 @@
 """Decoded images as QImages for display, made on the task thread (QImage is thread-safe; QPixmap
-is not), and the checkerboard drawn under transparent pixels."""
+is not), and the checkerboard drawn under transparent pixels.
+
+A still picture is read at about the view's size (`engine.io.pyramid`: a PNG band by band, a
+JPEG in draft mode), never whole: `DisplayImage.frames` holds that frame and `width`/`height`
+the picture's own size, and the parts the view shows zoomed in are read as `Detail`s."""
 
 from __future__ import annotations
 
@@ -11,11 +15,13 @@ from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QBrush, QColor, QImage, QPainter, QPixmap
 
 from engine.io.image import VideoMeta, is_video
+from engine.io.pyramid import Box, picture_info, read_reduced, read_region
 from engine.io.reading import image_size, load_image
 from engine.io.sequences import list_sequence
 from engine.settings import DEFAULT_MAX_PIXELS
 
 MAX_VIEW_FRAMES = 300  # frames decoded for the scrubber; longer sequences show their first ones
+FRAME_SIZE = (1920, 1200)  # a still's frame when the view's size is not known
 
 
 @dataclass(frozen=True)
@@ -31,10 +37,71 @@ class DisplayImage:
     total_frames: int  # may exceed len(frames) for very long sequences
     durations: tuple[int, ...] = ()  # milliseconds per frame of an animation
     clip: VideoMeta | None = None  # a clip: `frames` holds the shown one, the rest read on demand
+    readable: bool = False  # a still read at the view's size: its parts are read as details
 
     @property
     def size(self) -> QSize:
         return QSize(self.width, self.height)
+
+    @property
+    def reduced(self) -> bool:
+        """The frame has fewer pixels than the picture."""
+        return bool(self.frames) and self.frames[0].width() < self.width
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(f.sizeInBytes()) for f in self.frames)
+
+
+@dataclass(frozen=True)
+class DetailRequest:
+    """A part of a side's picture the view needs at more pixels than its frame has."""
+
+    side: int  # 0 the left version, 1 the right
+    path: Path
+    box: Box  # in the picture's full-size pixels
+    scale: float  # of those pixels (1: the file's own)
+    generation: int
+
+
+@dataclass(frozen=True)
+class Detail:
+    request: DetailRequest
+    image: QImage
+
+
+def read_detail(request: DetailRequest) -> Detail:
+    """The requested part, read from the file (on the task thread)."""
+    picture = read_region(request.path, request.box, request.scale, DEFAULT_MAX_PIXELS)
+    return Detail(request, to_qimage(picture.pixels))
+
+
+def read_full(image: DisplayImage) -> QImage:
+    """The whole picture at its own size (Copy puts that on the clipboard)."""
+    if not image.reduced:
+        return image.frames[0]
+    picture = read_reduced(image.path, image.width, image.height, DEFAULT_MAX_PIXELS)
+    return to_qimage(picture.pixels)
+
+
+def load_still(path: Path, frame_size: tuple[int, int]) -> DisplayImage | None:
+    """A still picture at about `frame_size` (None: it has frames, or is not a file)."""
+    if not path.is_file():
+        return None
+    info = picture_info(path, DEFAULT_MAX_PIXELS)
+    if info.frames != 1:
+        return None
+    picture = read_reduced(path, *frame_size, DEFAULT_MAX_PIXELS)
+    return DisplayImage(
+        path,
+        (to_qimage(picture.pixels),),
+        info.width,
+        info.height,
+        info.bit_depth,
+        info.has_alpha,
+        1,
+        readable=True,
+    )
 
 
 def to_qimage(frame: np.ndarray) -> QImage:
@@ -59,10 +126,16 @@ def to_qimage(frame: np.ndarray) -> QImage:
     return image.copy()  # detach from the numpy buffer
 
 
-def load_display(path: Path, max_frames: int = MAX_VIEW_FRAMES) -> DisplayImage:
-    """Decode `path` (a file, or a folder of frames) for the viewer. Raises EngineError."""
+def load_display(
+    path: Path, max_frames: int = MAX_VIEW_FRAMES, frame_size: tuple[int, int] = FRAME_SIZE
+) -> DisplayImage:
+    """Decode `path` (a file, or a folder of frames) for the viewer; a still at about
+    `frame_size`. Raises EngineError."""
     if is_video(path):
         return load_clip(path)
+    still = load_still(path, frame_size)
+    if still is not None:
+        return still
     if path.is_dir():
         files = list_sequence(path)
         if not files:
@@ -164,6 +237,16 @@ def make_thumbnail(path: Path, edge: int) -> Thumbnail:
         source, count = files[0], len(files)
     else:
         count = image_size(path)[2]
+    if count == 1:  # read at about the thumbnail's size, never whole
+        still = load_still(source, (edge * 2, edge * 2))
+        if still is not None:
+            small = still.frames[0].scaled(
+                edge,
+                edge,
+                Qt.AspectRatioMode.KeepAspectRatio,
+                Qt.TransformationMode.SmoothTransformation,
+            )
+            return Thumbnail(path, small, still.width, still.height, count)
     decoded = load_image(source, DEFAULT_MAX_PIXELS)
     image = to_qimage(decoded.frames[0])
     small = image.scaled(
@@ -186,10 +269,12 @@ def checker_brush(cell: int = 8) -> QBrush:
     return QBrush(tile)
 
 
-def load_display_paths(paths: tuple[Path, ...]) -> DisplayImage:
+def load_display_paths(
+    paths: tuple[Path, ...], frame_size: tuple[int, int] = FRAME_SIZE
+) -> DisplayImage:
     """A file, a folder of frames, or several frame files, as one DisplayImage."""
     if len(paths) == 1:
-        return load_display(paths[0])
+        return load_display(paths[0], frame_size=frame_size)
     first = load_image(paths[0], DEFAULT_MAX_PIXELS)
     frames = [to_qimage(first.frames[0])]
     for p in paths[1:MAX_VIEW_FRAMES]:

@@ -1,13 +1,13 @@
-"""The inputs: a thumbnail per added image, each marked while its job runs, when it is done, and
-in red when its last job failed (the reason in its tooltip).
+"""The inputs: a thumbnail per added image, each marked while its job runs, when it is done, in
+red when its last job failed, and broken when it cannot be read (the reason in its tooltip).
 
-A thousand images cost little more than ten (issue #21): a thumbnail is asked for only when
-its item is drawn (`thumbnailsWanted`, once per turn of the event loop for all the items that
-came into view), and the marks are painted over the thumbnails by the list's delegate, so a
-mark is one data change of one item."""
+A thousand images cost little more than ten (issue #21): the marks are painted over the
+thumbnails by the list's delegate, so a mark is one data change of one item, and the items are
+laid out in batches."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import Enum
 
 from PySide6.QtCore import (
@@ -20,7 +20,6 @@ from PySide6.QtCore import (
     QRectF,
     QSize,
     Qt,
-    QTimer,
     Signal,
 )
 from PySide6.QtGui import QColor, QFont, QIcon, QImage, QPainter, QPen, QPixmap
@@ -50,6 +49,7 @@ class InputMark(Enum):
     RUNNING = "running"
     DONE = "done"
     FAILED = "failed"
+    BROKEN = "broken"  # the file cannot be read: Run leaves it out
 
 
 def _placeholder() -> QPixmap:
@@ -66,6 +66,7 @@ BADGES = {
     InputMark.RUNNING: (QColor(52, 152, 219), "…"),
     InputMark.DONE: (QColor(39, 174, 96), "✓"),
     InputMark.FAILED: (QColor(192, 57, 43), "!"),
+    InputMark.BROKEN: (QColor(90, 90, 90), "✕"),
 }
 
 
@@ -117,9 +118,7 @@ class _BadgeDelegate(QStyledItemDelegate):
         index: QModelIndex | QPersistentModelIndex,
     ) -> None:
         super().paint(painter, option, index)
-        key = index.data(KEY)
-        self.panel._seen(key)
-        mark = self.panel.mark(key)
+        mark = self.panel.mark(index.data(KEY))
         if mark is InputMark.NONE:
             return
         decoration = QRect(option.rect)
@@ -143,7 +142,6 @@ class InputsPanel(QWidget):
     removeRequested = Signal(list)  # keys
     clearRequested = Signal()
     runOneRequested = Signal(str)  # "Run this image only"
-    thumbnailsWanted = Signal(list)  # keys of items in view that have no thumbnail yet
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -152,8 +150,6 @@ class InputsPanel(QWidget):
         self._marks: dict[str, InputMark] = {}
         self._tips: dict[str, str] = {}
         self._base_tips: dict[str, str] = {}  # the paths and the size: made once per input
-        self._asked: set[str] = set()  # thumbnails asked for (made or on their way)
-        self._wanted: dict[str, None] = {}  # seen without a thumbnail since the last ask
         self._programmatic = False
         self.heading = QLabel("<b>Images</b>")
         self.list = QListWidget()
@@ -201,10 +197,6 @@ class InputsPanel(QWidget):
         self._placeholder = _placeholder()
         self._placeholder_icon = QIcon(self._placeholder)  # one icon shared by every new item
         self._items: dict[str, QListWidgetItem] = {}
-        self._ask_timer = QTimer(self)
-        self._ask_timer.setSingleShot(True)
-        self._ask_timer.setInterval(0)
-        self._ask_timer.timeout.connect(self._ask)
         needed = sum(b.sizeHint().width() for b in (add, self.remove_button, clear)) + 12
         self.setMinimumWidth(max(THUMB + 40, needed))
 
@@ -244,8 +236,6 @@ class InputsPanel(QWidget):
             for store in (self._thumbs, self._marks, self._tips, self._base_tips):
                 for key in [k for k in store if k not in wanted]:
                     del store[key]
-            self._asked &= wanted.keys()
-            self._wanted.clear()
         finally:
             self._programmatic = False
         self.heading.setText(f"<b>Images</b> ({len(sources)})")
@@ -256,7 +246,6 @@ class InputsPanel(QWidget):
         item = self._item(key)
         if item is None or key not in self.sources:
             return
-        self._asked.add(key)
         thumb = QPixmap.fromImage(image) if not image.isNull() else self._placeholder
         self._thumbs[key] = thumb
         item.setIcon(QIcon(thumb))
@@ -288,26 +277,6 @@ class InputsPanel(QWidget):
         # A dict, not a scan: 1000 thumbnails and marks arrive one by one (issue #21).
         return self._items.get(key)
 
-    # -- thumbnails of what is in view --------------------------------------------------------
-    def _seen(self, key: str) -> None:
-        """The delegate drew this item: its thumbnail is worth making now."""
-        if key in self._asked or key in self._wanted or key not in self.sources:
-            return
-        self._wanted[key] = None
-        if not self._ask_timer.isActive():
-            self._ask_timer.start()
-
-    def _ask(self) -> None:
-        keys = [k for k in self._wanted if k in self.sources and k not in self._asked]
-        self._wanted.clear()
-        if keys:
-            self._asked.update(keys)
-            self.thumbnailsWanted.emit(keys)
-
-    def thumbnail_pending(self, key: str) -> bool:
-        """Whether the thumbnail of `key` was asked for and has not come yet."""
-        return key in self._asked and key not in self._thumbs
-
     def select(self, key: str) -> None:
         """Select `key` for the person (a new input, a result that came in)."""
         item = self._item(key)
@@ -319,6 +288,19 @@ class InputsPanel(QWidget):
             self.list.scrollToItem(item)
         finally:
             self._programmatic = False
+
+    def select_keys(self, keys: Sequence[str]) -> None:
+        """Select exactly `keys` (Undo of Clear brings the selection back), in one change."""
+        wanted = set(keys)
+        self._programmatic = True
+        blocked = self.list.blockSignals(True)
+        try:
+            for key, item in self._items.items():
+                item.setSelected(key in wanted)
+        finally:
+            self.list.blockSignals(blocked)
+            self._programmatic = False
+        self.selectionChanged.emit()
 
     def current_key(self) -> str | None:
         item = self.list.currentItem()

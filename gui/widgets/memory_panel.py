@@ -51,6 +51,7 @@ class MemoryPanel(QWidget):
         self.snapshot: MemorySnapshot | None = None
         self.last: MemoryReport | None = None  # what the last operation did with memory
         self.census: Census | None = None  # every Tessera process of this user (M6)
+        self.pictures: tuple[int, int] = (0, 0)  # the window's decoded pictures: count, bytes
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
@@ -69,6 +70,9 @@ class MemoryPanel(QWidget):
         )
         self.unload_button.clicked.connect(self._unload_selected)
         self.unload_all_button = QPushButton("Unload all")
+        self.unload_all_button.setToolTip(
+            "Release every model's session, and the window's pictures but those on screen"
+        )
         self.unload_all_button.clicked.connect(self.unloadAllRequested)
         buttons = QHBoxLayout()
         buttons.addStretch(1)
@@ -118,6 +122,16 @@ class MemoryPanel(QWidget):
         self.census = taken
         self._refresh()
 
+    def set_pictures(self, pictures: int, nbytes: int) -> None:
+        """What the window's picture budget holds (the viewer's frames, details, patches)."""
+        if (pictures, nbytes) != self.pictures:
+            self.pictures = (pictures, nbytes)
+            self._refresh()
+
+    def pictures_line(self) -> str:
+        count, nbytes = self.pictures
+        return f"Window pictures: {count} frame{'s' if count != 1 else ''} · {fmt_bytes(nbytes)}."
+
     def set_snapshot(self, snapshot: MemorySnapshot) -> None:
         self.snapshot = snapshot
         self._refresh()
@@ -139,7 +153,8 @@ class MemoryPanel(QWidget):
 
     def _update_buttons(self) -> None:
         self.unload_button.setEnabled(self.selected_key() is not None or len(self.sessions) == 1)
-        self.unload_all_button.setEnabled(bool(self.sessions))
+        # Unload all lets go of the window's pictures too: it has work with no model loaded.
+        self.unload_all_button.setEnabled(bool(self.sessions) or self.pictures[1] > 0)
 
     def _refresh(self) -> None:
         self._update_buttons()
@@ -160,6 +175,7 @@ class MemoryPanel(QWidget):
             if count
             else "No model is loaded. Models load at their first job and stay loaded for the next."
         ]
+        lines.append(self.pictures_line())
         last = self.last
         if last is not None:
             held = last.rss_after - last.rss_after_load
@@ -176,6 +192,7 @@ class MemoryPanel(QWidget):
                 lines.append(f"No GPU reading: {snap.nvml_error or 'no NVIDIA GPU'}.")
                 lines.append(f"This process uses {fmt_bytes(snap.ram.process_rss)} of RAM.")
             return "\n".join(lines)
+        lines.append(f"This process uses {fmt_bytes(snap.ram.process_rss)} of RAM.")
         for gpu in snap.gpus:
             if gpu.own is None:
                 lines.append(f"GPU {gpu.index}: the driver does not report this process's share.")

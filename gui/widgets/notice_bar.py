@@ -1,42 +1,52 @@
-"""Notices over the window's content (like a browser's info bar, but floating): why a drop was
-refused, a model was added, a file could not be opened — with an optional action button.
+"""Notices in a bar under the images and the result, over the job list (like a browser's info
+bar): why a drop was refused, a model was added, a file could not be opened — with an optional
+action button.
 
-The overlay does not take layout space, so a notice never pushes the window's content down.
-Information fades after a few seconds; a warning stays until it is dismissed or a later success
-on the same topic makes it stale (a paste that worked takes back "the clipboard holds no image").
+The bar takes its own place in the layout: it never covers the viewer's toolbar (Preview,
+Split, Fit, 1:1) or the picture, and opening it moves neither the toolbar nor the picture's top,
+only the bottom of the view up. Information fades after a few seconds; a warning stays until it
+is dismissed or a later success on the same topic makes it stale (a paste that worked takes back
+"the clipboard holds no image").
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QObject, Qt, QTimer
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QColor, QPalette
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QToolButton, QWidget
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSizePolicy,
+    QToolButton,
+    QWidget,
+)
 
 from gui.messages import Notice, NoticeLevel, Topic
 
 INFO_MS = 8000
-MARGIN = 8
-MAX_WIDTH = 900
 
 
 class NoticeBar(QFrame):
-    """Floats at the top of `host`, across its width, above every other child."""
+    """A bar in its parent's layout, hidden while there is nothing to say."""
 
-    def __init__(self, host: QWidget) -> None:
-        super().__init__(host)
-        self.host = host
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.setAutoFillBackground(True)
         self.label = QLabel()
         self.label.setWordWrap(True)
         self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.action_button = QPushButton()
+        self.action_button.setFocusPolicy(Qt.FocusPolicy.TabFocus)  # a click leaves the focus
         self.action_button.hide()
         self.action_button.clicked.connect(self._act)
         close = QToolButton()
         close.setText("✕")
         close.setAutoRaise(True)
-        close.setToolTip("Dismiss")
+        close.setToolTip("Dismiss (the bar's space goes back to the viewer)")
         close.clicked.connect(self.dismiss)
         layout = QHBoxLayout(self)
         layout.setContentsMargins(10, 6, 4, 6)
@@ -47,7 +57,6 @@ class NoticeBar(QFrame):
         self.timer = QTimer(self)
         self.timer.setSingleShot(True)
         self.timer.timeout.connect(self.dismiss)
-        host.installEventFilter(self)
         self.hide()
 
     @property
@@ -57,7 +66,8 @@ class NoticeBar(QFrame):
     def show_notice(self, notice: Notice) -> None:
         self.notice = notice
         palette = self.palette()
-        base = self.host.palette().color(QPalette.ColorRole.Window)
+        parent = self.parentWidget()
+        base = (parent or self).palette().color(QPalette.ColorRole.Window)
         tint = {
             NoticeLevel.INFO: QColor(52, 152, 219),
             NoticeLevel.WARNING: QColor(255, 200, 0),
@@ -77,8 +87,6 @@ class NoticeBar(QFrame):
         if notice.level is NoticeLevel.INFO and not notice.action:
             self.timer.start(INFO_MS)
         self.show()
-        self.raise_()
-        self._place()
 
     def dismiss(self) -> None:
         self.timer.stop()
@@ -98,16 +106,3 @@ class NoticeBar(QFrame):
         self.dismiss()
         if notice is not None and notice.action is not None:
             notice.action()
-
-    def _place(self) -> None:
-        width = min(self.host.width() - 2 * MARGIN, MAX_WIDTH)
-        height = self.heightForWidth(width) if self.hasHeightForWidth() else -1
-        if height <= 0:
-            self.setFixedWidth(width)
-            height = self.sizeHint().height()
-        self.setGeometry((self.host.width() - width) // 2, MARGIN, width, height)
-
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        if watched is self.host and event.type() == QEvent.Type.Resize and self.isVisible():
-            self._place()
-        return False

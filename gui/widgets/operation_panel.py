@@ -14,12 +14,10 @@ from PySide6.QtWidgets import (
     QButtonGroup,
     QCheckBox,
     QComboBox,
-    QFileDialog,
     QFormLayout,
     QFrame,
     QHBoxLayout,
     QLabel,
-    QLineEdit,
     QMenu,
     QPushButton,
     QSizePolicy,
@@ -31,7 +29,7 @@ from PySide6.QtWidgets import (
 
 from engine.models.catalog import CatalogEntry, Family
 from engine.operation_specs import operations
-from engine.options import OutputOptions
+from engine.options import GeometryOptions, OutputOptions
 from engine.requests import Operation
 from gui.controllers.models import (
     ModelChoice,
@@ -45,7 +43,7 @@ from gui.controllers.models import (
 from gui.jobs import JobSettings, is_tiled
 from gui.settings import AppSettings
 from gui.widgets.elided_label import WrappedLabel
-from gui.widgets.output_options import OutputEditor
+from gui.widgets.output_options import OutputEditor, SaveToEditor
 
 if TYPE_CHECKING:  # the model list is read on the task thread: onnx is not loaded by the window
     from engine.models.inventory import ModelInventory
@@ -161,20 +159,15 @@ class OperationPanel(QWidget):
             "free memory and halves it if the device runs out."
         )
 
-        self.output_editor = OutputEditor()
-        self.output = QLineEdit()
-        self.output.setPlaceholderText("Next to each image")
-        self.output.setClearButtonEnabled(True)
-        self.output.setToolTip(
-            "Where this batch's results go; empty: next to each image. Each job keeps the folder "
-            "it was started with."
+        # Geometry on a clip: a PLY per frame is megabytes a frame, so only when asked (#23).
+        self.point_clouds = QCheckBox("Point cloud for every frame of a clip")
+        self.point_clouds.setToolTip(
+            "Geometry on a clip writes depth, normal and mask clips; with this, also one PLY "
+            "point cloud per frame, in a folder beside them. A still always gets its PLY."
         )
-        browse = QPushButton("Browse…")
-        browse.clicked.connect(self.browse_output)
-        out_row = QHBoxLayout()
-        out_row.setContentsMargins(0, 0, 0, 0)
-        out_row.addWidget(self.output, 1)
-        out_row.addWidget(browse)
+
+        self.output_editor = OutputEditor(clips=True)
+        self.save_to = SaveToEditor()
 
         self.run_on_drop = QCheckBox("Start jobs for dropped files")
         self.run_on_drop.setToolTip(
@@ -204,9 +197,10 @@ class OperationPanel(QWidget):
         form.addRow("Runtime", self.runtime)
         form.addRow("", self.runtime_hint)
         form.addRow("Tile size", self.tile)
+        form.addRow("", self.point_clouds)
         out_form = QFormLayout()
         out_form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
-        out_form.addRow("Save to", out_row)
+        out_form.addRow("Save to", self.save_to)
         line = QFrame()
         line.setFrameShape(QFrame.Shape.HLine)
         line.setFrameShadow(QFrame.Shadow.Sunken)
@@ -229,16 +223,14 @@ class OperationPanel(QWidget):
         self.device.currentIndexChanged.connect(self._device_changed)
         self.runtime.currentIndexChanged.connect(self._runtime_changed)
         self.tile.valueChanged.connect(self._tile_changed)
-        self.output.editingFinished.connect(self._output_changed)
-        self.output.textChanged.connect(
-            lambda _t: self._output_changed() if not self.output.text() else None
-        )
+        self.save_to.changed.connect(self._output_changed)
         self.output_editor.changed.connect(self._output_options_changed)
         self.run_on_drop.toggled.connect(self._run_on_drop_changed)
+        self.point_clouds.toggled.connect(self._settings_edited)
         # Every edit, and every refill of the lists, may change what Run starts with.
         self.choicesChanged.connect(self._settings_edited)
         self.tile.valueChanged.connect(self._settings_edited)
-        self.output.textChanged.connect(self._settings_edited)
+        self.save_to.changed.connect(self._settings_edited)
 
     def _settings_edited(self) -> None:
         self.settingsChanged.emit(self.job_settings())
@@ -250,7 +242,8 @@ class OperationPanel(QWidget):
             if self.operation.itemData(i).value == op:
                 self.operation.setCurrentIndex(i)
         self.tile.setValue(self.settings.tile)
-        self.output.setText(self.settings.output_dir)
+        folder = self.settings.output_dir
+        self.save_to.set_choice(self.settings.save_to, Path(folder) if folder else None)
         self.run_on_drop.setChecked(self.settings.run_on_drop)
         self.output_editor.set_options(self.settings.output_options)
         self._fill_devices()
@@ -264,16 +257,30 @@ class OperationPanel(QWidget):
         self.choicesChanged.emit()
 
     def _group_changed(self) -> None:
-        self._fill_scales()
+        self._fill_scales(self._remembered_scale())
         self._model_changed()
+
+    def _group_key(self, group: ModelGroup) -> str:
+        # Each group remembers its own model, so "Fast preview" comes back at the scale the
+        # person chose last (across groups, operations and restarts), not at its largest.
+        return f"{self.current_operation().value}:{group.label}"
+
+    def _remembered_scale(self) -> int | None:
+        group = self.current_group()
+        if group is None:
+            return None
+        found = find_choice([group], self.settings.model_for(self._group_key(group)))
+        return found[1].scale if found is not None else None
 
     def _scale_chosen(self, scale: int) -> None:
         self._model_changed()
 
     def _model_changed(self) -> None:
         choice = self.current_model()
-        if choice is not None:
+        group = self.current_group()
+        if choice is not None and group is not None:
             self.settings.set_model_for(self.current_operation().value, choice.model)
+            self.settings.set_model_for(self._group_key(group), choice.model)
         self._update_model_hint()
         self._update_run()
         self.output_editor.set_context(
@@ -298,7 +305,9 @@ class OperationPanel(QWidget):
         self.settings.tile = value
 
     def _output_changed(self) -> None:
-        self.settings.output_dir = self.output.text().strip()
+        self.settings.save_to = self.save_to.choice()
+        if self.save_to.folder is not None:
+            self.settings.output_dir = str(self.save_to.folder)
 
     def _output_options_changed(self) -> None:
         self.settings.output_options = self.output_editor.options()
@@ -308,6 +317,7 @@ class OperationPanel(QWidget):
         self.settings.run_on_drop = checked
 
     def _update_tile_enabled(self) -> None:
+        self.form.setRowVisible(self.point_clouds, self.current_operation() is Operation.GEOMETRY)
         upscale = is_tiled(self.current_operation())
         self.tile.setEnabled(upscale)
         self.tile.setToolTip(
@@ -319,10 +329,7 @@ class OperationPanel(QWidget):
         )
 
     def browse_output(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Save results to", self.output.text())
-        if folder:
-            self.output.setText(folder)
-            self._output_changed()
+        self.save_to.choose_folder()
 
     # -- models -------------------------------------------------------------------------------
     def set_inventory(self, inventory: ModelInventory) -> None:
@@ -482,6 +489,10 @@ class OperationPanel(QWidget):
             tile=self.current_tile() if is_tiled(operation) else None,
             output_dir=self.output_dir(),
             output=self.output_options(),
+            options=GeometryOptions(point_clouds=True)
+            if operation is Operation.GEOMETRY and self.point_clouds.isChecked()
+            else None,
+            save_to=self.save_to.choice(),
         )
 
     # -- devices and runtimes -----------------------------------------------------------------
@@ -578,8 +589,9 @@ class OperationPanel(QWidget):
         return max(32, value) if value else None
 
     def output_dir(self) -> Path | None:
-        text = self.output.text().strip()
-        return Path(text).expanduser() if text else None
+        """The folder chosen for every result; None: beside each image (see `save_to`)."""
+        folder = self.save_to.chosen_folder()
+        return folder.expanduser() if folder is not None else None
 
     def device_words(self) -> str:
         """'this CPU' or 'GPU 0', for the estimate."""

@@ -1,30 +1,58 @@
-"""The output step's controls: format (PNG, JPEG, WebP), quality, and a target size — the
-model's own, a factor of the input ("×2 of a ×4 model") or a width in pixels."""
+"""The output step's controls: format (PNG, JPEG, WebP), quality, a target size — the
+model's own, a factor of the input ("×2 of a ×4 model") or a width in pixels — and where the
+results go ("Save to": a `Tessera` folder beside each image, next to each image, or a folder);
+with `clips`, what a clip's products are encoded as (codec and CRF)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
+    QFileDialog,
     QFormLayout,
     QHBoxLayout,
     QSpinBox,
     QWidget,
 )
 
-from engine.options import MAX_WIDTH, OutputFormat, OutputOptions
+from engine.options import (
+    CRF_RANGE,
+    MAX_WIDTH,
+    OutputFormat,
+    OutputOptions,
+    VideoCodec,
+    VideoOptions,
+)
 from engine.requests import Operation
-from gui.jobs import has_scale
+from gui.jobs import SaveTo, has_scale
 from gui.widgets.elided_label import WrappedLabel
 
 FACTORS = (0.5, 1.0, 2.0, 3.0, 4.0)
 WIDTH = "width"
+CODECS = (
+    (VideoCodec.AUTO, "Clip's own codec"),
+    (VideoCodec.H264, "H.264"),
+    (VideoCodec.HEVC, "HEVC"),
+    (VideoCodec.VP9, "VP9"),
+    (VideoCodec.AV1, "AV1"),
+    (VideoCodec.PRORES, "ProRes"),
+    (VideoCodec.FFV1, "FFV1 (lossless)"),
+    (VideoCodec.PNG, "PNG frames"),
+)
+LOSSY_CODECS = frozenset(
+    {VideoCodec.AUTO, VideoCodec.H264, VideoCodec.HEVC, VideoCodec.VP9, VideoCodec.AV1}
+)
 
 
 class OutputEditor(QWidget):
     changed = Signal()
 
-    def __init__(self, parent: QWidget | None = None, *, compact: bool = False) -> None:
+    def __init__(
+        self, parent: QWidget | None = None, *, compact: bool = False, clips: bool = False
+    ) -> None:
         super().__init__(parent)
         self.operation = Operation.UPSCALE
         self.scale: int | None = None
@@ -61,6 +89,31 @@ class OutputEditor(QWidget):
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         form.addRow("Format", fmt_row)
         form.addRow("Size", size_row)
+        # A clip's products (issue #23): the codec and its quality; images ignore them.
+        self.codec = QComboBox()
+        for codec, text in CODECS:
+            self.codec.addItem(text, codec)
+        self.codec.setToolTip(
+            "What a clip's results are encoded as; the sound, subtitles and chapters are "
+            "copied. A cut-out is VP9 with alpha (or ProRes 4444 / FFV1 when chosen)."
+        )
+        self.crf = QSpinBox()
+        low, high = CRF_RANGE
+        self.crf.setRange(low - 1, high)
+        self.crf.setSpecialValueText("CRF auto")
+        self.crf.setPrefix("CRF ")
+        self.crf.setToolTip("The clip's quality: lower is better and larger (0: lossless)")
+        self.crf.setValue(low - 1)
+        clip_row = QHBoxLayout()
+        clip_row.setContentsMargins(0, 0, 0, 0)
+        clip_row.addWidget(self.codec, 1)
+        clip_row.addWidget(self.crf)
+        self.clips = clips
+        if clips:
+            form.addRow("Clips", clip_row)
+        else:
+            self.codec.hide()
+            self.crf.hide()
         form.addRow("", self.note)
         self._fill_sizes()
         self.set_options(OutputOptions())
@@ -68,6 +121,8 @@ class OutputEditor(QWidget):
         self.quality.valueChanged.connect(self._changed)
         self.size_box.currentIndexChanged.connect(self._changed)
         self.width_box.valueChanged.connect(self._changed)
+        self.codec.currentIndexChanged.connect(self._changed)
+        self.crf.valueChanged.connect(self._changed)
 
     # -- context ------------------------------------------------------------------------------
     def set_context(self, operation: Operation, scale: int | None) -> None:
@@ -107,12 +162,14 @@ class OutputEditor(QWidget):
         data = self.size_box.currentData()
         factor = float(data) if isinstance(data, float) else None
         width = self.width_box.value() if data == WIDTH else None
-        return OutputOptions(
-            fmt,
-            self.quality.value(),
-            factor,
-            width,
-        )
+        video = VideoOptions()
+        if self.clips:
+            codec = self.codec.currentData()
+            crf = self.crf.value() if self.crf.value() >= CRF_RANGE[0] else None
+            video = VideoOptions(
+                VideoCodec(codec) if isinstance(codec, str) else VideoCodec.AUTO, crf
+            )
+        return OutputOptions(fmt, self.quality.value(), factor, width, video=video)
 
     def set_options(self, options: OutputOptions) -> None:
         self.format.setCurrentIndex(max(0, self.format.findData(options.format.value)))
@@ -127,6 +184,9 @@ class OutputEditor(QWidget):
             self.size_box.setCurrentIndex(max(0, index))
         else:
             self.size_box.setCurrentIndex(0)
+        self.codec.setCurrentIndex(max(0, self.codec.findData(options.video.codec.value)))
+        crf = options.video.crf
+        self.crf.setValue(CRF_RANGE[0] - 1 if crf is None else crf)
         self._update()
 
     def _changed(self) -> None:
@@ -137,6 +197,7 @@ class OutputEditor(QWidget):
         options = self.options()
         self.quality.setEnabled(options.format.lossy)
         self.width_box.setVisible(self.size_box.currentData() == WIDTH)
+        self.crf.setEnabled(options.video.codec in LOSSY_CODECS)
         notes = []
         if options.format is OutputFormat.JPEG and self.operation is Operation.REMOVE_BACKGROUND:
             notes.append("JPEG has no transparency: the cut-out gets a white background.")
@@ -145,7 +206,10 @@ class OutputEditor(QWidget):
         if options.format is OutputFormat.WEBP and options.quality == 100:
             notes.append("WebP at quality 100 is lossless.")
         if self.operation in (Operation.DEPTH, Operation.GEOMETRY):
-            notes.append("Depth, normals and masks are always written as PNG/TIFF.")
+            notes.append(
+                "Depth, normals and masks are always written as PNG/TIFF"
+                + (" (of a clip: lossless FFV1 clips)." if self.clips else ".")
+            )
         elif self.operation is Operation.REMOVE_BACKGROUND:
             notes.append("The mask stays PNG.")
         if (
@@ -157,3 +221,95 @@ class OutputEditor(QWidget):
             notes.append(f"Beyond the model's ×{self.scale}, the rest is ordinary interpolation.")
         self.note.setText(" ".join(notes))
         self.note.setVisible(bool(notes))
+
+
+CHOOSE = "choose"  # the "A folder…" item: asks for a folder
+SAVE_TO_TIPS = {
+    SaveTo.TESSERA: "Results go into a folder named Tessera beside each image, made at the first "
+    "result: they never mix with the images, so adding that folder again never takes them as "
+    "inputs.",
+    SaveTo.BESIDE: "Results go next to each image (a folder of frames: its Tessera folder).",
+    SaveTo.FOLDER: "Every result of the batch goes into this folder.",
+}
+
+
+class SaveToEditor(QWidget):
+    """Where a batch's results go; each job keeps the choice it was started with."""
+
+    changed = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.folder: Path | None = None
+        self._choice = SaveTo.TESSERA
+        # What "A folder…" asks with; tests answer it without a dialog.
+        self.ask_folder: Callable[[Path | None], Path | None] = self._dialog
+        self.box = QComboBox()
+        self.box.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+        )
+        self.box.setMinimumContentsLength(16)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.box, 1)
+        self._fill()
+        self.box.activated.connect(self._activated)
+
+    def choice(self) -> SaveTo:
+        return self._choice
+
+    def chosen_folder(self) -> Path | None:
+        """The folder every result goes to; None when results go beside their images."""
+        return self.folder if self._choice is SaveTo.FOLDER else None
+
+    def text(self) -> str:
+        return self.box.currentText()
+
+    def set_choice(self, choice: SaveTo, folder: Path | None = None) -> None:
+        """Show `choice`; `folder` is the one chosen (kept for a later "A folder" pick)."""
+        self.folder = folder if folder is not None else self.folder
+        if choice is SaveTo.FOLDER and self.folder is None:
+            choice = SaveTo.TESSERA  # a folder choice that lost its folder
+        self._choice = choice
+        self._fill()
+
+    def set_folder(self, folder: Path) -> None:
+        """The person chose `folder` for every result."""
+        self.set_choice(SaveTo.FOLDER, folder)
+        self.changed.emit()
+
+    def choose_folder(self) -> None:
+        """Ask for a folder; a cancelled dialog keeps the choice before it."""
+        folder = self.ask_folder(self.folder)
+        if folder is not None:
+            self.set_folder(folder)
+        else:
+            self._fill()
+
+    def _dialog(self, start: Path | None) -> Path | None:
+        found = QFileDialog.getExistingDirectory(self, "Save results to", str(start or ""))
+        return Path(found) if found else None
+
+    def _fill(self) -> None:
+        box = self.box
+        box.blockSignals(True)
+        box.clear()
+        box.addItem("Tessera folder beside each image", SaveTo.TESSERA.value)
+        box.addItem("Next to each image", SaveTo.BESIDE.value)
+        if self.folder is not None:
+            box.addItem(str(self.folder), SaveTo.FOLDER.value)
+            box.setItemData(box.count() - 1, str(self.folder), Qt.ItemDataRole.ToolTipRole)
+        box.addItem("A folder…", CHOOSE)
+        box.setCurrentIndex(max(0, box.findData(self._choice.value)))
+        box.setToolTip(SAVE_TO_TIPS[self._choice])
+        box.blockSignals(False)
+
+    def _activated(self, index: int) -> None:
+        data = self.box.itemData(index)
+        if data == CHOOSE:
+            self.choose_folder()
+            return
+        chosen = SaveTo(str(data))
+        if chosen is not self._choice:
+            self.set_choice(chosen)
+            self.changed.emit()

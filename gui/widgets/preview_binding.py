@@ -28,6 +28,7 @@ class PreviewBinding(QObject):
         viewer.view.viewMoved.connect(self._view_moved)
         preview.patched.connect(viewer.add_preview_patch)
         preview.resetRequested.connect(viewer.clear_preview)
+        preview.targetCleared.connect(self._nothing_to_preview)
         preview.statusChanged.connect(viewer.set_preview_status)
         preview.pictureLoaded.connect(self._picture)
         preview.failed.connect(warn)
@@ -64,6 +65,10 @@ class PreviewBinding(QObject):
             layer.keep_within(self.viewer.view.visible_after())
         self.preview.set_region(self.viewer.preview_region())
 
+    def _nothing_to_preview(self, why: str) -> None:
+        self.viewer.clear_preview(pending=False)  # the left picture as it is, not dimmed
+        self.viewer.set_preview_status(why, False)
+
     def _picture(self, image: DisplayImage) -> None:
-        if image.frames:
-            self.viewer.view.set_preview_image(image.frames[0])
+        if image.frames:  # drawn at the product's size: the frame may be smaller
+            self.viewer.view.set_preview_image(image.frames[0], image.size)

@@ -94,9 +94,17 @@ class DragHandle(QToolButton):
         return self.last_drop
 
 
+LABEL_EM = 24  # a version button is at most this many characters wide; its tooltip says all
+
+
 class VersionStrip(QScrollArea):
     """The input's versions as buttons: click one to compare it with the left one;
-    Shift+click (or its menu) puts it on the left."""
+    Shift+click (or its menu) puts it on the left.
+
+    Long labels (a model file's name) are shortened in the middle, so the scale at the end
+    stays, and the strip is as tall as its buttons: the scroll bar's room is taken only while
+    the versions do not fit (a long chain), so at 1024×640 the viewer keeps that height.
+    """
 
     chosen = Signal(str, bool)  # version id, on the left
     openRequested = Signal(str)
@@ -120,13 +128,18 @@ class VersionStrip(QScrollArea):
         self.setWidget(inner)
         self.buttons: dict[str, QToolButton] = {}
         self.versions: dict[str, Version] = {}
-        # Room for the scroll bar under the buttons, which a long strip (a chain) needs.
-        bar = self.style().pixelMetric(QStyle.PixelMetric.PM_ScrollBarExtent)
-        self.setFixedHeight(QToolButton().sizeHint().height() + 6 + bar)
+        self._bar = self.style().pixelMetric(QStyle.PixelMetric.PM_ScrollBarExtent)
+        self._row_height = QToolButton().sizeHint().height() + 6
+        self.setFixedHeight(self._row_height)
         self._right: str | None = None
         # New buttons have no geometry until the layout runs: when the strip's length changes,
-        # scroll again so the right-hand version (the newest step of a chain) is in view.
-        self.horizontalScrollBar().rangeChanged.connect(lambda _lo, _hi: self._reveal())
+        # make room for the scroll bar (or take it back) and scroll again so the right-hand
+        # version (the newest step of a chain) is in view.
+        self.horizontalScrollBar().rangeChanged.connect(self._range_changed)
+
+    def _range_changed(self, _low: int, high: int) -> None:
+        self.setFixedHeight(self._row_height + (self._bar if high > 0 else 0))
+        self._reveal()
 
     def set_versions(self, versions: list[Version], left: str | None, right: str | None) -> None:
         for button in self.buttons.values():
@@ -139,14 +152,19 @@ class VersionStrip(QScrollArea):
             button = QToolButton()
             button.setCheckable(True)
             button.setAutoRaise(False)
-            button.setText(("✗ " if version.failed else "") + version.label)
+            text = ("✗ " if version.failed else "") + version.label
+            room = button.fontMetrics().averageCharWidth() * LABEL_EM
+            button.setText(
+                button.fontMetrics().elidedText(text, Qt.TextElideMode.ElideMiddle, room)
+            )
             if version.failed:
-                button.setToolTip(f"Failed: {version.failed}")
+                button.setToolTip(f"{version.label}\nFailed: {version.failed}")
                 button.setStyleSheet("QToolButton { color: #c0392b; }")
             else:
                 where = "\n".join(str(p) for p in version.paths[:3])
                 button.setToolTip(
-                    f"{where}\nClick: compare with the left one. Shift+click: put it on the left."
+                    f"{version.label}\n{where}\n"
+                    "Click: compare with the left one. Shift+click: put it on the left."
                 )
             button.clicked.connect(lambda _c=False, vid=version.id: self._clicked(vid))
             button.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)

@@ -1,15 +1,23 @@
 """The viewer: the compare view (gui/widgets/compare_view.py) with its title, modes, zoom,
 animation frames, the input's strip of versions and the result's Save as, Copy and drag-out
 (gui/widgets/version_strip.py), and the Preview toggle with its status.
+
+The viewer holds what it shows: each side's frame at about the view's size, and where the
+view is zoomed past that frame's pixels, a detail of the part in view read at the resolution it
+is drawn at (`detailRequested`; 1:1 shows the file's own pixels). What it holds is announced
+(`picturesChanged`, `held_pictures`) for the window's picture budget, and let go on
+`release_pictures` (Unload all).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from PySide6.QtCore import (
     QMimeData,
     QRect,
+    QRectF,
     QSize,
     Qt,
     QTimer,
@@ -31,13 +39,26 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine.io.pyramid import Box
 from engine.previews import PreviewPatch, Region
 from gui.jobs import Version
 from gui.widgets.clip_bar import ClipBar
 from gui.widgets.compare_view import DEFAULT_PLACEHOLDER, CompareView, ViewMode
 from gui.widgets.elided_label import ElidedLabel
-from gui.widgets.images import DisplayImage, to_qimage
+from gui.widgets.images import Detail, DetailRequest, DisplayImage, read_full, to_qimage
 from gui.widgets.version_strip import DragHandle, VersionStrip, file_mime
+
+DETAIL_DELAY_MS = 60  # a zoom or pan settles this long before the part in view is read
+DETAIL_MARGIN = 0.25  # of the part in view, read around it so a small pan needs nothing
+ENOUGH = 0.95  # a picture with this share of the pixels the screen shows is sharp enough
+
+
+@dataclass(frozen=True)
+class HeldPictures:
+    """What the viewer keeps decoded: its pictures and their bytes."""
+
+    pictures: int
+    nbytes: int
 
 
 class ViewerPanel(QWidget):
@@ -53,6 +74,8 @@ class ViewerPanel(QWidget):
     previewStopRequested = Signal()
     continueRequested = Signal()  # the right-hand result is to be the next step's input
     clipFrameRequested = Signal(int)  # a clip is viewed: show this frame of both sides
+    detailRequested = Signal(object)  # DetailRequest: a part in view needs more pixels
+    picturesChanged = Signal()  # what the viewer holds changed (`held_pictures`)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -160,7 +183,7 @@ class ViewerPanel(QWidget):
         self.continue_button.clicked.connect(self.continueRequested)
         bottom = QHBoxLayout()
         bottom.setContentsMargins(0, 0, 0, 0)
-        bottom.addWidget(self.strip, 1)
+        bottom.addStretch(1)  # the strip has the row above to itself: 2–3 versions at 1024×640
         bottom.addWidget(self.continue_button)
         bottom.addWidget(self.save_button)
         bottom.addWidget(self.copy_button)
@@ -172,6 +195,7 @@ class ViewerPanel(QWidget):
         layout.addWidget(self.view, 1)
         layout.addWidget(self.scrubber_row)
         layout.addWidget(self.clip_bar)
+        layout.addWidget(self.strip)
         layout.addLayout(bottom)
 
         self.flip_action = QAction("Flip between the two versions", self)
@@ -186,6 +210,13 @@ class ViewerPanel(QWidget):
         self.right_version: Version | None = None
         self.labels = ("Before", "After")
         self.preview_label = ""  # "Preview · Anime ×2" while Preview is on
+        self._detail_generation = [0, 0]  # per side: the newest detail asked for
+        self._detail_margin = DETAIL_MARGIN
+        self.detail_timer = QTimer(self)
+        self.detail_timer.setSingleShot(True)
+        self.detail_timer.setInterval(DETAIL_DELAY_MS)
+        self.detail_timer.timeout.connect(self.ask_details)
+        self.view.viewMoved.connect(self.detail_timer.start)
         self._update_actions()
 
     # -- content ------------------------------------------------------------------------------
@@ -202,6 +233,7 @@ class ViewerPanel(QWidget):
         self.zoom_label.setText("")
         self.strip.set_versions([], None, None)
         self._update_actions()
+        self.picturesChanged.emit()
 
     def set_versions(self, versions: list[Version], left: str | None, right: str | None) -> None:
         self.strip.set_versions(versions, left, right)
@@ -220,6 +252,7 @@ class ViewerPanel(QWidget):
         self.view.set_images(None, None)
         self.zoom_label.setText("")
         self._update_actions()
+        self.picturesChanged.emit()
         self.imagesShown.emit()
 
     def show_images(
@@ -231,6 +264,9 @@ class ViewerPanel(QWidget):
         same_before = (
             before is not None and self.before is not None and before.path == self.before.path
         )
+        for side, (old, new) in enumerate(((self.before, before), (self.after, after))):
+            if old is None or new is None or old.path != new.path:
+                self.view.set_detail(side, None, None)
         self.before = before
         self.after = after
         self.labels = labels
@@ -256,6 +292,8 @@ class ViewerPanel(QWidget):
             self.view.placeholder = DEFAULT_PLACEHOLDER
         self._show_frame(0, keep_view=same_before)
         self._update_actions()
+        self.detail_timer.start()
+        self.picturesChanged.emit()
         self.imagesShown.emit()
 
     def set_mode(self, mode: ViewMode) -> None:
@@ -334,10 +372,17 @@ class ViewerPanel(QWidget):
         view.set_preview_size(QSize(*patch.size))
         r = patch.region
         view.add_patch(QRect(r.x0, r.y0, r.width, r.height), to_qimage(patch.pixels))
+        self.picturesChanged.emit()
 
-    def clear_preview(self) -> None:
+    def clear_preview(self, pending: bool = True) -> None:
+        """Forget what the preview drew; `pending` False: nothing is coming (no model), so the
+        left picture is shown as it is, not dimmed."""
         if self.view.preview is not None:
-            self.view.set_preview(True)  # a fresh layer: the canvas is the left picture again
+            # A fresh layer: the canvas is the left picture again (at the person's zoom when
+            # nothing is coming, as with Preview off).
+            self.view.set_preview(True, keep_zoom=not pending)
+            if self.view.preview is not None:
+                self.view.preview.pending = pending
 
     def preview_region(self) -> Region | None:
         """The part of the left picture the right-hand side shows, in its pixels."""
@@ -359,13 +404,114 @@ class ViewerPanel(QWidget):
 
     # -- result actions -----------------------------------------------------------------------
     def current_image(self) -> QImage | None:
-        """The right-hand version's frame on screen, at full size."""
+        """The right-hand version's frame on screen, at full size (a still held at the view's
+        size is read whole for this: Copy asks for it)."""
+        image = self.after or self.before
+        if image is not None and image.reduced and self._clip_shown is None:
+            return read_full(image)
+        return self.shown_frame()
+
+    def shown_frame(self) -> QImage | None:
+        """The right-hand version's frame as the viewer holds it."""
         image = self.after or self.before
         if image is None or not image.frames:
             return None
         if self._clip_shown is not None:
             return self._clip_shown[1 if self.after is not None else 0]
         return image.frames[min(self.scrubber.value(), len(image.frames) - 1)]
+
+    # -- the pictures held --------------------------------------------------------------------
+    def frame_size(self) -> tuple[int, int]:
+        """A still's frame: the view's size in device pixels (a fit view's picture)."""
+        ratio = self.view.devicePixelRatioF()
+        return (
+            max(512, math.ceil(self.view.width() * ratio)),
+            max(384, math.ceil(self.view.height() * ratio)),
+        )
+
+    def held_pictures(self) -> HeldPictures:
+        """The decoded pictures the viewer keeps (its images' frames and the view's)."""
+        count, total = self.view.held()
+        for image in (self.before, self.after):
+            if image is not None:
+                count += len(image.frames)
+                total += image.nbytes
+        return HeldPictures(count, total)
+
+    def release_pictures(self) -> None:
+        """Let go of every picture but what is on screen: the details (read again at the part
+        in view, without margin) and the preview's patches out of view."""
+        for side in (0, 1):
+            self.view.set_detail(side, None, None)
+        layer = self.view.preview
+        if layer is not None:
+            layer.keep_within(self.view.visible_after())
+        self._detail_margin = 0.0
+        self.ask_details()
+        self._detail_margin = DETAIL_MARGIN
+        self.picturesChanged.emit()
+
+    def _sides(self) -> list[tuple[int, DisplayImage]]:
+        shown: list[tuple[int, DisplayImage]] = []
+        if self.before is not None:
+            shown.append((0, self.before))
+        if self.after is not None and not self.preview_on:
+            shown.append((1, self.after))
+        return shown
+
+    def ask_details(self) -> None:
+        """For each side zoomed past its frame's pixels, the part in view at the resolution it
+        is drawn at, unless the detail held already covers it."""
+        for side, image in self._sides():
+            if not image.readable or not image.frames or self._clip_shown is not None:
+                continue
+            needed = min(1.0, self.view.screen_scale(side))
+            held = self.view.detail(side)
+            if image.frames[0].width() >= image.width * needed * ENOUGH:
+                if held is not None:
+                    self.view.set_detail(side, None, None)
+                    self.picturesChanged.emit()
+                continue
+            visible = self.view.visible_of(side)
+            if visible.isEmpty():
+                continue
+            if held is not None:
+                where, pixels = held
+                scale = pixels.width() / max(where.width(), 1e-9)
+                if where.contains(visible) and needed * ENOUGH <= scale <= needed * 2:
+                    continue
+            margin_x = visible.width() * self._detail_margin
+            margin_y = visible.height() * self._detail_margin
+            box = visible.adjusted(-margin_x, -margin_y, margin_x, margin_y)
+            self._detail_generation[side] += 1
+            self.detailRequested.emit(
+                DetailRequest(
+                    side,
+                    image.path,
+                    Box(
+                        max(0, math.floor(box.left())),
+                        max(0, math.floor(box.top())),
+                        min(image.width, math.ceil(box.right())),
+                        min(image.height, math.ceil(box.bottom())),
+                    ),
+                    needed,
+                    self._detail_generation[side],
+                )
+            )
+
+    def show_detail(self, detail: Detail) -> None:
+        """A detail read off the GUI thread goes on screen, if it is still of what is shown."""
+        request = detail.request
+        image = (self.before, self.after)[request.side]
+        if image is None or image.path != request.path:
+            return
+        if request.generation != self._detail_generation[request.side]:
+            return  # the view moved on: the next one is on its way
+        box = request.box
+        self.view.set_detail(
+            request.side, QRectF(box.x0, box.y0, box.width, box.height), detail.image
+        )
+        self.picturesChanged.emit()
 
     def drag_mime(self) -> QMimeData | None:
         version = self.right_version
@@ -374,7 +520,7 @@ class ViewerPanel(QWidget):
         return file_mime(list(version.paths))
 
     def drag_pixmap(self) -> QPixmap | None:
-        image = self.current_image()
+        image = self.shown_frame()
         if image is None:
             return None
         return QPixmap.fromImage(
@@ -424,7 +570,11 @@ class ViewerPanel(QWidget):
             return image.frames[min(index, len(image.frames) - 1)]
 
         after = None if self.preview_on else pick(self.after, 1)
-        self.view.set_images(pick(self.before, 0), after, keep_view=keep_view)
+        sizes = (
+            self.before.size if self.before is not None else None,
+            self.after.size if self.after is not None and after is not None else None,
+        )
+        self.view.set_images(pick(self.before, 0), after, keep_view=keep_view, sizes=sizes)
         total = self.scrubber.maximum() + 1
         self.frame_label.setText(f"{index + 1}/{total}")
 

@@ -1,6 +1,6 @@
 """The window's widgets and where they sit: images | result with the jobs under them, the
-operation panel at full height on the right, the memory panel under the jobs, the notices over
-the images and the result, and the status bar's gauge and loaded-models button. Rendering only:
+operation panel at full height on the right, the memory panel under the jobs, the notices between
+the images and the result and the jobs (never over the viewer's toolbar), and the status bar's gauge and loaded-models button. Rendering only:
 the window wires them to the workspace and the controllers."""
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from collections.abc import Callable
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
+    QAbstractButton,
+    QApplication,
     QFrame,
     QMainWindow,
     QScrollArea,
@@ -67,6 +69,10 @@ class WindowLayout:
         work_layout.setContentsMargins(0, 0, 0, 0)
         work_layout.setSpacing(2)
         work_layout.addWidget(self.in_split, 1)
+        # Notices under the images and the result: the viewer's toolbar and the picture's top
+        # stay where they are while one shows, and nothing covers them.
+        self.notice = NoticeBar(work)
+        work_layout.addWidget(self.notice)
         work_layout.addWidget(self.job_list)
         # scrolls rather than clips on a short screen
         self.panel_scroll = QScrollArea()
@@ -74,6 +80,9 @@ class WindowLayout:
         self.panel_scroll.setFrameShape(QFrame.Shape.NoFrame)
         self.panel_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.panel_scroll.setWidget(self.panel)
+        # A click on a button in it (Run) must not hand the keyboard to the scroll area: the
+        # focus stays where the person was working (keep_focus_on_click).
+        self.panel_scroll.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         self.panel_scroll.setMinimumWidth(self.panel.minimumWidth() + 14)
         self.h_split = QSplitter(Qt.Orientation.Horizontal)
         self.h_split.setChildrenCollapsible(False)
@@ -87,7 +96,6 @@ class WindowLayout:
         layout.setContentsMargins(4, 4, 4, 0)
         layout.addWidget(self.h_split, 1)
         window.setCentralWidget(self.host)
-        self.notice = NoticeBar(self.work)  # over the images and the result, not the panel
         self.drop_overlay = DropOverlay(self.host)
         # The memory panel opens under the jobs, beside the operation panel rather than under
         # it: the viewer keeps most of its height and Run stays in view.
@@ -106,6 +114,27 @@ class WindowLayout:
         bar.addPermanentWidget(self.models_button)
         bar.addPermanentWidget(self.gauge)
         bar.setSizeGripEnabled(True)
+        self.keep_focus_on_click(self.host)
+        # Tab from Run goes to the picture (what the person looks at next), not round to the
+        # images list's Add, Remove and Clear.
+        QWidget.setTabOrder(self.panel.run_button, self.viewer.view)
+
+    @staticmethod
+    def keep_focus_on_click(root: QWidget) -> None:
+        """Buttons take the focus from Tab, not from a click — as on macOS and in GIMP's and
+        Krita's docks: after a click the keyboard still belongs to the picture or the list the
+        person was working in, so Space and the arrows keep their meaning there, and a second
+        Space never presses Run (a job of minutes) again. (Tool buttons already work so.)"""
+        for button in root.findChildren(QAbstractButton):
+            if button.focusPolicy() == Qt.FocusPolicy.StrongFocus:
+                button.setFocusPolicy(Qt.FocusPolicy.TabFocus)
+
+    def focus_viewer(self) -> None:
+        """The keyboard goes to the picture when it is on a button (one that ran by Space) or
+        nowhere, so Space flips next instead of running that button again."""
+        focus = QApplication.focusWidget()
+        if self.viewer.view.isVisible() and (focus is None or isinstance(focus, QAbstractButton)):
+            self.viewer.view.setFocus(Qt.FocusReason.OtherFocusReason)
 
     def say(self, text: str) -> None:
         """A line in the status bar, ending in '…' where it does not fit (the whole text is in
@@ -130,11 +159,13 @@ class WindowLayout:
         ws.settingsChanged.connect(self.update_run)
         ws.jobAdded.connect(lambda job_id: self.job_list.add(ws.jobs[job_id]))
         ws.jobChanged.connect(self._job_changed)
-        # the estimate reads every input: once per turn of the event loop, not once per job
+        # Run's words and the estimate read every input: once per turn of the event loop, not
+        # once per job (a result or an unreadable file changes what Run runs)
         self.estimate_timer = QTimer(self.host)
         self.estimate_timer.setSingleShot(True)
         self.estimate_timer.setInterval(0)
-        self.estimate_timer.timeout.connect(self.update_estimate)
+        self.estimate_timer.timeout.connect(self.update_run)
+        ws.inputChanged.connect(lambda _key: self.estimate_timer.start())
         ws.jobEnded.connect(lambda _job_id: self.estimate_timer.start())
         ws.jobsEnded.connect(lambda _job_ids: self.estimate_timer.start())
         ws.jobsForgotten.connect(self.job_list.remove)
@@ -166,7 +197,7 @@ class WindowLayout:
     def _input_changed(self, key: str) -> None:
         ws = self.ws
         done = any(v.viewable for v in ws.results(key))
-        self.mark_input(key, ws.running_for(key), ws.failure(key), done)
+        self.mark_input(key, ws.running_for(key), ws.failure(key), done, ws.broken.get(key, ""))
 
     def _job_changed(self, job_id: str) -> None:
         if job_id not in self.ws.dirty:
@@ -217,15 +248,25 @@ class WindowLayout:
             self.in_split.setSizes([narrow, max(total - narrow, 1)])
         elif not sources:
             self.inputs.hide()
+        focus = QApplication.focusWidget()
+        from_welcome = focus is None or self.welcome.isAncestorOf(focus)
         self.center.setCurrentWidget(self.viewer if sources else self.welcome)
         if not sources:
             self.viewer.clear()
+        elif from_welcome and self.viewer.isVisible():
+            # the welcome page's button had the keyboard: it goes to the picture, not to the
+            # next widget in the chain (which could be a button Space would press)
+            self.viewer.view.setFocus(Qt.FocusReason.OtherFocusReason)
 
-    def mark_input(self, key: str, running: bool, failure: str, done: bool) -> None:
+    def mark_input(
+        self, key: str, running: bool, failure: str, done: bool, broken: str = ""
+    ) -> None:
         if running:
             mark, tip = InputMark.RUNNING, "A job is running or waiting for this image."
         elif failure:
             mark, tip = InputMark.FAILED, f"Failed: {failure}"
+        elif broken:
+            mark, tip = InputMark.BROKEN, f"Cannot be read, so Run leaves it out: {broken}"
         elif done:
             mark, tip = InputMark.DONE, "Done: its results are in the strip under the viewer."
         else:
