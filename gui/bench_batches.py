@@ -183,6 +183,7 @@ def measure_stall(
                     win.resize(*size)  # type: ignore[attr-defined]
                     wait(1.2)
                     name = f"batch-{size[0]}x{size[1]}.png"
+                    QCoreApplication.sendPostedEvents()  # the layouts of rows just rebound
                     win.grab().save(str(shots / name))  # type: ignore[attr-defined]
             beat.begin("cancel all")
             win.job_list.cancel_all_button.click()  # type: ignore[attr-defined]

@@ -159,6 +159,8 @@ class JobRow(QFrame):
             button.setFocusPolicy(Qt.FocusPolicy.TabFocus)  # a click leaves the focus where it was
         self._styles: dict[QWidget, str] = {}
         self._titled: Job | None = None  # the job whose title the row shows
+        self._title = ("", "")
+        self._laid: tuple[JobState, int, int] | None = None
         self.refresh()
 
     def _style(self, widget: QWidget, sheet: str) -> None:
@@ -175,7 +177,8 @@ class JobRow(QFrame):
         job = self.job
         if self._titled is not job:  # a job's title is the same all its life (and reads a stat)
             self._titled = job
-            self.title.setText(job.title, "\n".join(str(p) for p in job.request.inputs))
+            self._title = (job.title, "\n".join(str(p) for p in job.request.inputs))
+        self.title.setText(*self._title)  # and lays the row out again for its new texts
         state = job.state
         self.state_label.setText(state.value)
         failed = state is JobState.FAILED
@@ -219,6 +222,12 @@ class JobRow(QFrame):
         elif state is JobState.QUEUED and job.expected_s is not None:
             times = f"({fmt_estimate(job.expected_s)})"
         self.time_label.setText(times)
+        laid = (state, self.state_label.sizeHint().width(), self.time_label.sizeHint().width())
+        if laid != self._laid:  # new widths: lay the row out now, not a frame late (stale)
+            self._laid = laid
+            layout = self.layout()
+            if layout is not None:
+                layout.activate()
 
     def mouseReleaseEvent(self, event: QMouseEvent) -> None:
         if event.button() == Qt.MouseButton.LeftButton:
@@ -347,7 +356,7 @@ class JobList(QWidget):
                 follow = True
         elif self._running == job_id:
             self._running = None
-            follow = not self._active_count()  # the batch ended: its failure, else its last job
+            follow = True  # the next queued one, or at the batch's end its failure or last job
         row = self._bound(job)
         if row is not None:
             row.refresh()  # at once: the person may be looking at this very row
