@@ -106,12 +106,18 @@ class Engine:
     def unload(self, key: SessionKey) -> bool:
         self.previews.clear()
         self._resolved.clear()
-        return self.sessions.release(key)
+        released = self.sessions.release(key)
+        memory.trim_heap()  # the session's and the previews' freed pages go back now
+        return released
 
     def unload_all(self) -> int:
+        """Every session goes, and what the previews kept; the C heap's free pages go back to
+        the system (with one heap arena, engine/runtime/memory.py, that is all of them)."""
         self.previews.clear()
         self._resolved.clear()
-        return self.sessions.release_all()
+        released = self.sessions.release_all()
+        memory.trim_heap()
+        return released
 
     # -- requests --------------------------------------------------------------------------
     def resolve(self, request: OperationRequest) -> tuple[ModelSpec, SessionKey]:

@@ -7,6 +7,7 @@ the person's face: the window shows one readable line in its status bar instead.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import logging.handlers
 import os
@@ -17,9 +18,12 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import (
     QMessageLogContext,
+    QObject,
+    QProcess,
     QSocketNotifier,
     QTimer,
     QtMsgType,
@@ -30,6 +34,10 @@ from PySide6.QtWidgets import QApplication
 
 from engine.files import LIVE
 from engine.settings import default_data_dir
+
+if TYPE_CHECKING:
+    from engine.runtime.devices import RuntimeReport
+    from gui.engine_thread import EngineThread
 
 log = logging.getLogger("gui")
 
@@ -90,6 +98,106 @@ def _startup_probe(app: QApplication, quit_after_s: float) -> None:
     QTimer.singleShot(0, shown)  # the first turn of the event loop: the window is mapped
 
 
+# The child probe starts this long after the window is shown: its imports would compete with
+# the window's first paint and model list for the two cores of a small machine.
+PROBE_DELAY_MS = 400
+PROBE_TIMEOUT_MS = 60_000
+
+
+class RuntimeProber(QObject):
+    """What each runtime really gives, probed by `python -m engine devices --json` in a child
+    process, so the window never imports onnxruntime before the first request needs it (it
+    stays under its idle size; the child's memory goes back when it ends). The reports reach
+    the window through the engine's own `runtimesProbed`, as the engine thread's probe's did.
+    A frozen app (no `-m`) or a child that fails falls back to the engine thread's probe."""
+
+    def __init__(self, engine: EngineThread, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._engine = engine
+        self._process: QProcess | None = None
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.timeout.connect(self._timed_out)
+
+    def start(self) -> None:
+        if self._process is not None:
+            return
+        if getattr(sys, "frozen", False):
+            self._engine.probe_runtimes()
+            return
+        process = QProcess(self)
+        process.setProgram(sys.executable)
+        process.setArguments(["-m", "engine", "devices", "--json"])
+        process.setWorkingDirectory(str(Path(__file__).resolve().parent.parent))
+        process.finished.connect(self._finished)
+        process.errorOccurred.connect(self._failed)
+        self._process = process
+        self._timer.start(PROBE_TIMEOUT_MS)
+        process.start()
+
+    def _finished(self, code: int, _status: QProcess.ExitStatus) -> None:
+        process = self._process
+        if process is None:
+            return
+        self._timer.stop()
+        out = bytes(process.readAllStandardOutput().data()).decode("utf-8", "replace")
+        reports = _parse_reports(out) if code == 0 else None
+        if reports is None:
+            log.warning("the runtime probe's process failed (exit %d); probing here", code)
+            self._engine.probe_runtimes()
+        else:
+            log.info(
+                "runtimes probed in a child process: %s",
+                ", ".join(
+                    f"{r.runtime}/{r.device} {'ok' if r.ok else 'unavailable'}" for r in reports
+                ),
+            )
+            self._engine.runtimesProbed.emit(reports)
+        self._process = None
+        process.deleteLater()
+
+    def _failed(self, error: QProcess.ProcessError) -> None:
+        if error is QProcess.ProcessError.FailedToStart and self._process is not None:
+            log.warning("the runtime probe's process did not start; probing here")
+            self._timer.stop()
+            self._process.deleteLater()
+            self._process = None
+            self._engine.probe_runtimes()
+
+    def _timed_out(self) -> None:
+        if self._process is not None:
+            self._process.kill()  # `finished` follows, with a failing exit: probed here
+
+    def stop(self) -> None:
+        """Ends a probe still running (the app quits)."""
+        self._timer.stop()
+        process, self._process = self._process, None
+        if process is not None:
+            process.finished.disconnect(self._finished)
+            process.kill()
+            process.waitForFinished(5000)
+
+
+def _parse_reports(text: str) -> tuple[RuntimeReport, ...] | None:
+    from engine.runtime.devices import RuntimeReport  # dataclasses only: no onnxruntime
+
+    try:
+        items = json.loads(text)
+        reports = tuple(
+            RuntimeReport(
+                str(i["runtime"]),
+                str(i["device"]),
+                bool(i["ok"]),
+                None if i["provider"] is None else str(i["provider"]),
+                str(i["detail"]),
+            )
+            for i in items
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
+    return reports or None
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="tessera", description="Edit images with local ONNX models."
@@ -140,7 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     from gui.main_window import MainWindow
 
     records.declare(records.ProcessKind.APP)  # `engine memory` names this window's models
-    window = MainWindow(data_dir=data_dir)
+    # The runtimes are probed in a child process once the window is up: importing
+    # onnxruntime here would keep ~25 MB in an idle window that may never run a model.
+    window = MainWindow(data_dir=data_dir, probe_runtimes=False)
     instance.filesReceived.connect(window.open_files_and_raise)
     # `python -m engine run` of this user and settings, on any display, joins this engine.
     joined = JoinedRequests(window.workspace, window.engine, window)
@@ -156,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
 
     sys.excepthook = excepthook
     window.show()
+    prober = RuntimeProber(window.engine, app)
+    QTimer.singleShot(PROBE_DELAY_MS, prober.start)
     if STARTUP_PROBE_ENV in os.environ:
         _startup_probe(app, float(os.environ[STARTUP_PROBE_ENV] or 0))
     if files:
@@ -163,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(app.exec())
     finally:
+        prober.stop()
         joined.close()
         window.shutdown()  # cancels the jobs (their temp files go), stops the speed tests
         instance.close()  # the socket file goes

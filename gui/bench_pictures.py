@@ -1,7 +1,8 @@
 """The window's side of the bench's picture rows (engine/bench/window_memory.py): a real
 window, offscreen, runs an upscale of the image given on the command line with the model given,
 shows its product beside the image (fitted, at 1:1 and zoomed), then Unload all; it prints its
-RSS at each step as one JSON line and exits.
+RSS at each step as one JSON line and exits: each reading the RSS, its anonymous part and its
+file-backed part (mapped files: the libraries imported).
 
     python -m gui.bench_pictures IMAGE MODEL [SMALL]
 
@@ -23,7 +24,7 @@ from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication
 
 from engine.requests import Operation
-from engine.runtime.memory import process_rss, trim_heap
+from engine.runtime.memory import rss_split, trim_heap
 from engine.settings import EngineSettings
 from gui.main_window import MainWindow
 from gui.settings import AppSettings
@@ -41,14 +42,15 @@ def _wait(app: QApplication, done: Callable[[], bool], timeout: float) -> bool:
     return True
 
 
-def _settle(app: QApplication, window: MainWindow, seconds: float = SETTLE_S) -> int:
+def _settle(app: QApplication, window: MainWindow, seconds: float = SETTLE_S) -> dict[str, int]:
     """RSS once the viewer has asked for what it needs (its details wait for a move to
     settle), the task thread is idle and the event loop has run for `seconds`."""
     _wait(app, lambda: False, 0.3)
     _wait(app, lambda: window.tasks.pending() == 0, 300)
     _wait(app, lambda: False, seconds)
     trim_heap()
-    return process_rss()
+    split = rss_split()
+    return {"rss": split.total, "anonymous": split.anonymous, "files": split.files}
 
 
 def main(argv: list[str]) -> int:
@@ -120,7 +122,7 @@ def main(argv: list[str]) -> int:
                     "idle": idle,
                     "engine_loaded": engine_loaded,
                     "fit": fit,
-                    "in_view": max(readings),
+                    "in_view": max(readings, key=lambda r: r["rss"]),
                     "unloaded": unloaded,
                     "pictures": pictures,
                     "pictures_unloaded": budget.total,

@@ -132,3 +132,75 @@ def test_the_started_app_process_holds_no_model_as_engine_memory_says(
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
     records.read_all()  # the app's own exit removes it; if a signal ended it, this sweeps it
     assert not (records_dir / f"{app.pid}.json").exists()
+
+
+def _mapped(pid: int, marker: str) -> bool:
+    """Whether a shared library whose path holds `marker` is mapped into process `pid` (an
+    imported extension module is: this is `sys.modules` seen from outside)."""
+    return marker in Path(f"/proc/{pid}/maps").read_text()
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc")
+def test_the_idle_app_has_not_imported_onnxruntime_and_still_shows_the_probed_runtimes(
+    models: Path, tmp_path: Path
+) -> None:
+    """Issue #24: the runtime probe runs in a child process after the window is shown, so the
+    idle window never loads ONNX Runtime (~25 MB); its reports still reach the window (the log
+    says what arrived, and the device list is filled from them)."""
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "QT_QPA_PLATFORM": "offscreen",
+        "XDG_RUNTIME_DIR": str(run),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "XDG_DATA_HOME": str(tmp_path / "data"),
+        "TESSERA_MODELS_DIR": str(models),
+        "TESSERA_INSTANCE_NAME": f"idle-ort-{os.getpid()}",
+        "TESSERA_STARTUP_PROBE": "0",
+    }
+    app = subprocess.Popen(
+        [sys.executable, "-m", "gui"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    log_file = tmp_path / "data" / "tessera" / "logs" / "tessera.log"
+    try:
+        assert app.stdout is not None
+        assert app.stdout.readline().strip() == "shown", app.communicate()
+        deadline = time.monotonic() + 20
+        while "runtimes probed" not in (log_file.read_text() if log_file.exists() else ""):
+            assert app.poll() is None, "the app ended"
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        time.sleep(2)  # idle: the window and its model list are done
+        assert app.poll() is None
+        assert not _mapped(app.pid, "onnxruntime"), "the idle window loaded ONNX Runtime"
+        assert not _mapped(app.pid, "onnx_cpp2py_export"), "the idle window loaded onnx"
+        assert "runtimes probed in a child process: cpu/cpu ok" in log_file.read_text()
+    finally:
+        app.send_signal(signal.SIGTERM)
+        try:
+            app.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            app.kill()
+            app.communicate()
+
+
+def test_the_child_probe_fills_the_device_list(qtbot: QtBot, make_window: WindowFactory) -> None:
+    from gui.app import RuntimeProber
+
+    win = make_window(probe_runtimes=False)
+    assert win.panel.reports == ()
+    prober = RuntimeProber(win.engine, win)
+    with qtbot.waitSignal(win.engine.runtimesProbed, timeout=90_000) as blocker:
+        prober.start()
+    reports = blocker.args[0]
+    assert any(r.device == "cpu" and r.ok for r in reports)
+    assert win.panel.reports == tuple(reports)
+    assert win.panel.device.count() >= 1 and win.panel.device.itemText(0) == "CPU"

@@ -62,7 +62,19 @@ class Sessions:
 """
 
 
-def run_case(body: str, work: Path, timeout: float = 300) -> dict[str, Any]:
+# glibc raises its mmap threshold to the size of each large block freed (up to 32 MB), after
+# which numpy's temporaries of a few MB come from per-thread heaps, and how much of those stays
+# resident at the peak depends on which thread freed what first: the same request's peak
+# varied by 20+ MB from run to run (more under load, with more threads interleaving). A fixed
+# threshold keeps every large block its own mapping, given back when freed, so the peak is the
+# bytes actually live: the same on every run. Measured at 2400×1600 ×2: 68–78 MB dynamic,
+# 72–73 MB fixed (before band writing).
+LIVE_BYTES_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+
+
+def run_case(
+    body: str, work: Path, timeout: float = 300, env: dict[str, str] | None = None
+) -> dict[str, Any]:
     script = PRELUDE + textwrap.dedent(body)
     done = subprocess.run(
         [sys.executable, "-c", script, str(work)],
@@ -70,7 +82,7 @@ def run_case(body: str, work: Path, timeout: float = 300) -> dict[str, Any]:
         text=True,
         timeout=timeout,
         cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        env=dict(os.environ, PYTHONPATH=str(ROOT), **(env or {})),
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     assert done.returncode == 0 and lines, f"case failed:\n{done.stdout}\n{done.stderr[-3000:]}"
@@ -92,11 +104,15 @@ def test_m5_the_failed_session_is_destroyed_before_the_retry_creates_the_next(
         r = engine.run(OperationRequest(Operation.UPSCALE, str(model), (img,),
                                         output_dir=w / "o", options={"auto_start": 1024}))
         print(json.dumps({"ok": r.ok, "tile": r.tile, "created": r.sessions_created,
-                          "live_at_creation": sessions.live_at_creation, "live": sessions.live()}))
+                          "live_at_creation": sessions.live_at_creation, "live": sessions.live(),
+                          "files": sorted(p.name for p in (w / "o").iterdir())}))
         """,
         tmp_path,
     )
     assert data["ok"] and data["tile"] is not None and data["tile"] < 600
+    # The attempts that ran out of memory had begun writing the product (band by band): their
+    # temp files went with them, and the retry's product is the one file published.
+    assert data["files"] == ["big-up4.png"]
     assert data["created"] >= 2  # at least one out-of-memory retry happened
     # When each new session was created, none of the failed ones was still alive (M5) ...
     assert data["live_at_creation"] == [0] * data["created"]
@@ -360,6 +376,7 @@ def test_every_family_peaks_within_one_and_a_half_times_its_output(tmp_path: Pat
         print(json.dumps(out))
         """,
         tmp_path,
+        env=LIVE_BYTES_ENV,
     )
     assert set(data) == {"upscale", "remove-background", "depth", "geometry"}
     for family, (peak, own, output) in data.items():

@@ -13,8 +13,10 @@ from PySide6.QtGui import QImage
 from pytestqt.qtbot import QtBot
 
 from engine.bench.window_memory import make_product, product_rows
+from engine.requests import Operation
 from engine.runtime.memory import process_rss, trim_heap
 from gui.main_window import MainWindow
+from gui.widgets.pictures_binding import PREVIEW
 from gui.widgets.vram_gauge import fmt_bytes
 from tests.engine_helpers import photo
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
@@ -193,3 +195,42 @@ def test_a_turned_jpeg_is_shown_upright_when_reduced(tmp_path: Path) -> None:
     top = frame.pixelColor(frame.width() // 2, 10)
     bottom = frame.pixelColor(frame.width() // 2, frame.height() - 10)
     assert top.blue() > 150 > top.red() and bottom.red() > 150 > bottom.blue()
+
+
+def test_1_unload_all_lets_go_of_the_previews_drawn_patches(
+    qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
+) -> None:
+    """The preview controller kept every patch it passed on, at full resolution, until the next
+    reset (288 MB at fit on a 12000×8000 preview), counted in the budget but out of Unload
+    all's reach. Now the budget's release lets go of them; the viewer keeps what it draws, and
+    the preview goes on: a pan previews again."""
+    image = photo(tmp_path / "shot.png", 400, 260, seed=5)
+    _show(qtbot, window, image)
+    window.panel.select_operation(Operation.UPSCALE)
+    assert window.panel.select_model(str(models / "up2.onnx"))
+    window.panel.tile.setValue(64)
+    view = window.viewer.view
+    view.actual_size()  # 1:1 of the 800×520 product: part of it in view
+    window.set_preview(True)
+    preview, budget = window.preview, window.workspace.pictures
+    qtbot.waitUntil(
+        lambda: bool(preview.drawn) and budget.holding(PREVIEW).nbytes > 0, timeout=LOAD_MS
+    )
+    qtbot.waitUntil(lambda: not preview.waiting and not window.engine.is_busy(), timeout=LOAD_MS)
+    held = budget.holding(PREVIEW).nbytes
+    assert held == sum(p.pixels.nbytes for p in preview.drawn)
+    layer = view.preview
+    assert layer is not None and layer.patches
+    window.show_memory_panel()
+    qtbot.mouseClick(window.memory_panel.unload_all_button, Qt.MouseButton.LeftButton)
+    assert budget.holding(PREVIEW).nbytes == 0 and not preview.drawn
+    assert layer.patches  # what is on screen is still drawn
+    # The preview goes on after it: a pan previews the part now in view.
+    generation = preview.generation
+    view.zoom_in()
+    qtbot.waitUntil(lambda: preview.generation > generation, timeout=LOAD_MS)
+    qtbot.waitUntil(
+        lambda: any(p.generation == preview.generation for p in preview.drawn), timeout=LOAD_MS
+    )
+    assert budget.holding(PREVIEW).nbytes == sum(p.pixels.nbytes for p in preview.drawn) > 0
+    window.set_preview(False)

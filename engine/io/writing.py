@@ -6,6 +6,7 @@ Every output goes through `engine.io.publish.open_output`: never overwritten, ne
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -291,3 +292,101 @@ class ImageStream:
             self._output.__exit__(None, None, None)
         else:
             self._output.__exit__(type(error), error, error.__traceback__)
+
+
+class Abandoned(Exception):
+    """The rows of a `GrowingFrame` will never all come: the frame was given up (a cancel, a
+    failure, an out-of-memory retry at another tile); its writer stops and removes its temp."""
+
+
+class GrowingFrame:
+    """A frame finished top to bottom by another thread, handed to a writer before it is done:
+    reading rows waits until they are final (`advance`), so the product is encoded band by band
+    behind the runs instead of after the last one. Rows are read from the producer's own
+    output (`read(start, stop)`), never queued as copies: writing adds no frame-sized memory;
+    and the rows the reader is done with go back (`release(stop)`: rows [0, stop)), so the
+    frame is never all in memory."""
+
+    def __init__(
+        self,
+        shape: tuple[int, int, int],
+        dtype: np.dtype[Any],
+        read: Callable[[int, int], np.ndarray],
+        release: Callable[[int], None] | None = None,
+    ) -> None:
+        self._shape = shape
+        self._release = release
+        self._last_start = 0
+        self._dtype = np.dtype(dtype)
+        self._read = read
+        self._final = 0
+        self._abandoned = False
+        self._changed = threading.Condition()
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return self._shape
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return self._dtype
+
+    def advance(self, rows: int) -> None:
+        """Rows [0, rows) are final (called by the producer)."""
+        with self._changed:
+            self._final = max(self._final, rows)
+            self._changed.notify_all()
+
+    def abandon(self) -> None:
+        with self._changed:
+            self._abandoned = True
+            self._changed.notify_all()
+
+    def __getitem__(self, rows: slice, /) -> np.ndarray:
+        start, stop, _ = rows.indices(self._shape[0])
+        with self._changed:
+            while self._final < stop and not self._abandoned:
+                self._changed.wait()
+            if self._abandoned:
+                raise Abandoned("the frame was given up before its rows were finished")
+        if self._release is not None and start > self._last_start:
+            # The reader (the PNG encoder) reads bands top to bottom and, while it reads one,
+            # still filters the band before with the row above that: the rest is done with.
+            self._release(self._last_start - 1)
+        self._last_start = start
+        return self._read(start, stop)
+
+
+class BackgroundWrite:
+    """`write()` on a side thread (it writes a `GrowingFrame`), joined by `result()` or
+    `abandon()`; an error of the writer is raised by `check()` as soon as it happened, so the
+    producer stops at once when, say, the disk is full."""
+
+    def __init__(self, write: Callable[[], None], frame: GrowingFrame) -> None:
+        self._frame = frame
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._work, args=(write,), name="tessera-writer", daemon=True
+        )
+        self._thread.start()
+
+    def _work(self, write: Callable[[], None]) -> None:
+        try:
+            write()
+        except BaseException as e:  # raised on the producer's thread by check() and result()
+            self._error = e
+
+    def check(self) -> None:
+        error = self._error
+        if error is not None and not isinstance(error, Abandoned):
+            raise error
+
+    def result(self) -> None:
+        """Waits for the writer to finish; raises what stopped it."""
+        self._thread.join()
+        self.check()
+
+    def abandon(self) -> None:
+        """Gives the frame up and waits for the writer to end (it discards its temp file)."""
+        self._frame.abandon()
+        self._thread.join()

@@ -68,6 +68,9 @@ class _Sink:
     def discard(self) -> None:
         raise NotImplementedError
 
+    def encodes_rows_as_read(self) -> bool:
+        return False  # it needs the whole frame at once
+
 
 class _ImageSink(_Sink):
     def __init__(
@@ -116,8 +119,8 @@ class _ImageSink(_Sink):
                 check=self.p.check,
                 quality=self.quality,
             )
+            stream.add(frame)  # a failed add has removed its own temp file
             self.streams.append(stream)
-            stream.add(frame)
             return
         if not self.streams:
             sixteen = np.dtype(frame.dtype) == np.uint16
@@ -137,6 +140,15 @@ class _ImageSink(_Sink):
                 )
             )
         self.streams[0].add(frame)
+
+    def encodes_rows_as_read(self) -> bool:
+        """Whether a frame added here is encoded as its rows are read — a PNG file of its own
+        at the model's size — so it may be added before it is finished (`GrowingFrame`)."""
+        return (
+            self.target is None
+            and self.output.format is OutputFormat.PNG
+            and (self.p.count == 1 or self.numbered)
+        )
 
     def publish(self) -> list[Product]:
         frames = 1 if self.p.count == 1 or self.numbered else self.p.count

@@ -16,12 +16,14 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
 from engine.errors import InferenceError, ModelError, ResourceError
 from engine.io.image import DecodedImage, to_float
+from engine.io.png import FrameLike
+from engine.io.writing import BackgroundWrite, GrowingFrame
 from engine.models.catalog import Layout
 from engine.models.contracts import Contract, ModelSpec
 from engine.operations import calibration
@@ -40,6 +42,7 @@ from engine.runtime import memory
 from engine.runtime.arena import cpu_arena_limit
 from engine.runtime.handle import SessionHandle
 from engine.tiling.assembly import TileAssembler
+from engine.tiling.cache import PlanKey
 from engine.tiling.plan import Tile, TilePlan, axis_spans, pad_to_multiple, plan_tiles
 from engine.tiling.region import Cell, RegionAssembler
 
@@ -404,13 +407,17 @@ class Upscale(OperationBase):
             else:
                 tile = auto_tile(ctx, self.config, image.size, self.requested_max_tile)
         n = len(image.frames)
+        band_write = ctx.settings.overlap_tiles
         with Products(ctx, image) as products:
             sink = products.image_product(model_id(ctx.spec), ProductKind.IMAGE, image.meta)
             for index, frame in enumerate(image.frames):
                 while True:
                     failure: ResourceError | None = None
+                    # A PNG of its own is encoded band by band while the later tiles run.
+                    # (Not with `overlap_tiles` off: then all the engine's own work is on its thread.)
+                    early = sink.add if band_write and sink.encodes_rows_as_read() else None
                     try:
-                        out = self._frame(frame, c, tile, index, n, ctx)
+                        out = self._frame(frame, c, tile, index, n, ctx, early)
                     except ResourceError as e:
                         failure = e  # the handle has already released the failed session (M5)
                     if failure is None:
@@ -426,7 +433,8 @@ class Upscale(OperationBase):
                     del failure
                     ctx.session.renew()
                     tile = next_tile
-                products.add(sink, out)  # encoded now: frames do not pile up in memory
+                if out is not None:
+                    products.add(sink, out)  # encoded now: frames do not pile up in memory
                 del out
                 ctx.emit(ctx.progress(ProgressKind.FRAME_FINISHED))
             ctx.used_tile = None if c.fixed_size is None and tile >= max(image.size) else tile
@@ -440,7 +448,11 @@ class Upscale(OperationBase):
         index: int,
         count: int,
         ctx: RunContext,
-    ) -> np.ndarray:
+        write: Callable[[FrameLike], None] | None = None,
+    ) -> np.ndarray | None:
+        """The frame upscaled; or, given `write` (the product's writer), None once `write` has
+        taken the whole frame: it is handed the frame at the start and encodes its rows on a
+        side thread as the tiles finish them, so the request ends soon after its last run."""
         scale = c.scale or 1
         h, w = frame.shape[:2]
         prep = prepare_frame(frame, c, tile, tile_overlap(ctx))
@@ -452,12 +464,47 @@ class Upscale(OperationBase):
         reuse = tiles.cache.indices(key) if tiles is not None and key is not None else set()
         ctx.start_frame(index, count, (plan.count - len(reuse)) * len(passes))
         dtype = frame.dtype
-        assemblers = [TileAssembler(plan, scale, width, np.dtype(dtype)) for _, width in passes]
-        # Every tile has one shape: ORT writes each result into one of two buffers, outside its
-        # arena (nothing of the arena stays pinned when the last run shrinks it, M11); two, so
-        # one tile's result is blended while the next one runs.
-        buffers = [_tensor(c, plan.tile_h * scale, plan.tile_w * scale, output=True) for _ in "ab"]
-        units = [(t, p) for t in plan.tiles for p in range(len(passes))]
+        growing: _FinishedRows | None = None
+        if write is not None:
+            growing = _growing(h * scale, w * scale, sum(n for _, n in passes), np.dtype(dtype))
+        assemblers = [
+            TileAssembler(plan, scale, width, np.dtype(dtype), growing.advance if growing else None)
+            for _, width in passes
+        ]
+        writer: BackgroundWrite | None = None
+        if growing is not None and write is not None:
+            growing.bind(assemblers)
+            writer = BackgroundWrite(lambda: write(growing), growing)
+        try:
+            self._run_tiles(ctx, prep, assemblers, reuse, key, writer)
+        except BaseException:
+            if writer is not None:
+                writer.abandon()  # it removes its temp file; the frame's own error is raised
+            raise
+        if writer is not None:
+            waited = time.perf_counter()
+            writer.result()  # the rows after the last run, and the writer's own errors
+            ctx.io_seconds += time.perf_counter() - waited
+            return None
+        parts = [asm.finish() for asm in assemblers]
+        full = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=2)
+        return np.ascontiguousarray(full[: h * scale, : w * scale])
+
+    def _run_tiles(
+        self,
+        ctx: RunContext,
+        prep: FramePlan,
+        assemblers: list[TileAssembler],
+        reuse: set[int],
+        key: PlanKey | None,
+        writer: BackgroundWrite | None,
+    ) -> None:
+        """Every tile of the frame run (or taken from the preview's cache, `reuse` under `key`)
+        and blended into `assemblers`, one per pass."""
+        c = ctx.spec.contract
+        plan, tiles = prep.plan, ctx.tiles
+        buffers = _result_buffers(c, plan, c.scale or 1)
+        units = [(t, p) for t in plan.tiles for p in range(len(prep.passes))]
         todo = [(t, p) for t, p in units if t.index not in reuse]
         with TileOverlap(ctx.settings.overlap_tiles) as overlap:
             # The next tile's tensor is cut and converted, and the last result blended, on a
@@ -479,6 +526,8 @@ class Upscale(OperationBase):
                     turn += 1
                     upcoming = overlap.prepare(prep, todo[turn], c) if turn < len(todo) else None
                     buffer = buffers[turn % 2]
+                    if writer is not None:
+                        writer.check()  # a writer that failed (a full disk) stops the runs
                     result = ctx.run(
                         {c.image_input: tensor},
                         outputs=[c.image_output],
@@ -487,9 +536,38 @@ class Upscale(OperationBase):
                     del tensor
                     overlap.blend(asm, t, reduce(_from_tensor(result, c)), wait_previous=True)
             overlap.drain()
-        parts = [asm.finish() for asm in assemblers]
-        full = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=2)
-        return np.ascontiguousarray(full[: h * scale, : w * scale])
+
+
+def _result_buffers(c: Contract, plan: TilePlan, scale: int) -> list[np.ndarray]:
+    """Every tile has one shape: ORT writes each result into one of two buffers, outside its
+    arena (nothing of the arena stays pinned when the last run shrinks it, M11); two, so one
+    tile's result is blended while the next one runs."""
+    return [_tensor(c, plan.tile_h * scale, plan.tile_w * scale, output=True) for _ in "ab"]
+
+
+class _FinishedRows(GrowingFrame):
+    """A frame's product read from its assemblers (one per pass, side by side in channels)
+    as their rows become final, cropped to the image's size."""
+
+    def bind(self, assemblers: list[TileAssembler]) -> None:
+        self.assemblers = assemblers
+
+    def advance(self, rows: int) -> None:
+        # Final when every pass's assembler has finished the rows.
+        super().advance(min(a.final_rows for a in self.assemblers))
+
+
+def _growing(height: int, width: int, channels: int, dtype: np.dtype[Any]) -> _FinishedRows:
+    def read(start: int, stop: int) -> np.ndarray:
+        parts = [a.rows(start, stop)[:, :width] for a in frame.assemblers]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=2)
+
+    def release(stop: int) -> None:
+        for a in frame.assemblers:
+            a.release_rows(stop)
+
+    frame = _FinishedRows((height, width, channels), dtype, read, release)
+    return frame
 
 
 class TileOverlap:

@@ -8,7 +8,10 @@ quantising each finished band at once (`estimate_band_bytes` is its peak).
 from __future__ import annotations
 
 import itertools
+import mmap
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -99,6 +102,26 @@ def _axis_blend(spans: tuple[Span, ...], scale: int) -> _AxisBlend:
     return _AxisBlend(length, tuple(support), tuple(offset), tuple(weight))
 
 
+# An output at least this large gets its own anonymous mapping, so rows a writer has taken can
+# be handed back (`release_rows`); smaller ones are not worth the system calls.
+_OWN_MAPPING_BYTES = 4 << 20
+
+
+def _zeroed(
+    shape: tuple[int, int, int], dtype: np.dtype[Any]
+) -> tuple[np.ndarray, mmap.mmap | None]:
+    """A zeroed array, and for a large one the mapping it lives in (pages are only taken as
+    rows are written, as with calloc)."""
+    size = int(np.prod(shape)) * dtype.itemsize
+    if size < _OWN_MAPPING_BYTES or not hasattr(mmap, "MADV_DONTNEED"):
+        return np.zeros(shape, dtype), None
+    try:
+        pages = mmap.mmap(-1, size)
+    except OSError as e:  # ENOMEM: what np.zeros would have raised as MemoryError
+        raise MemoryError(f"cannot map {size} bytes for the assembled output") from e
+    return np.frombuffer(pages, dtype).reshape(shape), pages
+
+
 def _store(dst: np.ndarray, src: np.ndarray) -> None:
     """Write float values into `dst`: uint -> round(clip(v, 0, 1) * max), in row chunks."""
     if dst.dtype == np.float32:
@@ -187,7 +210,14 @@ class TileAssembler:
     A single-tile plan is written straight to the output.
     """
 
-    def __init__(self, plan: TilePlan, scale: int, channels: int, dtype: npt.DTypeLike) -> None:
+    def __init__(
+        self,
+        plan: TilePlan,
+        scale: int,
+        channels: int,
+        dtype: npt.DTypeLike,
+        on_rows: Callable[[int], None] | None = None,
+    ) -> None:
         check_positive("scale", scale)
         check_positive("channels", channels)
         self._dtype = np.dtype(dtype)
@@ -199,7 +229,10 @@ class TileAssembler:
         self._tiles = plan.tiles
         self._next = 0
         self._tile_shape = (plan.tile_h * scale, plan.tile_w * scale, channels)
-        self._out = np.zeros((plan.height * scale, plan.width * scale, channels), self._dtype)
+        self._out, self._pages = _zeroed(
+            (plan.height * scale, plan.width * scale, channels), self._dtype
+        )
+        self._released = 0  # rows [0, _released) were handed back to the system
         self._rows = _axis_blend(plan.rows, scale)
         self._cols = _axis_blend(plan.cols, scale)
         self._bands = _row_bands(self._rows)
@@ -213,6 +246,33 @@ class TileAssembler:
         self._w0 = 0
         self._w1 = 0
         self.peak_working_bytes = 0
+        # Output rows [0, final_rows) are finished: no later tile touches them. `on_rows` hears
+        # each advance (from the thread that adds the tiles), so a writer can take them.
+        self.final_rows = 0
+        self._on_rows = on_rows
+
+    def rows(self, start: int, stop: int) -> np.ndarray:
+        """Output rows [start, stop) of the assembled image, a view; final below `final_rows`."""
+        return self._out[start:stop]
+
+    def release_rows(self, stop: int) -> None:
+        """Hands the memory of output rows [0, stop) back to the system: a writer has encoded
+        them and nothing reads them again (band writing), so the assembled image is never all
+        in memory. `finish()` is refused afterwards. Whole pages only; a no-op for an output
+        too small to have its own mapping."""
+        if self._pages is None or stop <= self._released:
+            return
+        row_bytes = self._out.strides[0]
+        end = (min(stop, self.final_rows) * row_bytes) // mmap.PAGESIZE * mmap.PAGESIZE
+        start = (self._released * row_bytes) // mmap.PAGESIZE * mmap.PAGESIZE
+        if end > start:
+            self._pages.madvise(mmap.MADV_DONTNEED, start, end - start)
+        self._released = min(stop, self.final_rows)
+
+    def _finished_to(self, rows: int) -> None:
+        self.final_rows = rows
+        if self._on_rows is not None:
+            self._on_rows(rows)
 
     @property
     def working_bytes(self) -> int:
@@ -241,6 +301,7 @@ class TileAssembler:
         if self.plan.count == 1:
             _store(self._out, output)
             self._next += 1
+            self._finished_to(self._out.shape[0])
             return
         if tile.col == 0:
             self._start_row(tile.row)
@@ -251,11 +312,14 @@ class TileAssembler:
             self._carry_in, self._carry_in_y0 = self._carry_out, self._bands[tile.row].carry.start
             self._carry_out = None
             self._window = None
+            self._finished_to(self._bands[tile.row].final.end)
 
     def finish(self) -> np.ndarray:
         """The assembled (height*scale, width*scale, channels) image; every tile must be in."""
         if self._next != len(self._tiles):
             raise RuntimeError(f"only {self._next} of {len(self._tiles)} tiles were added")
+        if self._released:
+            raise RuntimeError("the assembled rows were handed back already (release_rows)")
         self._carry_in = None
         return self._out
 

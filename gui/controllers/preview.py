@@ -90,7 +90,8 @@ class PreviewController(QObject):
         self._source: tuple[str, Path] | None = None
         self._sequence = False  # the left version is a sequence: not previewed
         self._started: str | None = None  # the newest generation's request on the engine
-        self.drawn: list[PreviewPatch] = []  # passed on since the last reset (tests read it)
+        # Passed on since the last reset or release (tests read it; the budget counts it).
+        self.drawn: list[PreviewPatch] = []
         self.frame_of: Callable[[], int] = lambda: 0  # the clip frame on screen (the viewer's)
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
@@ -196,6 +197,13 @@ class PreviewController(QObject):
         if self._source is None:
             return "Preview shows single images, not sequences." if self._sequence else ""
         return "Choose a model (or Get… one) to preview this operation."
+
+    def release_pictures(self) -> None:
+        """Let go of the pixels passed on (Unload all, the window's pictures over their cap):
+        what is on screen is the viewer's to keep (its preview layer), and a pan asks the
+        engine again. Until then `drawn` held every patch at full resolution — 288 MB at fit
+        on a 12000×8000 preview."""
+        self.drawn = []
 
     @property
     def waiting(self) -> bool:

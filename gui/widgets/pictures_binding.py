@@ -37,7 +37,7 @@ class PicturesBinding(QObject):
         viewer.picturesChanged.connect(self.account)
         viewer.view.viewMoved.connect(self.account)  # the preview keeps only patches in view
         preview.resetRequested.connect(self.account)
-        budget.releaseRequested.connect(viewer.release_pictures)
+        budget.releaseRequested.connect(self.release)
         budget.changed.connect(lambda: panel.set_pictures(budget.pictures, budget.total))
         panel.unloadAllRequested.connect(lambda: memory.release_pictures(budget))
         viewer.view.installEventFilter(self)
@@ -48,6 +48,12 @@ class PicturesBinding(QObject):
         self.budget.account(VIEWER, held.pictures, held.nbytes)
         patches = self.preview.drawn
         self.budget.account(PREVIEW, len(patches), sum(p.pixels.nbytes for p in patches))
+
+    def release(self) -> None:
+        """The budget asks its holders to keep only what is on screen: the preview's patches
+        go, the viewer keeps what it shows (and says so, which accounts both again)."""
+        self.preview.release_pictures()
+        self.viewer.release_pictures()
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if event.type() == QEvent.Type.Resize:
