@@ -45,7 +45,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QObject, QThread, Signal, SignalInstance, Slot
+from PySide6.QtCore import QObject, Qt, QThread, Signal, SignalInstance, Slot
 
 from engine.cancel import CancelToken
 from engine.errors import Cancelled, EngineError, ErrorKind
@@ -103,6 +103,15 @@ class _WorkQueue:
         self._jobs: deque[tuple[OperationRequest, CancelToken]] = deque()
         self._preview: tuple[PreviewRequest, CancelToken] | None = None  # one at most
         self._running: dict[RequestKind, str | None] = dict.fromkeys(RequestKind)
+
+    def put_jobs(self, items: Sequence[tuple[OperationRequest, CancelToken]]) -> None:
+        """Queue many jobs in one lock (Run of 1000)."""
+        with self._lock:
+            self._jobs.extend(items)
+
+    def has_work(self) -> bool:
+        with self._lock:
+            return bool(self._jobs) or self._preview is not None
 
     def put(self, request: Request, token: CancelToken) -> tuple[Request, CancelToken] | None:
         """Queue a request; returns the preview it replaced, if one was waiting."""
@@ -191,6 +200,7 @@ class EngineWorker(EngineSignals):
     """Lives in the engine thread; every slot runs there. Owns the Engine once it is needed."""
 
     requestEnded = Signal(object)  # Ended: the one way an ending leaves this thread
+    _again = Signal()  # more waits: the next request, after the commands queued meanwhile
 
     def __init__(
         self, settings: EngineSettings, queue: _WorkQueue, session_wrap: SessionWrap | None
@@ -224,6 +234,10 @@ class EngineWorker(EngineSignals):
             self._run(request, token)
         finally:
             self._queue.finish(request)
+        if self._queue.has_work():
+            # Jobs queued together share one wake-up (`submit_many`): the worker wakes itself
+            # for the next, behind whatever was queued meanwhile (unload, probe, settings).
+            self._again.emit()
 
     def _run(self, request: Request, token: CancelToken) -> None:
         kind = _kind(request)
@@ -390,6 +404,7 @@ class EngineThread(EngineSignals):
         self._thread.setObjectName("tessera-engine")
         self.worker = w = EngineWorker(self.settings, self._queue, session_wrap)
         w.moveToThread(self._thread)
+        w._again.connect(w.run_next, Qt.ConnectionType.QueuedConnection)
         self._runRequested.connect(w.run_next)
         self._unloadRequested.connect(w.unload)
         self._unloadAllRequested.connect(w.unload_all)
@@ -446,6 +461,21 @@ class EngineThread(EngineSignals):
         self._put(request)
         self._displace_preview()
         return request.id
+
+    def submit_many(self, requests: Sequence[OperationRequest]) -> list[str]:
+        """Many jobs in one call (Run of 1000 images): one lock, one wake-up, in order, after
+        the jobs before them and before every preview."""
+        if not requests:
+            return []
+        if not self._thread.isRunning():
+            raise RuntimeError("the engine thread is not running")
+        items = [(request, CancelToken()) for request in requests]
+        for request, token in items:
+            self._open[request.id] = (request, token)
+        self._queue.put_jobs(items)
+        self._runRequested.emit()
+        self._displace_preview()
+        return [request.id for request in requests]
 
     def submit_preview(self, request: PreviewRequest) -> str:
         """A preview, after every job; replaces the preview waiting, cancels the running one."""
@@ -556,7 +586,8 @@ class EngineThread(EngineSignals):
         return self._open_of(RequestKind.JOB)
 
     def is_busy(self) -> bool:
-        return bool(self.open_requests())
+        # The first open job answers: no list of a thousand is made for a yes.
+        return any(_kind(request) is RequestKind.JOB for request, _ in self._open.values())
 
     def request(self, request_id: str) -> OperationRequest | None:
         entry = self._open.get(request_id)

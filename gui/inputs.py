@@ -156,7 +156,7 @@ def classify_paths(paths: Sequence[Path]) -> Classified:
             refused.append(str(e))
             continue
         sources.append(InputSource((path,), False, count, width, height))
-    return Classified(tuple(sources), tuple(models), tuple(refused), _sequence_offer(sources))
+    return Classified(tuple(sources), tuple(models), tuple(refused), sequence_offer(sources))
 
 
 def _products_folder_among(path: Path, given: Sequence[Path]) -> bool:
@@ -185,7 +185,8 @@ def _size_or_zero(path: Path) -> tuple[int, int]:
     return width, height
 
 
-def _sequence_offer(sources: Sequence[InputSource]) -> tuple[Path, ...]:
+def sequence_offer(sources: Sequence[InputSource]) -> tuple[Path, ...]:
+    """The stills in frame order when they are equally sized numbered frames, else ()."""
     stills = [s for s in sources if len(s.paths) == 1 and not s.sequence and s.frames == 1]
     ordered = numbered_sequence([s.paths[0] for s in stills])
     if ordered is None:

@@ -212,6 +212,8 @@ class Job:
     result: Result | None = None
     message: str = ""
     expected_s: float | None = None  # the estimate when it was queued (measured speed)
+    expected_write_s: float | None = None  # of that, writing the products (when known)
+    writing_at: float | None = None  # when its last run ended and the writing began
     megapixels: float = 0.0  # of its input, for the speed it will teach
     frames: int = 1
     parent_label: str = ""  # the result it was run on ("Quick cut-out"); empty: the original
@@ -255,6 +257,8 @@ class Job:
         if event.kind is ProgressKind.RUN_FINISHED:
             if self.first_run is None:
                 self.first_run = (time.monotonic(), event.fraction)
+        if self.writing_at is None and self.writing:
+            self.writing_at = time.monotonic()
 
     def on_cancel_requested(self) -> None:
         if self.state in (JobState.LOADING, JobState.RUNNING):
@@ -299,16 +303,22 @@ class Job:
         return max(0.0, self.ended_at - self.started_at - load)
 
     def eta(self, now: float | None = None) -> float | None:
-        """Seconds left: from the pace since the first finished run (model loading excluded),
-        or before that from the measured speed this job was queued with."""
+        """Seconds left: from the pace since the first finished run (model loading excluded)
+        and the products' writing time, or before that from the measured speed this job was
+        queued with; while writing, what the writing has left (None when not known)."""
         if self.state not in (JobState.LOADING, JobState.RUNNING):
             return None
         now = now or time.monotonic()
+        write = self.expected_write_s
+        if self.writing:
+            if write is None or self.writing_at is None:
+                return None
+            return max(1.0, write - (now - self.writing_at))
         if self.first_run is not None:
             t0, f0 = self.first_run
             done = self.fraction - f0
             if done > 0 and now > t0:
-                return (1.0 - self.fraction) * (now - t0) / done
+                return (1.0 - self.fraction) * (now - t0) / done + (write or 0.0)
         if self.expected_s is None:
             return None
         spent = now - self.running_at if self.running_at is not None else 0.0

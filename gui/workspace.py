@@ -12,11 +12,13 @@ ndv's evented models). QtCore only; touched on the GUI thread only.
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from engine.previews import Region
 from engine.requests import Progress, Result
@@ -38,6 +40,9 @@ class ClearedInputs:
     made: dict[str, set[tuple[object, ...]]]
     selected: tuple[str, ...]
     viewing: tuple[str | None, str | None]
+
+
+ANNOUNCE_PART_S = 0.015  # a batch's announcements per turn of the event loop (issue #21)
 
 
 class Workspace(QObject):
@@ -79,6 +84,11 @@ class Workspace(QObject):
         self._batching = False  # inside `batch()`: announcements wait for its end
         self._held: dict[str, None] = {}  # jobs changed during the batch, in order
         self._held_ended: dict[str, None] = {}
+        self._announcing: deque[tuple[str, str]] = deque()  # ("job" | "input", id) to announce
+        self._announce_timer = QTimer(self)
+        self._announce_timer.setSingleShot(True)
+        self._announce_timer.setInterval(0)
+        self._announce_timer.timeout.connect(self._announce_part)
 
     # -- inputs -------------------------------------------------------------------------------
     def add_sources(self, sources: Sequence[InputSource]) -> list[InputSource]:
@@ -319,7 +329,9 @@ class Workspace(QObject):
     @contextmanager
     def batch(self) -> Iterator[None]:
         """Many jobs change at once (Cancel all): each job's row and input are announced once,
-        at the end, and `jobsEnded` replaces a `jobEnded` per job."""
+        after it, a part of about ANNOUNCE_PART_S per turn of the event loop (the jobs' states
+        are already true; only their redraws follow), and `jobsEnded` replaces a `jobEnded`
+        per job."""
         if self._batching:
             yield
             return
@@ -330,14 +342,25 @@ class Workspace(QObject):
             self._batching = False
             changed, self._held = list(self._held), {}
             ended, self._held_ended = list(self._held_ended), {}
-            for job_id in changed:
-                self.dirty.discard(job_id)
-                self.jobChanged.emit(job_id)
-            for key in dict.fromkeys(self.job_input.get(j, "") for j in changed):
-                if key in self.sources:
-                    self.inputChanged.emit(key)
+            keys = dict.fromkeys(self.job_input.get(j, "") for j in changed)
+            self._announcing.extend(("job", j) for j in changed)
+            self._announcing.extend(("input", k) for k in keys)
+            self._announce_part()
             if ended:
                 self.jobsEnded.emit(ended)
+
+    def _announce_part(self) -> None:
+        began = time.perf_counter()
+        while self._announcing and time.perf_counter() - began < ANNOUNCE_PART_S:
+            what, name = self._announcing.popleft()
+            if what == "job":
+                if name in self.jobs:
+                    self.dirty.discard(name)
+                    self.jobChanged.emit(name)
+            elif name in self.sources:
+                self.inputChanged.emit(name)
+        if self._announcing:
+            self._announce_timer.start()
 
     def _changed(self, job: Job) -> None:
         if self._batching:

@@ -53,6 +53,9 @@ class FakeEngine(EngineSignals):
         self.submitted.append(request)
         return request.id
 
+    def submit_many(self, requests: list[OperationRequest]) -> list[str]:
+        return [self.submit(request) for request in requests]
+
     def submit_preview(self, request: PreviewRequest) -> str:
         for waiting in list(self.previews.values()):  # the newer replaces the one waiting
             self._end_preview_cancelled(waiting.id)

@@ -40,6 +40,9 @@ FIGURES = (
     "idle window RSS",
     "idle window CPU time per minute",
     "command line to first run",
+    # Issue 21: the window with a batch (200 jobs in --quick), the estimate after one job.
+    "longest event-loop stall, 200 jobs queued, cancelled and cleared",
+    "estimate error after one job",
     "bench duration (--quick)",
     "bytes on the machine, app + engine run on one model",
     "a request through the app vs in-process",

@@ -168,7 +168,8 @@ def test_3_clear_of_a_thousand_images_is_instant_and_undone_by_its_notice_or_ctr
         path = folder / f"p{i:04d}.png"
         Image.fromarray(pixels).save(path)
         paths.append(path)
-    window.accept_paths(paths)
+    window.accept_paths(paths)  # the first part now, the rest a part per turn (issue #21)
+    qtbot.waitUntil(lambda: len(window.workspace.sources) == 1000, timeout=30_000)
     use_model(window, models, "up2.onnx")
     wanted = [str(paths[i]) for i in (3, 500, 999)]
     window.inputs.select_keys(wanted)

@@ -36,6 +36,7 @@ from engine.bench.samplers import PeakRss
 from engine.bench.startup import measure_cli, measure_window
 from engine.bench.table import Row, Table, find_model, scratch, table_for
 from engine.bench.video import measure_video
+from engine.bench.window_batches import measure_batches
 from engine.bench.window_memory import measure_window_memory
 from engine.cancel import CancelToken
 from engine.errors import Cancelled
@@ -229,6 +230,9 @@ def run_cpu_bench(args: argparse.Namespace) -> int:
         measure_cli(
             table, fast_model, test_image(work / "cli.png", 64, 48), work / "cli", 2 if quick else 3
         )
+        # The window with a thousand jobs, and its estimate after one job (issue #21).
+        batch_model = find_model(models_dir, "realesrgan-animevideov3-x2") or anime
+        measure_batches(table, 200 if quick else 1000, batch_model, 3 if quick else 6)
         # Overhead of the engine against a bare ORT loop over the same tiles.
         size = (256, 192) if quick else (512, 384)
         measure_overhead(

@@ -97,6 +97,8 @@ class InputsController(QObject):
         self.run_text = run_text
         self.operation = operation
         self.closed = False
+        self._run_later: bool | None = None  # how the rest of a large drop is run as it comes
+        jobs.addedLater.connect(lambda found: self._take(found, self._run_later, first=False))
 
     def _warn(self, text: str) -> None:
         self.noticeRequested.emit(Notice(text, NoticeLevel.WARNING, Topic.INPUTS))
@@ -155,7 +157,11 @@ class InputsController(QObject):
 
         self.tasks.submit(lambda: classify_paths(clips), done, urgent=True)
 
-    def _take(self, found: AddOutcome, run: bool | None) -> DropOutcome:
+    def _take(self, found: AddOutcome, run: bool | None, first: bool = True) -> DropOutcome:
+        """What follows an add: all of it, or one part of a large drop (`first` False for the
+        parts after the first, which the jobs controller adds a part per turn)."""
+        if first:
+            self._run_later = run
         for model in found.models:
             self.statusRequested.emit(f"Checking {model.name}…")
             self.models.install(model)
@@ -166,7 +172,7 @@ class InputsController(QObject):
         if found.refused:
             tail = "" if found.sources or found.models else " Nothing was added."
             self._warn("\n".join(found.refused) + tail)
-        elif found.sources:
+        elif found.sources and first:
             self.noticeCleared.emit(Topic.INPUTS)  # an earlier refusal is stale now
         run = self.run_on_drop() if run is None else run
         jobs: list[str] = []
@@ -178,8 +184,8 @@ class InputsController(QObject):
                 )
             else:
                 jobs = self.jobs.queue_jobs(list(found.sources), self.operation())
-        elif found.sources:
-            count = len(found.sources)
+        elif found.sources and first:
+            count = len(found.sources) + found.more
             noun = "clip" if all(s.clip for s in found.sources) else "image"
             self.statusRequested.emit(
                 f"Added {count} {noun}{'s' if count != 1 else ''}. "

@@ -19,11 +19,13 @@ class with a real engine thread, or a fake one (tests/fake_engine.py), and no wi
 from __future__ import annotations
 
 import logging
+import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from engine.requests import (
     Operation,
@@ -32,11 +34,12 @@ from engine.requests import (
     OperationRequest,
     ProductKind,
     Result,
+    new_request_id,
 )
 from gui.controllers.run_plan import plan_run
-from gui.controllers.speed import Calibrator, Estimate, SpeedBook
+from gui.controllers.speed import TINY_MP, Calibrator, Estimate, Rate, SpeedBook
 from gui.engine_thread import EngineThread
-from gui.inputs import Classified, InputSource, as_sequence, classify_paths
+from gui.inputs import Classified, InputSource, as_sequence, classify_paths, sequence_offer
 from gui.jobs import (
     ORIGINAL,
     Job,
@@ -62,11 +65,37 @@ class AddOutcome:
     models: tuple[Path, ...]  # .onnx files to install
     refused: tuple[str, ...]  # one reason per refused path
     sequence_offer: tuple[Path, ...] = ()  # numbered stills of one size: offer one sequence
+    more: int = 0  # paths of a large add still to come, a part per turn (`addedLater`)
 
+
+@dataclass(frozen=True)
+class _Waiting:
+    """A job of a large Run not made yet: it is made, submitted and listed in a later turn."""
+
+    job_id: str
+    source: InputSource
+    start: Version
+    settings: JobSettings
+    rate: Rate | None
+
+
+class Unread:
+    """The model's speed was not read for this job yet (None: read, and not known)."""
+
+
+UNREAD = Unread()
 
 # Up to this many images queued at once, the view shows each result as it comes (unless the
 # person looks elsewhere); a larger batch leaves the view to the person.
 FOLLOW_AT_MOST = 10
+# A large add or Run does this many images at once, and the rest in parts of about PART_S
+# per turn of the event loop, so the window keeps drawing while 1000 are read or queued (issue
+# #21); STEP images at a time, so a part ends soon after its time is up.
+ADD_CHUNK = 50
+RUN_CHUNK = 50
+PART_S = 0.015
+STEP = 10
+BACK_TO_BACK_S = 0.25  # a job that started this soon after the last ended ran after it
 
 
 class JobsController(QObject):
@@ -76,6 +105,7 @@ class JobsController(QObject):
     noticeRequested = Signal(object)  # Notice
     noticeCleared = Signal(object)  # Topic: an earlier notice of it is stale
     showRequested = Signal(str, str)  # input key, version id ("" for its newest): show it
+    addedLater = Signal(object)  # AddOutcome: a later part of a large add, now in the workspace
 
     def __init__(
         self,
@@ -92,6 +122,14 @@ class JobsController(QObject):
         self.calibrator.calibrated.connect(self._on_calibrated)
         self._deferred: list[InputSource] = []  # to run once the model list is in
         self._then: dict[str, tuple[JobSettings, ...]] = {}  # job id → chain steps after it
+        self._adding: deque[Path] = deque()  # the rest of a large add, a part per turn
+        self._adding_sources: list[InputSource] = []  # what that add brought so far
+        self._waiting: deque[_Waiting] = deque()  # the rest of a large Run, a part per turn
+        self._ends: deque[float] = deque(maxlen=9)  # the last back-to-back jobs' end times
+        self._later = QTimer(self)
+        self._later.setSingleShot(True)
+        self._later.setInterval(0)
+        self._later.timeout.connect(self._next_part)
         engine.operationStarted.connect(self._on_started)
         engine.progressChanged.connect(workspace.job_progressed)
         engine.operationFinished.connect(self._on_finished)
@@ -100,19 +138,59 @@ class JobsController(QObject):
 
     # -- inputs -------------------------------------------------------------------------------
     def add_paths(self, paths: Sequence[Path | str]) -> AddOutcome:
-        """Add every image as its own input and show the first new one."""
-        return self.add_found(classify_paths([Path(p) for p in paths]))
+        """Add every image as its own input and show the first new one. A large add reads
+        ADD_CHUNK headers now and the rest a part per turn (`addedLater` for each part)."""
+        given = [Path(p) for p in paths]
+        now, rest = given[:ADD_CHUNK], given[ADD_CHUNK:]
+        return self.add_found(classify_paths(now), rest)
 
-    def add_found(self, found: Classified) -> AddOutcome:
-        """Add what `classify_paths` found (clips are classified on the task thread)."""
+    def add_found(self, found: Classified, rest: Sequence[Path] = ()) -> AddOutcome:
+        """Add what `classify_paths` found (clips are classified on the task thread); `rest`:
+        the paths of the same add still to read, a part per turn."""
         ws = self.workspace
         added = ws.add_sources(found.sources)
         shown = added[0] if added else (found.sources[0] if found.sources else None)
         if shown is not None:  # already there: shown anyway, the person asked for it
             ws.set_following(True)
             self.show(shown.key, "")
+        if rest:
+            self._adding = deque(rest)  # a new large add replaces the rest of the last one
+            self._adding_sources = list(found.sources)
+            self._later.start()
+            return AddOutcome(tuple(added), found.models, found.refused, (), len(rest))
         offer = found.sequence_offer if len(found.sequence_offer) == len(found.sources) else ()
         return AddOutcome(tuple(added), found.models, found.refused, offer)
+
+    def _add_part(self) -> None:
+        began = time.perf_counter()
+        sources: list[InputSource] = []
+        models: list[Path] = []
+        refused: list[str] = []
+        while self._adding and time.perf_counter() - began < PART_S:
+            step = [self._adding.popleft() for _ in range(min(STEP, len(self._adding)))]
+            found = classify_paths(step)
+            sources.extend(found.sources)
+            models.extend(found.models)
+            refused.extend(found.refused)
+        added = self.workspace.add_sources(sources)
+        self._adding_sources.extend(sources)
+        offer: tuple[Path, ...] = ()
+        if not self._adding:  # the last part: the offer is about the whole add
+            everything, self._adding_sources = self._adding_sources, []
+            whole = sequence_offer(everything)
+            offer = whole if len(whole) == len(everything) else ()
+        self.addedLater.emit(
+            AddOutcome(tuple(added), tuple(models), tuple(refused), offer, len(self._adding))
+        )
+
+    def _next_part(self) -> None:
+        """One part of a large add or Run per turn of the event loop."""
+        if self._adding:
+            self._add_part()
+        elif self._waiting:
+            self._queue_part()
+        if self._adding or self._waiting:
+            self._later.start()
 
     def merge_as_sequence(self, paths: Sequence[Path]) -> InputSource | None:
         """The person chose "Process as one sequence": the stills become one input."""
@@ -122,6 +200,7 @@ class JobsController(QObject):
         if len(stills) < 2:
             return None
         sequence = as_sequence(stills)
+        self._waiting = deque(w for w in self._waiting if w.source.key not in keys)
         for job in list(ws.jobs.values()):
             if ws.job_input.get(job.id) in keys and job.state is JobState.QUEUED:
                 self.cancel(job.id)
@@ -136,10 +215,15 @@ class JobsController(QObject):
         return sequence
 
     def remove(self, keys: Sequence[str]) -> None:
+        gone = set(keys)
+        self._waiting = deque(w for w in self._waiting if w.source.key not in gone)
         self.workspace.remove_sources(keys)
 
     def clear(self) -> ClearedInputs:
         self._deferred.clear()
+        self._adding.clear()
+        self._adding_sources = []
+        self._waiting.clear()
         return self.workspace.clear_sources()
 
     def undo_clear(self) -> ClearedInputs | None:
@@ -191,6 +275,7 @@ class JobsController(QObject):
         return plan_run(self.workspace, selected).label
 
     def estimate(self, sources: Sequence[InputSource], settings: JobSettings) -> Estimate | None:
+        """One figure for the whole batch (fixed cost × images + rate × megapixels)."""
         megapixels = sum(s.megapixels for s in sources)
         frames = sum(max(s.frames, 1) for s in sources)
         return self.speeds.estimate(
@@ -270,16 +355,50 @@ class JobsController(QObject):
 
     def queue(self, sources: Sequence[InputSource], settings: JobSettings) -> list[str]:
         """One job per input, in order, each from its base (the original, or the result
-        chosen with `use_as_input`); the view follows their results."""
-        ids: list[str] = []
+        chosen with `use_as_input`); the view follows their results. The model's speed is
+        read once; RUN_CHUNK jobs are made and handed to the engine (in one call) now, the
+        rest a part per turn (issue #21: Run of 1000). Returns every job's id."""
+        rate = self._rate(settings)
+        waiting = []
         for source in sources:
             start = self.workspace.base(source.key)
-            if start is None:
-                continue
-            ids.append(self._queue_one(source, settings, start, ()))
-        if ids:
-            self.workspace.set_following(len(ids) <= FOLLOW_AT_MOST)
-        return ids
+            if start is not None:
+                waiting.append(_Waiting(new_request_id(), source, start, settings, rate))
+        if not waiting:
+            return []
+        self.workspace.set_following(len(waiting) <= FOLLOW_AT_MOST)
+        self._waiting.extend(waiting)
+        self._queue_some(RUN_CHUNK)
+        if self._waiting:
+            self._later.start()
+        return [w.job_id for w in waiting]
+
+    def _queue_part(self) -> None:
+        began = time.perf_counter()
+        while self._waiting and time.perf_counter() - began < PART_S:
+            self._queue_some(STEP)
+
+    def _queue_some(self, count: int) -> None:
+        """Make, submit (in one engine call) and list the next `count` waiting jobs."""
+        if not self.engine.is_running():
+            self._waiting.clear()  # closing
+            return
+        part = [self._waiting.popleft() for _ in range(min(count, len(self._waiting)))]
+        made = [
+            self._make_job(w.source, w.settings, w.start, (), w.rate, w.job_id)
+            for w in part
+            if w.source.key in self.workspace.sources
+        ]
+        self.engine.submit_many([job.request for job, _, _ in made])
+        for job, key, chain in made:
+            self.workspace.add_job(job, key, chain)
+
+    def waiting(self) -> int:
+        """Jobs of a large Run not listed yet (they are, within a few turns)."""
+        return len(self._waiting)
+
+    def _rate(self, settings: JobSettings) -> Rate | None:
+        return self.speeds.rate(settings.operation, settings.model, settings.device)
 
     def _queue_one(
         self,
@@ -287,8 +406,26 @@ class JobsController(QObject):
         settings: JobSettings,
         start: Version,
         then: tuple[JobSettings, ...],
+        rate: Rate | Unread | None = UNREAD,
     ) -> str:
-        """One job of `settings` on the version `start` of `source`."""
+        """One job of `settings` on the version `start` of `source` (`rate`: the model's
+        speed, when the caller read it for a whole batch)."""
+        known = self._rate(settings) if isinstance(rate, Unread) else rate
+        job, key, chain = self._make_job(source, settings, start, then, known)
+        self.engine.submit(job.request)
+        self.workspace.add_job(job, key, chain)
+        return job.id
+
+    def _make_job(
+        self,
+        source: InputSource,
+        settings: JobSettings,
+        start: Version,
+        then: tuple[JobSettings, ...],
+        rate: Rate | None,
+        job_id: str | None = None,
+    ) -> tuple[Job, str, tuple[JobSettings, ...]]:
+        """The job of `settings` on the version `start` of `source`, not submitted yet."""
         ws = self.workspace
         inputs = start.paths
         sequence = source.sequence if start.is_original else len(inputs) > 1
@@ -303,6 +440,7 @@ class JobsController(QObject):
             sequence=sequence,
             options=settings.options,
             output=settings.output,
+            id=job_id or new_request_id(),
         )
         job = Job(
             request,
@@ -311,14 +449,21 @@ class JobsController(QObject):
             frames=source.frames,
             parent_label="" if start.is_original else start.label,
         )
-        guess = self.estimate([source], settings)
-        job.expected_s = guess.seconds if guess is not None else None
+        self._expect(job, rate)
         chain = (*(() if start.is_original else ws.chain_of(start)), settings)
         if then:
             self._then[request.id] = then
-        self.engine.submit(request)
-        ws.add_job(job, source.key, chain)
-        return request.id
+        return job, source.key, chain
+
+    def _expect(self, job: Job, rate: Rate | None) -> None:
+        """The job's time and its products' writing time, from the model's measured speed."""
+        if rate is None:
+            return
+        operation = job.request.operation
+        if operation is Operation.UPSCALE and job.megapixels <= 0:
+            return  # the size is unknown
+        job.expected_s = rate.seconds(job.megapixels, job.frames)
+        job.expected_write_s = rate.writing(job.megapixels)
 
     def _on_calibrated(self, model: str, device: str) -> None:
         """A speed is known now: jobs queued before it get their estimate."""
@@ -343,6 +488,9 @@ class JobsController(QObject):
         return [s for s in waiting if s.key in self.workspace.sources]
 
     def cancel(self, job_id: str) -> None:
+        if any(w.job_id == job_id for w in self._waiting):
+            self._waiting = deque(w for w in self._waiting if w.job_id != job_id)
+            return
         self.workspace.job_cancel_requested(job_id)
         self.engine.cancel(job_id)
 
@@ -355,14 +503,18 @@ class JobsController(QObject):
         """Every queued and running job, in one engine call and one redraw: with 945 queued
         this is as quick as with one (issue #21)."""
         ws = self.workspace
+        unlisted = len(self._waiting)
+        self._waiting.clear()  # the part of a large Run not made yet is never made
         ids = [job.id for job in ws.jobs.values() if job.state.cancellable]
-        if not ids:
+        if not ids and not unlisted:
             return
         with ws.batch():
             for job_id in ids:
-                ws.job_cancel_requested(job_id)
+                if ws.jobs[job_id].state is not JobState.QUEUED:  # a queued one just ends
+                    ws.job_cancel_requested(job_id)
             self.engine.cancel_many(ids)  # the queued ones' endings arrive inside the batch
-        self.statusRequested.emit(f"Cancelled {len(ids)} job{'s' if len(ids) != 1 else ''}.")
+        count = len(ids) + unlisted
+        self.statusRequested.emit(f"Cancelled {count} job{'s' if count != 1 else ''}.")
 
     def active(self) -> list[Job]:
         return self.workspace.active()
@@ -392,9 +544,10 @@ class JobsController(QObject):
         if not steps:
             return []
         ids: list[str] = []
+        rate = self._rate(steps[0])
         for source in sources:
             original = self.workspace.versions(source.key)[0]
-            ids.append(self._queue_one(source, steps[0], original, tuple(steps[1:])))
+            ids.append(self._queue_one(source, steps[0], original, tuple(steps[1:]), rate))
         if ids:
             self.workspace.set_following(len(ids) <= FOLLOW_AT_MOST)
         return ids
@@ -434,6 +587,7 @@ class JobsController(QObject):
         if job is None:
             return
         added = ws.job_finished(result)
+        self._ended_run(job)
         if job.state is JobState.FINISHED:
             self._learn(job)
             if job.message:  # some inputs of a multi-input job failed
@@ -467,6 +621,7 @@ class JobsController(QObject):
             return
         self.workspace.job_failed(failure.request_id, failure.message)
         job = self.workspace.jobs[failure.request_id]
+        self._ended_run(job)
         if self._then.pop(job.id, ()):
             self._chain_stopped(job, failure.message)
 
@@ -477,11 +632,48 @@ class JobsController(QObject):
     def _warn(self, text: str, topic: Topic) -> None:
         self.noticeRequested.emit(Notice(text, NoticeLevel.WARNING, topic))
 
+    def _ended_run(self, job: Job) -> None:
+        """Keep the end times of the jobs that ran back to back (each started as the one
+        before it ended), so a job's cost includes the engine's work between jobs."""
+        if job.started_at is None or job.ended_at is None:
+            return
+        ends = self._ends
+        if not ends or job.started_at - ends[-1] > BACK_TO_BACK_S:
+            ends.clear()
+        ends.append(job.ended_at)
+
+    def _engine_seconds(self, job: Job, seconds: float) -> float:
+        """What the job cost the engine: its own time, or in a run of back-to-back jobs the
+        time since the one before it ended (for tiny ones, whose endings arrive in bursts,
+        the mean over the last few), whichever is more."""
+        ends = self._ends
+        if len(ends) < 2 or ends[-1] != job.ended_at:
+            return seconds
+        load = float(job.result.timings.get("load_s", 0.0)) if job.result else 0.0
+        if job.megapixels < TINY_MP * max(job.frames, 1):
+            interval = (ends[-1] - ends[0]) / (len(ends) - 1)
+        else:
+            interval = ends[-1] - ends[-2]
+        return max(seconds, interval - load)
+
     def _learn(self, job: Job) -> None:
         seconds = job.working_seconds()
-        if seconds is None or job.result is None:
+        result = job.result
+        if seconds is None or result is None:
             return
-        frames = sum(p.frames for p in job.result.products[:1]) or 1
+        seconds = self._engine_seconds(job, seconds)
+        frames = sum(p.frames for p in result.products[:1]) or 1
+        event = job.progress
+        if event is not None and event.run_count > 1 and result.runs < event.run_count:
+            return  # a preview had made some of its tiles: its time says nothing of the rate
+        cold = bool(result.sessions_created)
+        if cold and job.first_run is not None and job.ended_at is not None:
+            # A fresh session's first run costs many runs' time (ORT's first allocations): the
+            # job's pace after it is what the next jobs will see.
+            at, fraction = job.first_run
+            if 0 < fraction < 1:
+                seconds = min(seconds, (job.ended_at - at) / (1 - fraction))
+                cold = False
         self.speeds.learn(
             job.request.operation,
             job.request.model,
@@ -489,5 +681,7 @@ class JobsController(QObject):
             seconds,
             job.megapixels,
             frames,
+            float(result.timings.get("io_s", 0.0)),
+            cold,
         )
         log.info("%s took %s", job.title, fmt_duration(seconds))

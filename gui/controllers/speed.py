@@ -1,10 +1,15 @@
 """How fast each model runs here, for the estimate before a job ("about 4 min on this CPU").
 
-The speed of a (model, device) pair is learnt from finished jobs — never from previews — and
-remembered in QSettings. Upscalers' work grows with the pixels, so their speed is a rate per
-megapixel of input with a fixed cost per image kept apart (decoding, the first run's
-allocations, writing): tiny inputs teach only the fixed cost, so a 1×1 image cannot poison
-the rate. The families that run the model at its own resolution have a time per image.
+The speed of a (model, device) pair is learnt from finished jobs — never from previews, nor from
+a job whose tiles a preview had made — and remembered in QSettings. Upscalers' work grows with
+the pixels, so their speed is a rate per megapixel of input with a fixed cost per image kept
+apart (decoding, padding, the smallest run, writing), fitted to the last few jobs (medians, so
+one odd job does not decide): tiny inputs (under TINY_MP) teach only the fixed cost, and the
+fixed cost never takes more than most of a real job's time, so a 1×1 image cannot poison the
+rate. A batch's figure is one sum, fixed cost × images + rate × their megapixels, worked out
+once per batch (`rate`), not once per job. How long the products take to write is learnt
+apart too, per megapixel of input, so a job's time left counts its writing. The families that
+run the model at its own resolution have a time per image.
 
 Nothing is run to measure a model (issue #22: the idle window holds nothing). Loading Photo ×4
 at start to time two tiny images cost seconds of CPU and, on a GPU, a CUDA context and VRAM
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,8 +42,10 @@ from gui.settings import AppSettings
 log = logging.getLogger(__name__)
 
 TINY_MP = 0.05  # inputs under ~250×200 px are all fixed cost: they teach no rate
-LEARN_WEIGHT = 0.5  # how much a new job moves the remembered speed
+LEARN_WEIGHT = 0.5  # how much a new job moves the remembered time per image (other families)
 MIN_MARGINAL = 0.2  # the rate keeps at least this share of a job's time (a fixed cost too high)
+HISTORY = 9  # the jobs the rate and the fixed cost are fitted to
+SIZE_CACHE_S = 30.0  # a model file's size is read again after this long
 
 ModelBytes = Callable[[str], int | None]
 
@@ -49,17 +57,27 @@ class Speed:
     per_image: float  # seconds per image (frame): families at the model's own resolution
     samples: int  # finished jobs that taught the rate (or the time per image)
     weight_bytes: int = 0  # the model's size, so other models' first figures can scale by it
+    write_per_mp: float = 0.0  # seconds of reading and writing files per megapixel of input
 
     def encode(self) -> str:
         return (
-            f"2;{self.per_mp:.6g};{self.fixed:.6g};{self.per_image:.6g};{self.samples};"
-            f"{self.weight_bytes}"
+            f"3;{self.per_mp:.6g};{self.fixed:.6g};{self.per_image:.6g};{self.samples};"
+            f"{self.weight_bytes};{self.write_per_mp:.6g}"
         )
 
     @staticmethod
     def decode(text: str) -> Speed | None:
         parts = text.split(";")
         try:
+            if len(parts) == 7 and parts[0] == "3":
+                return Speed(
+                    float(parts[1]),
+                    float(parts[2]),
+                    float(parts[3]),
+                    int(parts[4]),
+                    int(parts[5]),
+                    float(parts[6]),
+                )
             if len(parts) == 6 and parts[0] == "2":
                 return Speed(
                     float(parts[1]), float(parts[2]), float(parts[3]), int(parts[4]), int(parts[5])
@@ -80,8 +98,65 @@ class Estimate:
     rough: bool  # guessed from the model's size, not from a finished job of this model
 
 
+@dataclass(frozen=True)
+class Rate:
+    """A model's speed on a device as one batch's figures are worked out from it."""
+
+    fixed: float  # seconds per image (frame)
+    per_mp: float  # seconds per megapixel of input (0: the family's time is per image)
+    rough: bool
+    write_per_mp: float = 0.0
+
+    def seconds(self, megapixels: float, frames: int) -> float:
+        return self.fixed * max(frames, 1) + self.per_mp * max(megapixels, 0.0)
+
+    def estimate(self, megapixels: float, frames: int) -> Estimate:
+        return Estimate(self.seconds(megapixels, frames), self.rough)
+
+    def writing(self, megapixels: float) -> float | None:
+        """Seconds the products of `megapixels` of input take to write, when known."""
+        return self.write_per_mp * megapixels if self.write_per_mp > 0 else None
+
+
 def _scales_with_pixels(operation: Operation) -> bool:
     return operation is Operation.UPSCALE
+
+
+def _warm(history: list[tuple[float, float, bool]]) -> list[tuple[float, float]]:
+    """The samples to fit: a cold job (its session's first) only while no warm job of its
+    kind (tiny, or real) says better."""
+    warm_tiny = any(not cold and mp < TINY_MP for mp, _, cold in history)
+    warm_real = any(not cold and mp >= TINY_MP for mp, _, cold in history)
+    return [
+        (mp, s)
+        for mp, s, cold in history
+        if not cold or not (warm_tiny if mp < TINY_MP else warm_real)
+    ]
+
+
+def fit(samples: list[tuple[float, float]]) -> tuple[float, float]:
+    """(fixed seconds per image, seconds per megapixel) from (megapixels, seconds) per image.
+
+    Tiny images are all fixed cost: their median is it. Real ones give the rate, each its own
+    (seconds − fixed) / megapixels, and the median of those; when their sizes differ enough and
+    no tiny image measured the fixed cost, a straight line through them gives it. Either way
+    the fixed cost stays under (1 − MIN_MARGINAL) of the quickest real image, so a slow tiny
+    job (a first run's allocations) cannot make every image of a batch cost seconds."""
+    tiny = [s for m, s in samples if m < TINY_MP]
+    real = [(m, s) for m, s in samples if m >= TINY_MP]
+    fixed = statistics.median(tiny) if tiny else 0.0
+    if not real:
+        return fixed, 0.0
+    sizes = [m for m, _ in real]
+    if not tiny and len(real) >= 3 and max(sizes) >= 2 * min(sizes):
+        mean_m = statistics.fmean(sizes)
+        mean_s = statistics.fmean(s for _, s in real)
+        spread = sum((m - mean_m) ** 2 for m in sizes)
+        slope = sum((m - mean_m) * (s - mean_s) for m, s in real) / spread
+        if slope > 0:
+            fixed = max(mean_s - slope * mean_m, 0.0)
+    fixed = min(fixed, (1 - MIN_MARGINAL) * min(s for _, s in real))
+    return fixed, statistics.median((s - fixed) / m for m, s in real)
 
 
 def model_file_bytes(model: str, models_dir: Path) -> int | None:
@@ -104,6 +179,7 @@ class SpeedBook:
     def __init__(self, settings: AppSettings, model_bytes: ModelBytes | None = None) -> None:
         self.settings = settings
         self.model_bytes = model_bytes  # None: sizes unknown, so no first figure from size
+        self._sizes: dict[str, tuple[float, int]] = {}  # model → (when read, its size)
 
     @staticmethod
     def key(model: str, device: str) -> str:
@@ -118,6 +194,26 @@ class SpeedBook:
         self._remember_model(model, device)
         return speed
 
+    def _history(self, model: str, device: str) -> list[tuple[float, float, bool]]:
+        """The last jobs' (megapixels, seconds) per image, and whether the job was its
+        session's first (cold), oldest first."""
+        found = []
+        for entry in self.settings.speed_for("jobs\t" + self.key(model, device)).split(";"):
+            parts = entry.split(":")
+            try:
+                found.append((float(parts[0]), float(parts[1]), parts[2:] == ["c"]))
+            except (ValueError, IndexError):
+                continue
+        return found
+
+    def _put_history(
+        self, model: str, device: str, history: list[tuple[float, float, bool]]
+    ) -> None:
+        text = ";".join(
+            f"{mp:.6g}:{s:.6g}" + (":c" if cold else "") for mp, s, cold in history[-HISTORY:]
+        )
+        self.settings.set_speed_for("jobs\t" + self.key(model, device), text)
+
     def learn(
         self,
         operation: Operation,
@@ -126,9 +222,13 @@ class SpeedBook:
         seconds: float,
         megapixels: float,
         frames: int,
+        io_seconds: float = 0.0,
+        cold: bool = False,
     ) -> Speed | None:
         """Learn from one finished job: `seconds` of work (model loading excluded) over
-        `megapixels` of input in `frames` images (frames of a sequence)."""
+        `megapixels` of input in `frames` images (frames of a sequence), `io_seconds` of them
+        reading and writing files; `cold`: its session was made for it, so its first run
+        carried the session's first allocations (counted until a warm job of its kind ran)."""
         if seconds <= 0 or (megapixels <= 0 and frames <= 0):
             return None
         frames = max(frames, 1)
@@ -143,57 +243,63 @@ class SpeedBook:
             return self._put(
                 model, device, Speed(0.0, 0.0, mixed, old.samples + 1, weight or old.weight_bytes)
             )
-        if megapixels < TINY_MP * frames:
-            # All fixed cost: it teaches only that, and the rate learnt so far stays.
-            fixed = seconds / frames
-            if old is not None and old.fixed > 0:
-                fixed = (1 - w) * old.fixed + w * fixed
-            base = old or Speed(0.0, 0.0, 0.0, 0, weight)
-            return self._put(
-                model,
-                device,
-                Speed(
-                    base.per_mp, fixed, base.per_image, base.samples, weight or base.weight_bytes
-                ),
-            )
-        fixed = old.fixed if old is not None else 0.0
-        marginal = max(seconds - fixed * frames, MIN_MARGINAL * seconds) / megapixels
-        if old is None or old.samples == 0:
-            speed = Speed(marginal, fixed, seconds / frames, 1, weight)
-        else:
-            speed = Speed(
-                (1 - w) * old.per_mp + w * marginal,
+        history = self._history(model, device)
+        if not history and old is not None and old.samples > 0:
+            history = [(1.0, old.fixed + old.per_mp, False)]  # kept before the history was
+        history = [*history, (megapixels / frames, seconds / frames, cold)][-HISTORY:]
+        self._put_history(model, device, history)
+        fixed, per_mp = fit(_warm(history))
+        base = old or Speed(0.0, 0.0, 0.0, 0, weight)
+        tiny = megapixels < TINY_MP * frames
+        write = base.write_per_mp
+        if not tiny and io_seconds > 0:
+            fresh = io_seconds / megapixels
+            write = fresh if write <= 0 else (1 - w) * write + w * fresh
+        per_image = base.per_image if tiny else seconds / frames
+        return self._put(
+            model,
+            device,
+            Speed(
+                per_mp,
                 fixed,
-                (1 - w) * old.per_image + w * seconds / frames,
-                old.samples + 1,
-                weight or old.weight_bytes,
-            )
-        return self._put(model, device, speed)
+                per_image,
+                base.samples + (0 if tiny else 1),
+                weight or base.weight_bytes,
+                write,
+            ),
+        )
+
+    def rate(self, operation: Operation, model: str, device: str) -> Rate | None:
+        """The figures a batch's estimate is made of, read once for the whole batch."""
+        pixels = _scales_with_pixels(operation)
+        speed = self.get(model, device)
+        if speed is not None and speed.samples > 0:
+            if pixels:
+                return Rate(speed.fixed, speed.per_mp, False, speed.write_per_mp)
+            return Rate(speed.per_image, 0.0, False)
+        guess = self._guess(operation, model, device)
+        if guess is None:
+            if pixels and speed is not None and speed.fixed > 0:
+                return Rate(speed.fixed, 0.0, False)  # only tiny ones so far: no rate yet
+            return None
+        if pixels:
+            fixed = speed.fixed if speed is not None and speed.fixed > 0 else guess.fixed
+            return Rate(fixed, guess.per_mp, True)
+        return Rate(guess.per_image, 0.0, True)
 
     def estimate(
         self, operation: Operation, model: str, device: str, megapixels: float, frames: int
     ) -> Estimate | None:
         """The time of a batch of `frames` images over `megapixels` in all: one figure."""
-        frames = max(frames, 1)
         pixels = _scales_with_pixels(operation)
         if pixels and megapixels <= 0:
             return None
-        speed = self.get(model, device)
-        tiny = megapixels < TINY_MP * frames
-        if speed is not None and pixels and tiny and speed.fixed > 0:
-            # Tiny inputs are all fixed cost, and that is known from tiny jobs.
-            return Estimate(speed.fixed * frames + speed.per_mp * megapixels, False)
-        if speed is not None and speed.samples > 0:
-            if pixels:
-                return Estimate(speed.fixed * frames + speed.per_mp * megapixels, False)
-            return Estimate(speed.per_image * frames, False)
-        guess = self._guess(operation, model, device)
-        if guess is None:
+        rate = self.rate(operation, model, device)
+        if rate is None:
             return None
-        if pixels:
-            fixed = speed.fixed if speed is not None and speed.fixed > 0 else guess.fixed
-            return Estimate(fixed * frames + guess.per_mp * megapixels, True)
-        return Estimate(guess.per_image * frames, True)
+        if pixels and rate.per_mp <= 0 and megapixels >= TINY_MP * max(frames, 1):
+            return None  # the fixed cost alone says nothing of a real image's time
+        return rate.estimate(megapixels, frames)
 
     def _guess(self, operation: Operation, model: str, device: str) -> Speed | None:
         """A first figure for a model never run on `device`: its size times the time per
@@ -224,12 +330,20 @@ class SpeedBook:
         )
 
     def _bytes(self, model: str) -> int:
+        """The model file's size, read at most every SIZE_CACHE_S (the catalog and the file
+        are not read again for each of a thousand jobs)."""
         if self.model_bytes is None:
             return 0
+        now = time.monotonic()
+        cached = self._sizes.get(model)
+        if cached is not None and now - cached[0] < SIZE_CACHE_S:
+            return cached[1]
         try:
-            return int(self.model_bytes(model) or 0)
+            size = int(self.model_bytes(model) or 0)
         except OSError:
-            return 0
+            size = 0
+        self._sizes[model] = (now, size)
+        return size
 
     # The models with a remembered speed on each device, so a guess can look at them.
     def _models(self, device: str) -> list[str]:

@@ -1,12 +1,27 @@
 """The inputs: a thumbnail per added image, each marked while its job runs, when it is done, in
-red when its last job failed, and broken when it cannot be read (the reason in its tooltip)."""
+red when its last job failed, and broken when it cannot be read (the reason in its tooltip).
+
+A thousand images cost little more than ten (issue #21): the marks are painted over the
+thumbnails by the list's delegate, so a mark is one data change of one item, and the items are
+laid out in batches."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from enum import Enum
 
-from PySide6.QtCore import QItemSelectionModel, QPoint, QPointF, QRectF, QSize, Qt, Signal
+from PySide6.QtCore import (
+    QItemSelectionModel,
+    QModelIndex,
+    QPersistentModelIndex,
+    QPoint,
+    QPointF,
+    QRect,
+    QRectF,
+    QSize,
+    Qt,
+    Signal,
+)
 from PySide6.QtGui import QColor, QFont, QIcon, QImage, QPainter, QPen, QPixmap
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -15,6 +30,9 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QMenu,
+    QStyle,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -44,33 +62,77 @@ def _placeholder() -> QPixmap:
     return pix
 
 
+BADGES = {
+    InputMark.RUNNING: (QColor(52, 152, 219), "…"),
+    InputMark.DONE: (QColor(39, 174, 96), "✓"),
+    InputMark.FAILED: (QColor(192, 57, 43), "!"),
+    InputMark.BROKEN: (QColor(90, 90, 90), "✕"),
+}
+
+
+def paint_badge(painter: QPainter, thumb: QRect, mark: InputMark) -> None:
+    """The mark in the corner of the thumbnail's square."""
+    if mark is InputMark.NONE:
+        return
+    colour, glyph = BADGES[mark]
+    painter.save()
+    painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+    painter.setPen(QPen(QColor(255, 255, 255), 2))
+    painter.setBrush(colour)
+    centre = QPointF(thumb.left() + thumb.width() - 14, thumb.top() + thumb.height() - 14)
+    painter.drawEllipse(centre, 12, 12)
+    font = QFont(painter.font())
+    font.setBold(True)
+    font.setPixelSize(15)
+    painter.setFont(font)
+    painter.drawText(
+        QRectF(centre.x() - 12, centre.y() - 12, 24, 24), Qt.AlignmentFlag.AlignCenter, glyph
+    )
+    painter.restore()
+
+
 def badged(base: QPixmap, mark: InputMark) -> QPixmap:
-    """The thumbnail on a square canvas with its mark in the corner."""
+    """The thumbnail on a square canvas with its mark in the corner (as the list draws it)."""
     pix = QPixmap(THUMB, THUMB)
     pix.fill(Qt.GlobalColor.transparent)
     painter = QPainter(pix)
     painter.drawPixmap((THUMB - base.width()) // 2, (THUMB - base.height()) // 2, base)
-    if mark is not InputMark.NONE:
-        colour, glyph = {
-            InputMark.RUNNING: (QColor(52, 152, 219), "…"),
-            InputMark.DONE: (QColor(39, 174, 96), "✓"),
-            InputMark.FAILED: (QColor(192, 57, 43), "!"),
-            InputMark.BROKEN: (QColor(90, 90, 90), "✕"),
-        }[mark]
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        painter.setPen(QPen(QColor(255, 255, 255), 2))
-        painter.setBrush(colour)
-        centre = QPointF(THUMB - 14, THUMB - 14)
-        painter.drawEllipse(centre, 12, 12)
-        font = QFont(painter.font())
-        font.setBold(True)
-        font.setPixelSize(15)
-        painter.setFont(font)
-        painter.drawText(
-            QRectF(centre.x() - 12, centre.y() - 12, 24, 24), Qt.AlignmentFlag.AlignCenter, glyph
-        )
+    paint_badge(painter, QRect(0, 0, THUMB, THUMB), mark)
     painter.end()
     return pix
+
+
+class _BadgeDelegate(QStyledItemDelegate):
+    """Draws each item's mark over its thumbnail at paint time, so a mark costs one data
+    change of one item, not a new picture (a thousand marks at Run: issue #21). Painting is
+    also how the panel learns which thumbnails are in view and worth making."""
+
+    def __init__(self, panel: InputsPanel) -> None:
+        super().__init__(panel)
+        self.panel = panel
+
+    def paint(
+        self,
+        painter: QPainter,
+        option: QStyleOptionViewItem,
+        index: QModelIndex | QPersistentModelIndex,
+    ) -> None:
+        super().paint(painter, option, index)
+        mark = self.panel.mark(index.data(KEY))
+        if mark is InputMark.NONE:
+            return
+        decoration = QRect(option.rect)
+        style = QStyleOptionViewItem(option)
+        self.initStyleOption(style, index)
+        widget = style.widget
+        app_style = widget.style() if widget is not None else None
+        if app_style is not None:
+            decoration = app_style.subElementRect(
+                QStyle.SubElement.SE_ItemViewItemDecoration, style, widget
+            )
+        square = QRect(0, 0, THUMB, THUMB)
+        square.moveCenter(decoration.center())
+        paint_badge(painter, square, mark)
 
 
 class InputsPanel(QWidget):
@@ -87,6 +149,7 @@ class InputsPanel(QWidget):
         self._thumbs: dict[str, QPixmap] = {}
         self._marks: dict[str, InputMark] = {}
         self._tips: dict[str, str] = {}
+        self._base_tips: dict[str, str] = {}  # the paths and the size: made once per input
         self._programmatic = False
         self.heading = QLabel("<b>Images</b>")
         self.list = QListWidget()
@@ -98,7 +161,10 @@ class InputsPanel(QWidget):
         self.list.setWordWrap(False)
         self.list.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.list.setUniformItemSizes(True)
+        self.list.setLayoutMode(QListWidget.LayoutMode.Batched)  # 1000 items laid out in steps
+        self.list.setBatchSize(200)
         self.list.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.list.setItemDelegate(_BadgeDelegate(self))
         self.list.currentItemChanged.connect(self._current_changed)
         self.list.itemPressed.connect(self._pressed)
         self.list.itemSelectionChanged.connect(self.selectionChanged)
@@ -129,6 +195,7 @@ class InputsPanel(QWidget):
         layout.addWidget(self.list, 1)
         layout.addLayout(buttons)
         self._placeholder = _placeholder()
+        self._placeholder_icon = QIcon(self._placeholder)  # one icon shared by every new item
         self._items: dict[str, QListWidgetItem] = {}
         needed = sum(b.sizeHint().width() for b in (add, self.remove_button, clear)) + 12
         self.setMinimumWidth(max(THUMB + 40, needed))
@@ -142,28 +209,33 @@ class InputsPanel(QWidget):
         try:
             if not wanted:
                 self.list.clear()  # one call, not one per image
-            for row in reversed(range(self.list.count())):
-                item = self.list.item(row)
-                if item is not None and item.data(KEY) not in wanted:
-                    self.list.takeItem(row)
-            present = {self.list.item(r).data(KEY) for r in range(self.list.count())}
-            for index, source in enumerate(sources):
+            elif not self._items.keys() <= wanted.keys():  # some go: not a pure add
+                for row in reversed(range(self.list.count())):
+                    item = self.list.item(row)
+                    if item is not None and item.data(KEY) not in wanted:
+                        self.list.takeItem(row)
+            present = set(self._items) & wanted.keys() if wanted else set()
+            # the usual case, new ones after the kept ones: appended, no index to shift
+            appended = all(s.key in present for s in sources[: len(present)])
+            order = {key: index for index, key in enumerate(wanted)}
+            for source in sources:
                 if source.key in present:
                     continue
-                item = QListWidgetItem(QIcon(self._placeholder), source.name)
+                item = QListWidgetItem(self._placeholder_icon, source.name)
                 item.setData(KEY, source.key)
                 item.setSizeHint(self.list.gridSize())
-                self.list.insertItem(index, item)
+                if appended:
+                    self.list.addItem(item)
+                else:
+                    self.list.insertItem(order[source.key], item)
+                self._items[source.key] = item
+                self._refresh_tip(item, source)
             self.sources = wanted
-            self._items = {
-                i.data(KEY): i for i in (self.list.item(r) for r in range(self.list.count())) if i
-            }
-            for key in list(self._thumbs):
-                if key not in wanted:
-                    self._thumbs.pop(key, None)
-                    self._marks.pop(key, None)
-            for key in wanted:
-                self._refresh_item(key)
+            for key in [k for k in self._items if k not in wanted]:
+                del self._items[key]
+            for store in (self._thumbs, self._marks, self._tips, self._base_tips):
+                for key in [k for k in store if k not in wanted]:
+                    del store[key]
         finally:
             self._programmatic = False
         self.heading.setText(f"<b>Images</b> ({len(sources)})")
@@ -171,32 +243,35 @@ class InputsPanel(QWidget):
             self.currentChanged.emit(self.current_key(), False)
 
     def set_thumbnail(self, key: str, image: QImage) -> None:
-        if key not in self.sources:
+        item = self._item(key)
+        if item is None or key not in self.sources:
             return
-        self._thumbs[key] = QPixmap.fromImage(image) if not image.isNull() else self._placeholder
-        self._refresh_item(key)
+        thumb = QPixmap.fromImage(image) if not image.isNull() else self._placeholder
+        self._thumbs[key] = thumb
+        item.setIcon(QIcon(thumb))
 
     def set_mark(self, key: str, mark: InputMark, tip: str = "") -> None:
+        if self._marks.get(key, InputMark.NONE) is mark and self._tips.get(key, "") == tip:
+            return  # nothing to redraw (every input is told again when the list changes)
         self._marks[key] = mark
         self._tips[key] = tip
-        self._refresh_item(key)
+        item = self._item(key)
+        source = self.sources.get(key)
+        if item is not None and source is not None:
+            self._refresh_tip(item, source)  # its data change redraws the item, badge and all
 
     def mark(self, key: str) -> InputMark:
         return self._marks.get(key, InputMark.NONE)
 
-    def _refresh_item(self, key: str) -> None:
-        item = self._item(key)
-        source = self.sources.get(key)
-        if item is None or source is None:
-            return
-        mark = self._marks.get(key, InputMark.NONE)
-        item.setIcon(QIcon(badged(self._thumbs.get(key, self._placeholder), mark)))
-        lines = ["\n".join(str(p) for p in source.paths[:3])]
-        if source.detail:
-            lines.append(source.detail)
-        if self._tips.get(key):
-            lines.append(self._tips[key])
-        item.setToolTip("\n".join(lines))
+    def _refresh_tip(self, item: QListWidgetItem, source: InputSource) -> None:
+        base = self._base_tips.get(source.key)
+        if base is None:
+            lines = ["\n".join(str(p) for p in source.paths[:3])]
+            if source.detail:
+                lines.append(source.detail)
+            base = self._base_tips[source.key] = "\n".join(lines)
+        tip = self._tips.get(source.key)
+        item.setToolTip(f"{base}\n{tip}" if tip else base)
 
     def _item(self, key: str) -> QListWidgetItem | None:
         # A dict, not a scan: 1000 thumbnails and marks arrive one by one (issue #21).
@@ -236,9 +311,12 @@ class InputsPanel(QWidget):
         return self.sources.get(key) if key else None
 
     def selected_keys(self) -> list[str]:
-        keys = [item.data(KEY) for item in self.list.selectedItems()]
-        order = [self.list.item(r).data(KEY) for r in range(self.list.count())]
-        return sorted((k for k in keys if k in self.sources), key=order.index)
+        """The selected inputs in the list's order (rows from the selection model: no scan of
+        every item per selected one)."""
+        rows = sorted({index.row() for index in self.list.selectionModel().selectedIndexes()})
+        items = (self.list.item(r) for r in rows)
+        keys = (item.data(KEY) for item in items if item is not None)
+        return [k for k in keys if k in self.sources]
 
     def _current_changed(
         self, current: QListWidgetItem | None, _previous: QListWidgetItem | None

@@ -31,6 +31,77 @@ from gui.widgets.elided_label import ElidedLabel
 FAILED_STYLE = "color: #c0392b;"
 ROWS_SHOWN = 3  # rows visible while jobs run; the rest scroll
 FOLLOW_AFTER_S = 8.0  # after the person scrolls the list, it follows the running job again
+FRAME_MS = 16  # the batch line and the rows in view redraw at most once a frame
+
+
+class BatchPace:
+    """The sums the batch line's time left is made of, kept as each job changes state, so the
+    figure costs the same for 3 jobs or 1000: the queued jobs' estimates (from the model's
+    measured speed, see gui/controllers/speed.py), and how long this batch's finished jobs
+    took against theirs."""
+
+    def __init__(self) -> None:
+        self.ended = 0  # jobs of this batch that ended (finished, failed or cancelled)
+        self._queued: dict[str, float | None] = {}  # queued job → its estimate as counted
+        self._queued_expected = 0.0
+        self._queued_unknown = 0  # queued jobs without an estimate
+        self._done = 0  # finished jobs, and the seconds they worked
+        self._done_seconds = 0.0
+        self._done_expected = 0.0  # finished jobs that had an estimate: theirs, and their time
+        self._done_measured = 0.0
+
+    def count(self, job: Job, old: JobState | None) -> None:
+        self.forget(job.id)
+        if job.state is JobState.QUEUED:
+            self._queued[job.id] = job.expected_s
+            if job.expected_s is None:
+                self._queued_unknown += 1
+            else:
+                self._queued_expected += job.expected_s
+        if old is None or not old.active or not job.state.ended:
+            return
+        self.ended += 1
+        seconds = job.working_seconds() if job.state is JobState.FINISHED else None
+        if seconds is None:
+            return  # a cancelled or failed job says nothing of the pace
+        self._done += 1
+        self._done_seconds += seconds
+        if job.expected_s is not None and job.expected_s > 0:
+            self._done_expected += job.expected_s
+            self._done_measured += seconds
+
+    def forget(self, job_id: str) -> None:
+        if job_id not in self._queued:
+            return
+        expected = self._queued.pop(job_id)
+        if expected is None:
+            self._queued_unknown -= 1
+        else:
+            self._queued_expected -= expected
+
+    @property
+    def ratio(self) -> float:
+        """This batch's time over its estimates so far (1: as estimated)."""
+        if self._done_expected <= 0:
+            return 1.0
+        # Unclamped: a model's first job (a fresh session's first run) can make the queued
+        # jobs' estimates 100× their real time; the batch's own jobs say so.
+        return max(self._done_measured / self._done_expected, 1e-3)
+
+    def expected(self, job: Job) -> float | None:
+        """A job's time, as this batch's pace says."""
+        if job.expected_s is not None:
+            return job.expected_s * self.ratio
+        return self._done_seconds / self._done if self._done else None
+
+    def queued_left(self) -> float | None:
+        """The queued jobs' time, or None while some have no estimate and none finished."""
+        total = max(self._queued_expected, 0.0) * self.ratio
+        if self._queued_unknown > 0:
+            if not self._done:
+                return None
+            total += self._queued_unknown * self._done_seconds / self._done
+        return total
 
 
 class JobRow(QFrame):
@@ -68,6 +139,7 @@ class JobRow(QFrame):
 
         top = QHBoxLayout()
         top.setContentsMargins(0, 0, 0, 0)
+        top.setSpacing(8)  # "Queued (a few seconds)", not "Queued(a few seconds)"
         top.addWidget(self.title, 1)
         top.addWidget(self.state_label)
         top.addWidget(self.time_label)
@@ -85,7 +157,17 @@ class JobRow(QFrame):
         layout.addLayout(bottom)
         for button in (self.cancel_button, self.open_button, self.reveal_button):
             button.setFocusPolicy(Qt.FocusPolicy.TabFocus)  # a click leaves the focus where it was
+        self._styles: dict[QWidget, str] = {}
+        self._titled: Job | None = None  # the job whose title the row shows
+        self._title = ("", "")
+        self._laid: tuple[JobState, int, int] | None = None
         self.refresh()
+
+    def _style(self, widget: QWidget, sheet: str) -> None:
+        # A style sheet set again costs a restyle of the widget even when it is the same.
+        if self._styles.get(widget) != sheet:
+            self._styles[widget] = sheet
+            widget.setStyleSheet(sheet)
 
     def bind(self, job: Job) -> None:
         self.job = job
@@ -93,14 +175,20 @@ class JobRow(QFrame):
 
     def refresh(self, now: float | None = None) -> None:
         job = self.job
-        self.title.setText(job.title, "\n".join(str(p) for p in job.request.inputs))
+        if self._titled is not job:  # a job's title is the same all its life (and reads a stat)
+            self._titled = job
+            self._title = (job.title, "\n".join(str(p) for p in job.request.inputs))
+        self.title.setText(*self._title)  # and lays the row out again for its new texts
         state = job.state
         self.state_label.setText(state.value)
         failed = state is JobState.FAILED
-        self.state_label.setStyleSheet(FAILED_STYLE + " font-weight: bold;" if failed else "")
+        self._style(self.state_label, FAILED_STYLE + " font-weight: bold;" if failed else "")
         running = state in (JobState.LOADING, JobState.RUNNING, JobState.CANCELLING)
         trouble = failed or (state is JobState.FINISHED and bool(job.message))
         self.bar.setVisible(not trouble)
+        # QProgressBar repaints at once on a new value; with updates off it is drawn with the
+        # rest of the frame instead (a row rebinds each time a job of a batch ends).
+        self.bar.setUpdatesEnabled(False)
         self.bar.setValue(int(job.fraction * 1000))
         text = progress_text(job.progress, job.request.operation)
         if state is JobState.QUEUED:
@@ -114,9 +202,10 @@ class JobRow(QFrame):
         elif job.writing:
             text = "writing the result…"
         self.bar.setFormat(text or "%p%")
+        self.bar.setUpdatesEnabled(True)
         self.message.setVisible(trouble)
         self.message.setText(job.message)
-        self.message.setStyleSheet(FAILED_STYLE if failed else "")
+        self._style(self.message, FAILED_STYLE if failed else "")
         self.cancel_button.setVisible(state.cancellable or state is JobState.CANCELLING)
         self.cancel_button.setEnabled(state.cancellable)
         has_result = state is JobState.FINISHED and bool(job.result and job.result.products)
@@ -125,14 +214,20 @@ class JobRow(QFrame):
         times = ""
         if job.started_at is not None:
             times = fmt_duration(job.elapsed(now))
-            eta = job.eta(now) if running and not job.writing else None
-            if eta is not None:
+            eta = job.eta(now) if running else None
+            if eta is not None:  # while writing: the write's own estimate, when one is known
                 times += f" · {fmt_estimate(eta)} left"
-                if job.eta_is_estimate():
+                if job.eta_is_estimate() and not job.writing:
                     times += " (estimate)"
         elif state is JobState.QUEUED and job.expected_s is not None:
             times = f"({fmt_estimate(job.expected_s)})"
         self.time_label.setText(times)
+        laid = (state, self.state_label.sizeHint().width(), self.time_label.sizeHint().width())
+        if laid != self._laid:  # new widths: lay the row out now, not a frame late (stale)
+            self._laid = laid
+            layout = self.layout()
+            if layout is not None:
+                layout.activate()
 
     def mouseReleaseEvent(self, event: QMouseEvent) -> None:
         if event.button() == Qt.MouseButton.LeftButton:
@@ -143,7 +238,8 @@ class JobRow(QFrame):
 class JobList(QWidget):
     """A virtual list: a few real rows (`rows_shown`) bound to whichever jobs are in view, over
     a scroll bar for the rest, so a thousand jobs cost no more than three (issue #21). Counts
-    are kept as jobs change state, so each event costs the same whatever the batch's size."""
+    and the batch's sums are kept as jobs change state, so each event costs the same whatever
+    the batch's size; the batch line and the rows' binding are redrawn at most once a frame."""
 
     cancelRequested = Signal(str)
     cancelAllRequested = Signal()
@@ -158,15 +254,15 @@ class JobList(QWidget):
         self._index: dict[str, int] = {}  # job id → its place in `_jobs`
         self._states: dict[str, JobState] = {}  # the state each job had when last counted
         self._counts: Counter[JobState] = Counter()
+        self._batch = BatchPace()
         self._top = 0  # the first job in view
         self._running: str | None = None
         self._next_hint = 0  # no job before this place is still queued (jobs run in order)
         self._person_scrolled_at = -1e9  # the list follows the running job unless just scrolled
-        self._batch_ended = 0  # jobs of this batch (since the list was last idle) that ended
-        self._batch_started_at = 0.0
         self._batch_left: float | None = None  # seconds the batch has left, refreshed each tick
         self._pinned: bool | None = None  # the person's choice; None: open while jobs run
         self._attention: list[str] = []  # failed jobs the person has not seen yet, in order
+        self._heights: tuple[int, int, tuple[str, ...]] | None = None  # width, shown, rows' states
         self.rows_shown = ROWS_SHOWN
         self.toggle = QToolButton()
         self.toggle.setAutoRaise(True)
@@ -215,11 +311,11 @@ class JobList(QWidget):
         self.clock = QTimer(self)
         self.clock.setInterval(1000)  # elapsed time and ETA of running jobs
         self.clock.timeout.connect(self.tick)
-        self._later = QTimer(self)
+        self._later = QTimer(self)  # the next frame's redraw, for every change until then
         self._later.setSingleShot(True)
-        self._later.setInterval(0)
-        self._later.timeout.connect(self._update)
-        self._later.timeout.connect(self._follow)
+        self._later.setInterval(FRAME_MS)
+        self._later.timeout.connect(self._redraw)
+        self._follow_wanted = False
         self._update()
 
     # -- jobs ---------------------------------------------------------------------------------
@@ -234,42 +330,44 @@ class JobList(QWidget):
         if job.id in self._index:
             return
         if not self._active_count():
-            self._batch_ended = 0  # a new batch
-            self._batch_started_at = time.monotonic()
+            self._batch = BatchPace()  # a new batch
             self._batch_left = None
             self._next_hint = len(self._jobs)
         self._index[job.id] = len(self._jobs)
         self._jobs.append(job)
         self._count(job)
         self._pinned = None  # a new batch shows itself
-        if not self._later.isActive():  # 1000 jobs queued at once: one redraw after them
-            self._later.start()
+        self._schedule(follow=True)  # 1000 jobs queued at once: one redraw after them
 
     def update_job(self, job_id: str) -> None:
         place = self._index.get(job_id)
         if place is None:
             return
         job = self._jobs[place]
-        was = self._states.get(job_id)
         self._count(job)
         state = job.state
+        follow = False
         if state is JobState.FAILED and job_id not in self._attention:
             self._attention.append(job_id)
             self._pinned = None
         if state in (JobState.LOADING, JobState.RUNNING, JobState.CANCELLING):
             if self._running != job_id:
                 self._running = job_id
-                self._follow()
+                follow = True
         elif self._running == job_id:
             self._running = None
-            if not self._active_count():
-                self._follow()  # the batch ended: its failure, else its last job
-        if was is not None and was.active and state.ended:
-            self._batch_ended += 1
-        row = self.row(job_id)
+            follow = True  # the next queued one, or at the batch's end its failure or last job
+        row = self._bound(job)
         if row is not None:
-            row.refresh()
-        self._update()
+            row.refresh()  # at once: the person may be looking at this very row
+        self._schedule(follow)
+
+    def _bound(self, job: Job) -> JobRow | None:
+        """The real row showing `job` now, without binding anything."""
+        slot = self._index.get(job.id, -1) - self._top
+        if 0 <= slot < min(self.rows_shown, len(self.pool)) and self.pool[slot].job is job:
+            return self.pool[slot]
+        return None
 
     def row(self, job_id: str) -> JobRow | None:
         """The row bound to the job, when it is in view (or would be, with the list open)."""
@@ -291,6 +389,7 @@ class JobList(QWidget):
             state = self._states.pop(job_id, None)
             if state is not None:
                 self._counts[state] -= 1
+            self._batch.forget(job_id)
         if self._running in gone:
             self._running = None
         self._next_hint = 0
@@ -303,6 +402,7 @@ class JobList(QWidget):
             self._counts[old] -= 1
         self._states[job.id] = job.state
         self._counts[job.state] += 1
+        self._batch.count(job, old)
 
     def _active_count(self) -> int:
         return sum(n for state, n in self._counts.items() if state.active)
@@ -320,19 +420,22 @@ class JobList(QWidget):
         self._update()
 
     def _estimate_left(self, now: float) -> float | None:
-        """The batch's time left: its own pace once a job of it ended, else the jobs' estimates
-        (once a second, so the sum over the queue is not paid per event)."""
-        active = self._active_count()
-        if not active:
+        """The batch's time left, one figure: the running job's, then the queued jobs' own
+        estimates scaled by how this batch's finished jobs compared with theirs (or this
+        batch's time per job where there was no estimate). O(1): sums kept per change."""
+        if not self._active_count():
             return None
-        if self._batch_ended:
-            return (now - self._batch_started_at) / self._batch_ended * active
         running = self._jobs[self._index[self._running]] if self._running else None
         left = running.eta(now) if running is not None else None
-        queued = [j.expected_s for j in self._jobs if j.state is JobState.QUEUED]
-        if any(s is None for s in queued) or (running is not None and left is None):
+        if running is not None and left is None:
+            left = self._batch.expected(running)
+            if left is None and not running.writing:
+                return None
+            left = max((left or 0.0) - running.elapsed(now), 0.0)
+        queued = self._batch.queued_left()
+        if queued is None:
             return None
-        return (left or 0.0) + sum(s for s in queued if s is not None)
+        return (left or 0.0) + queued
 
     # -- what is in view ----------------------------------------------------------------------
     @property
@@ -367,6 +470,19 @@ class JobList(QWidget):
         if self._attention and self._attention[-1] in self._index:
             return self._index[self._attention[-1]]
         return max(len(self._jobs) - 1, 0)
+
+    def _schedule(self, follow: bool = False) -> None:
+        """Redraw the batch line and the rows in view at the next frame, once for every
+        change until then (a thousand jobs cancelled at once, tiles every few ms)."""
+        self._follow_wanted = self._follow_wanted or follow
+        if not self._later.isActive():
+            self._later.start()
+
+    def _redraw(self) -> None:
+        if self._follow_wanted:
+            self._follow_wanted = False
+            self._follow()
+        self._update()
 
     def _follow(self) -> None:
         if time.monotonic() - self._person_scrolled_at < FOLLOW_AFTER_S:
@@ -407,23 +523,38 @@ class JobList(QWidget):
         return self.pool[slot]
 
     def _bind(self) -> None:
-        """Bind the real rows to the jobs from `_top`, and size the list to them."""
+        """Bind the real rows to the jobs from `_top` (only the rows whose job changed), and
+        size the list to them."""
         shown = min(self.rows_shown, len(self._jobs))
         self._top = min(self._top, max(len(self._jobs) - shown, 0))
         for slot in range(max(shown, len(self.pool))):
             if slot < shown:
                 row = self._row_widget(slot)
-                row.bind(self._jobs[self._top + slot])
-                row.show()
-            else:
+                job = self._jobs[self._top + slot]
+                if row.job is not job:
+                    row.bind(job)
+                if row.isHidden():
+                    row.show()
+            elif not self.pool[slot].isHidden():
                 self.pool[slot].hide()
-        self.scroll_bar.blockSignals(True)
-        self.scroll_bar.setRange(0, max(len(self._jobs) - shown, 0))
-        self.scroll_bar.setPageStep(max(shown, 1))
-        self.scroll_bar.setValue(self._top)
-        self.scroll_bar.blockSignals(False)
+        length = max(len(self._jobs) - shown, 0)
+        if (self.scroll_bar.maximum(), self.scroll_bar.value()) != (length, self._top):
+            self.scroll_bar.blockSignals(True)
+            self.scroll_bar.setRange(0, length)
+            self.scroll_bar.setPageStep(max(shown, 1))
+            self.scroll_bar.setValue(self._top)
+            self.scroll_bar.blockSignals(False)
         self.scroll_bar.setVisible(len(self._jobs) > shown)
         width = self.container.width()
+        # A row's height changes with its state (a failure's wrapped reason) and the width.
+        key = (
+            width,
+            shown,
+            tuple(f"{r.job.state.value}{r.job.message}" for r in self.pool[:shown]),
+        )
+        if key == self._heights:
+            return
+        self._heights = key
         heights = [
             r.heightForWidth(width)
             if r.hasHeightForWidth() and width > 50
@@ -438,10 +569,17 @@ class JobList(QWidget):
         queued = counts[JobState.QUEUED]
         failed = counts[JobState.FAILED]
         cancelled = counts[JobState.CANCELLED]
+        ended = self._batch.ended
         parts = []
         if active:
-            total = active + self._batch_ended
-            head = f"{self._batch_ended}/{total}" if total > 1 else "1 running"
+            total = active + ended
+            running = self._jobs[self._index[self._running]] if self._running else None
+            if total > 1:
+                head = f"{ended}/{total}"
+            elif running is not None and running.writing:
+                head = "writing the result…"
+            else:
+                head = "1 running"
             if self._batch_left is not None:
                 head += f" · {fmt_estimate(self._batch_left)} left"
             parts.append(head)
@@ -455,7 +593,9 @@ class JobList(QWidget):
             parts.append(f"{cancelled} cancelled")
         text = " · ".join(parts) if parts else "No jobs yet: add images and press Run."
         self.summary.setText(text)
-        self.summary.setStyleSheet(FAILED_STYLE if failed and not active else "")
+        sheet = FAILED_STYLE if failed and not active else ""
+        if self.summary.styleSheet() != sheet:
+            self.summary.setStyleSheet(sheet)
         self.summary.setForegroundRole(
             QPalette.ColorRole.WindowText if parts else QPalette.ColorRole.PlaceholderText
         )

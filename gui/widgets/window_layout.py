@@ -185,9 +185,11 @@ class WindowLayout:
 
     def _inputs_changed(self) -> None:
         sources = list(self.ws.sources.values())
+        known = set(self.inputs.sources)  # their marks stand: each is told its own changes
         self.show_inputs(sources)
         for source in sources:
-            self._input_changed(source.key)
+            if source.key not in known:
+                self._input_changed(source.key)
         if not sources:
             self.welcome.set_recent(self.settings.recent_files())
         self.update_run()
