@@ -92,7 +92,8 @@ def test_the_peers_rows_are_measured_on_tesseras_tile_plan(
     assert rows["session option: Tessera's (optimised copy, level all)"].value == 1.0
     assert any(n.startswith("auto tile on the CPU") for n in rows)
     assert any(n.startswith("auto plan on the CPU ÷ 128² tiles") for n in rows)
-    assert any(n.startswith("tiles prepared and blended on a side thread") for n in rows)
+    assert any(n.startswith("tiles prepared, blended and written on side threads") for n in rows)
+    assert any(n.startswith("file I/O outside the runs, band writing") for n in rows)
 
 
 def test_without_the_originals_the_row_says_why(tmp_path: Path) -> None:
