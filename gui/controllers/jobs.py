@@ -93,7 +93,7 @@ FOLLOW_AT_MOST = 10
 # #21); STEP images at a time, so a part ends soon after its time is up.
 ADD_CHUNK = 50
 RUN_CHUNK = 50
-PART_S = 0.015
+PART_S = 0.008
 STEP = 10
 BACK_TO_BACK_S = 0.25  # a job that started this soon after the last ended ran after it
 
