@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from engine.errors import EngineError
@@ -36,12 +37,14 @@ class InputSource:
     height: int = 0
     seconds: float = 0.0  # a clip's duration, from its header
 
-    @property
+    # Kept once made (the fields never change): a Run plan over 1000 inputs asks both of
+    # every input, on every add part and job ending (issue #21).
+    @cached_property
     def clip(self) -> bool:
         """A video file: one input whose frames are read on demand, never all decoded."""
         return len(self.paths) == 1 and is_video(self.paths[0])
 
-    @property
+    @cached_property
     def key(self) -> str:
         return "\n".join(str(p) for p in self.paths)
 

@@ -56,6 +56,7 @@ if TYPE_CHECKING:  # the model list is read on the task thread: onnx is not load
 log = logging.getLogger(__name__)
 
 SHOWN_FALLBACK_MS = 300  # a window not shown (yet) still reads its model list
+STATUS_FRAME_MS = 16  # a job's ending in the status bar: at most one line a frame
 
 
 class MainWindow(QMainWindow):
@@ -79,6 +80,13 @@ class MainWindow(QMainWindow):
         self._probe = probe_runtimes
         self._closed = False
         self._read_pending = False  # the model list is read once the window is drawn
+        # A job's ending says so in the status bar at most once a frame: a batch ends jobs
+        # faster than the bar is worth repainting, and only the newest line is read (#21).
+        self.ended_timer = QTimer(self)
+        self.ended_timer.setSingleShot(True)
+        self.ended_timer.setInterval(STATUS_FRAME_MS)
+        self.ended_line = ""
+        self.ended_timer.timeout.connect(lambda: self.layout_.say(self.ended_line))
 
         self.workspace = ws = Workspace(self)
         self.engine = EngineThread(engine_settings or self.settings.engine_settings(), self)
@@ -245,6 +253,7 @@ class MainWindow(QMainWindow):
 
     # -- messages -----------------------------------------------------------------------------
     def say(self, text: str) -> None:
+        self.ended_timer.stop()  # a job's ending waiting for the next frame is older news
         self.layout_.say(text)
 
     def show_notice(self, notice: Notice) -> None:
@@ -284,7 +293,9 @@ class MainWindow(QMainWindow):
     def _on_job_ended(self, job_id: str) -> None:
         job = self.workspace.jobs.get(job_id)
         if job is not None:
-            self.say(ended_text(job)[0])
+            self.ended_line = ended_text(job)[0]
+            if not self.ended_timer.isActive():
+                self.ended_timer.start()
             self.notifier.job_ended(job)
 
     # -- running, chains ----------------------------------------------------------------------

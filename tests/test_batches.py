@@ -6,7 +6,9 @@ that a tiny image does not poison."""
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -15,9 +17,12 @@ from PIL import Image
 from PySide6.QtCore import QSettings
 from pytestqt.qtbot import QtBot
 
+import gui.controllers.inputs as inputs_controller
+import gui.controllers.jobs as jobs_controller
 from engine.requests import Operation, OperationRequest, Progress, ProgressKind, Result
 from gui.bench_batches import Heartbeat, small_images
 from gui.controllers.speed import SpeedBook
+from gui.inputs import Classified
 from gui.jobs import Job, JobState
 from gui.main_window import MainWindow
 from gui.settings import AppSettings
@@ -79,6 +84,41 @@ def test_a_thousand_images_run_cancel_and_clear_without_stalling_the_window(
     assert not window.workspace.jobs and not window.workspace.sources
     # The goal is 0.1 s (`python -m engine bench` reports it); loosely here, for 2 shared cores.
     assert beat.longest < 1.0, f"the window stalled {beat.longest:.2f} s"
+
+
+def test_a_large_add_reads_its_later_headers_off_the_window_s_thread(
+    qtbot: QtBot, window: MainWindow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue #21 item 2: the headers of a large add, read on the window's thread a part per
+    turn, cost ~1 ms per 10 images there; only its first part is read there now, in order."""
+    read_on: list[tuple[bool, int]] = []  # (on the window's thread, how many paths)
+    for module in (inputs_controller, jobs_controller):
+        real = module.classify_paths
+
+        def reading(paths: Sequence[Path], real: Callable[..., Classified] = real) -> Classified:
+            read_on.append((threading.current_thread() is threading.main_thread(), len(paths)))
+            return real(paths)
+
+        monkeypatch.setattr(module, "classify_paths", reading)
+    paths = small_images(tmp_path / "many", 300)
+    window.accept_paths(paths, run=False)
+    qtbot.waitUntil(lambda: len(window.workspace.sources) == 300, timeout=30_000)
+    assert list(window.workspace.sources) == [str(p) for p in paths]  # in the drop's order
+    on_window = sum(n for main, n in read_on if main)
+    assert on_window <= 50, f"{on_window} of 300 headers were read on the window's thread"
+    assert sum(n for _main, n in read_on) == 300
+
+
+def test_clear_during_a_large_add_keeps_none_of_its_later_parts(
+    qtbot: QtBot, window: MainWindow, tmp_path: Path
+) -> None:
+    paths = small_images(tmp_path / "many", 300)
+    window.accept_paths(paths, run=False)
+    window.clear_inputs()  # while the later parts are being read
+    later = small_images(tmp_path / "later", 3)
+    window.accept_paths(later, run=False)
+    qtbot.wait(500)  # a part read before Clear would arrive by now
+    assert list(window.workspace.sources) == [str(p) for p in later]
 
 
 def test_the_viewer_stays_on_the_image_the_person_chose_during_a_batch(
