@@ -43,7 +43,7 @@ def test_9_the_viewer_takes_the_space(
     width, height = _viewer_size(window)
     assert width >= least[0] and height >= least[1], (width, height)
     assert window.job_list.height() <= 40  # idle: one line
-    # a notice floats over the content instead of pushing it down
+    # a notice opens under the viewer: the picture and its toolbar do not move
     top = window.viewer.view.mapTo(window, QPoint(0, 0)).y()
     window.warn("Something to say")
     qtbot.wait(20)
