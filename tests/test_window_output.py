@@ -18,6 +18,7 @@ from pytestqt.qtbot import QtBot
 
 from engine.io.sequences import list_sequence
 from engine.options import OutputFormat, OutputOptions
+from gui.controllers.run_plan import plan_run
 from gui.jobs import JobState, SaveTo
 from gui.main_window import MainWindow
 from gui.settings import AppSettings
@@ -240,6 +241,27 @@ def test_13_run_skips_images_done_with_the_same_settings_and_says_so(
     # selected: the done ones are counted the same way
     window.inputs.select_keys([str(shots[0]), str(shots[1])])
     assert window.panel.run_button.text() == "Run selected again (2)"
+
+
+def test_13_run_pressed_again_during_a_batch_does_not_queue_it_twice(
+    qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
+) -> None:
+    use_model(window, models, "up2.onnx")
+    shots = [photo(tmp_path / f"{n}.png", 24, 16, seed=i) for i, n in enumerate("abc")]
+    window.accept_paths(shots)
+    first = window.run_selected()
+    assert len(first) == 3
+    # Before the engine thread's answers are handled, all three are still queued or running.
+    assert plan_run(window.workspace).label == "Run (3 queued)"
+    assert window.run_selected() == []
+    assert len(window.workspace.jobs) == 3
+    extra = photo(tmp_path / "d.png", 24, 16, seed=9)
+    window.accept_paths([extra])
+    assert plan_run(window.workspace).label == "Run 1 image (3 queued)"
+    ids = window.run_selected()
+    assert [window.workspace.jobs[i].request.inputs for i in ids] == [(extra,)]
+    wait_ended(qtbot, window)
+    qtbot.waitUntil(lambda: window.panel.run_button.text() == "Run 4 images again")
 
 
 def test_13_a_clip_is_counted_as_a_clip(

@@ -359,6 +359,11 @@ class JobsController(QObject):
         """Run: every image, or the selected ones when several are selected."""
         plan = plan_run(self.workspace)
         sources = list(plan.run)
+        if not sources and plan.queued:
+            self.statusRequested.emit(
+                f"Nothing new to queue: {plan.label.removeprefix('Run ').strip('()')}."
+            )
+            return []
         if not sources and plan.broken:
             self._warn("\n".join(self.workspace.broken[s.key] for s in plan.broken), Topic.INPUTS)
             return []

@@ -2,9 +2,10 @@
 
 Run takes the selected inputs when the person selected several, else all of them; it leaves out
 an input that cannot be read (its thumbnail said why, on the thumbnail) and one that already
-has a finished result of the same operation, model and output step in this session — unless
-every one has, and then it runs them all again. The button says which: "Run 3 images",
-"Run 1 image (2 done)", "Run 3 images again", "Run 2 images and 1 clip", "Run selected (2)",
+has a finished result of the same operation, model and output step in this session, or a job
+for it queued or running now (a second press during a batch does not queue it twice) — unless
+every one is done and none is waiting, and then it runs them all again. The button says which: "Run 3 images",
+"Run 1 image (2 done)", "Run 3 images (5 queued)", "Run 3 images again", "Run 2 images and 1 clip", "Run selected (2)",
 "Run on Quick cut-out". Qt-free; reads the workspace.
 """
 
@@ -24,6 +25,7 @@ class RunPlan:
 
     run: tuple[InputSource, ...]  # queued, in the list's order
     done: int = 0  # left out: they have this result already
+    queued: int = 0  # left out: a job for this result is queued or running
     broken: tuple[InputSource, ...] = ()  # left out: they cannot be read
     again: bool = False  # every readable one is done: Run runs them again
     selected: bool = False  # the person selected several: Run runs those
@@ -31,10 +33,13 @@ class RunPlan:
 
     @property
     def label(self) -> str:
+        left_out = [f"{self.queued} queued"] if self.queued else []
+        if self.done and not self.again:
+            left_out.append(f"{self.done} done")
+        done = ", ".join(left_out)
         if not self.run:
-            return "Run"
+            return f"Run ({done})" if done else "Run"
         again = " again" if self.again else ""
-        done = f"{self.done} done" if self.done and not self.again else ""
         if self.selected:
             if done:
                 return f"Run selected ({len(self.run)}, {done})"
@@ -66,25 +71,43 @@ def plan_run(ws: Workspace, selected: Sequence[str] | None = None) -> RunPlan:
     broken = tuple(s for s in chosen if s.key in ws.broken)
     readable = [s for s in chosen if s.key not in ws.broken]
     settings = ws.settings
-    todo = [s for s in readable if settings is None or not has_result(ws, s.key, settings)]
-    again = bool(readable) and not todo
+    waiting = {s.key for s in readable if settings is not None and is_queued(ws, s.key, settings)}
+    todo = [
+        s
+        for s in readable
+        if settings is None or (s.key not in waiting and not has_result(ws, s.key, settings))
+    ]
+    again = bool(readable) and not todo and not waiting
     run = tuple(readable if again else todo)
     on = ""
     if len(ws.sources) == 1 and run:
         base = ws.base(run[0].key)
         on = "" if base is None or base.is_original else base.label
-    return RunPlan(run, len(readable) - len(todo), broken, again, several, on)
+    done = 0 if again else len(readable) - len(todo) - len(waiting)
+    return RunPlan(run, done, len(waiting), broken, again, several, on)
 
 
 def has_result(ws: Workspace, key: str, settings: JobSettings) -> bool:
     """Whether the input's next job with `settings` would make a result it has already: a
     finished one whose steps (from the original) make the same pictures."""
     made = ws.made.get(key)
-    if not made:
+    return made is not None and next_steps(ws, key, settings) in made
+
+
+def is_queued(ws: Workspace, key: str, settings: JobSettings) -> bool:
+    """Whether a job of the input that makes what its next job would is queued or running."""
+    active = [j for j in ws.jobs_of(key) if j.state.active]
+    if not active:
         return False
+    steps = next_steps(ws, key, settings)
+    return any(tuple(step.makes for step in ws.chains.get(j.id, ())) == steps for j in active)
+
+
+def next_steps(ws: Workspace, key: str, settings: JobSettings) -> tuple[object, ...]:
+    """The steps (from the original) that the input's next job with `settings` would make."""
     before: tuple[object, ...] = ()
     if key in ws.bases:  # its next job starts from a result: that result's steps come first
         base = ws.base(key)
         if base is not None and not base.is_original:
             before = tuple(step.makes for step in ws.chain_of(base))
-    return (*before, settings.makes) in made
+    return (*before, settings.makes)
