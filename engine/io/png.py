@@ -199,8 +199,11 @@ def _paeth(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     return np.where((pa <= pb) & (pa <= pc), a, np.where(pb <= pc, b, c))
 
 
-def _unfilter(raw: bytes, width: int, height: int, bpp: int) -> np.ndarray:
-    """Undo PNG row filters; returns (height, width * bpp) uint8.
+def unfilter(
+    raw: bytes, width: int, height: int, bpp: int, above: np.ndarray | None = None
+) -> np.ndarray:
+    """Undo PNG row filters; returns (height, width * bpp) uint8. `above`: the unfiltered row
+    over the first (a band in the middle of the image; zeros at its top).
 
     Sub/Average/Paeth make each pixel depend on its left neighbour, so a row cannot be
     computed in one numpy step. The pixels of one anti-diagonal (x + y = d) depend only on
@@ -215,7 +218,7 @@ def _unfilter(raw: bytes, width: int, height: int, bpp: int) -> np.ndarray:
     data = rows[:, 1:]
     if not np.any(kinds >= 3):
         out = np.empty((height, stride), dtype=np.uint8)
-        previous = np.zeros(stride, dtype=np.uint8)
+        previous = np.zeros(stride, dtype=np.uint8) if above is None else above
         for y in range(height):
             kind = kinds[y]
             if kind == 0:
@@ -236,6 +239,8 @@ def _unfilter(raw: bytes, width: int, height: int, bpp: int) -> np.ndarray:
     src = np.zeros(((height + 1) * cols, bpp), dtype=np.uint8)
     src.reshape(height + 1, cols, bpp)[1:, 1:] = data.reshape(height, width, bpp)
     out_cells = np.zeros_like(src)
+    if above is not None:
+        out_cells.reshape(height + 1, cols, bpp)[0, 1:] = above.reshape(width, bpp)
     kind_cells = kinds.astype(np.int16)[:, None]
     for d in range(width + height - 1):
         y0, y1 = max(0, d - width + 1), min(height - 1, d)
@@ -270,7 +275,7 @@ def _decode_png_pixels(parts: list[bytes], png: Png, width: int, height: int) ->
         if pw == 0:
             continue
         length = ph * (pw * bpp + 1)
-        rows = _unfilter(raw[offset : offset + length], pw, ph, bpp)
+        rows = unfilter(raw[offset : offset + length], pw, ph, bpp)
         offset += length
         out[y0::dy, x0::dx] = rows.view(">u2").reshape(ph, pw, channels)
     return out

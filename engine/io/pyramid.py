@@ -37,7 +37,7 @@ from PIL import Image
 from engine.errors import BadInputError
 from engine.io.frames import apply_orientation
 from engine.io.opening import check_limit, damaged, opened
-from engine.io.png import SIGNATURE
+from engine.io.png import SIGNATURE, PngError, unfilter
 from engine.io.reading import load_image
 from engine.io.resize import resize_frame
 
@@ -482,56 +482,11 @@ def _numpy_unfilter(width: int, bpp: int) -> Callable[[bytes, int, bytes], np.nd
 
 def _unfilter_band(raw: bytes, width: int, height: int, bpp: int, previous: bytes) -> np.ndarray:
     """PNG row filters undone for `height` rows under the unfiltered row `previous`; returns
-    (height, width * bpp) uint8. As engine.io.png's whole-image decoder: the pixels of one
-    anti-diagonal depend only on earlier ones, so each diagonal is one numpy step."""
-    stride = width * bpp
-    data = np.frombuffer(raw, dtype=np.uint8).reshape(height, stride + 1)
-    kinds = data[:, 0]
-    if kinds.size and int(kinds.max()) > 4:
-        raise BadInputError("unknown PNG row filter type")
-    body = data[:, 1:]
-    above = np.frombuffer(previous, dtype=np.uint8)
-    if not np.any(kinds >= 3):
-        out = np.empty((height, stride), dtype=np.uint8)
-        for y in range(height):
-            kind = kinds[y]
-            if kind == 0:
-                out[y] = body[y]
-            elif kind == 1:
-                np.cumsum(
-                    body[y].reshape(width, bpp),
-                    axis=0,
-                    dtype=np.uint8,
-                    out=out[y].reshape(width, bpp),
-                )
-            else:
-                np.add(body[y], above, out=out[y])
-            above = out[y]
-        return out
-    cols = width + 1
-    src = np.zeros(((height + 1) * cols, bpp), dtype=np.uint8)
-    src.reshape(height + 1, cols, bpp)[1:, 1:] = body.reshape(height, width, bpp)
-    out_cells = np.zeros_like(src)
-    out_cells.reshape(height + 1, cols, bpp)[0, 1:] = above.reshape(width, bpp)
-    kind_cells = kinds.astype(np.int16)[:, None]
-    for d in range(width + height - 1):
-        y0, y1 = max(0, d - width + 1), min(height - 1, d)
-        start = y0 * width + width + d + 2
-        stop = start + (y1 - y0) * width + 1
-        here = slice(start, stop, width)
-        a = out_cells[start - 1 : stop - 1 : width].astype(np.int16)
-        b = out_cells[start - cols : stop - cols : width].astype(np.int16)
-        k = kind_cells[y0 : y1 + 1]
-        pred = np.where(k == 1, a, np.where(k == 2, b, 0))
-        if np.any(k == 3):
-            pred = np.where(k == 3, (a + b) >> 1, pred)
-        if np.any(k == 4):
-            c = out_cells[start - cols - 1 : stop - cols - 1 : width].astype(np.int16)
-            pa, pb, pc = np.abs(b - c), np.abs(a - c), np.abs(a + b - 2 * c)
-            paeth = np.where((pa <= pb) & (pa <= pc), a, np.where(pb <= pc, b, c))
-            pred = np.where(k == 4, paeth, pred)
-        out_cells[here] = src[here] + pred.astype(np.uint8)
-    return out_cells.reshape(height + 1, cols * bpp)[1:, bpp:].copy()
+    (height, width * bpp) uint8 (engine.io.png's decoder, from the band's row above)."""
+    try:
+        return unfilter(raw, width, height, bpp, np.frombuffer(previous, dtype=np.uint8))
+    except PngError as exc:
+        raise BadInputError(f"PNG: {exc}") from exc
 
 
 def _read_png(info: PictureInfo, box: Box, size: tuple[int, int]) -> np.ndarray:
