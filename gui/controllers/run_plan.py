@@ -3,7 +3,7 @@
 Run takes the selected inputs when the person selected several, else all of them; it leaves out
 an input that cannot be read (its thumbnail said why, on the thumbnail) and one that already
 has a finished result of the same operation, model and output step in this session, or a job
-for it queued or running now (a second press during a batch does not queue it twice) — unless
+for it queued or running now into the same folder (a second press during a batch does not queue it twice) — unless
 every one is done and none is waiting, and then it runs them all again. The button says which: "Run 3 images",
 "Run 1 image (2 done)", "Run 3 images (5 queued)", "Run 3 images again", "Run 2 images and 1 clip", "Run selected (2)",
 "Run on Quick cut-out". Qt-free; reads the workspace.
@@ -71,7 +71,7 @@ def plan_run(ws: Workspace, selected: Sequence[str] | None = None) -> RunPlan:
     broken = tuple(s for s in chosen if s.key in ws.broken)
     readable = [s for s in chosen if s.key not in ws.broken]
     settings = ws.settings
-    waiting = {s.key for s in readable if settings is not None and is_queued(ws, s.key, settings)}
+    waiting = {s.key for s in readable if settings is not None and is_queued(ws, s, settings)}
     todo = [
         s
         for s in readable
@@ -94,13 +94,19 @@ def has_result(ws: Workspace, key: str, settings: JobSettings) -> bool:
     return made is not None and next_steps(ws, key, settings) in made
 
 
-def is_queued(ws: Workspace, key: str, settings: JobSettings) -> bool:
-    """Whether a job of the input that makes what its next job would is queued or running."""
-    active = [j for j in ws.jobs_of(key) if j.state.active]
+def is_queued(ws: Workspace, source: InputSource, settings: JobSettings) -> bool:
+    """Whether a job of the input that makes what its next job would, into the same folder, is
+    queued or running (a batch sent to another folder while the first runs is a new one)."""
+    active = [j for j in ws.jobs_of(source.key) if j.state.active]
     if not active:
         return False
-    steps = next_steps(ws, key, settings)
-    return any(tuple(step.makes for step in ws.chains.get(j.id, ())) == steps for j in active)
+    steps = next_steps(ws, source.key, settings)
+    folder = settings.output_folder(source.paths)
+    return any(
+        j.request.output_dir == folder
+        and tuple(step.makes for step in ws.chains.get(j.id, ())) == steps
+        for j in active
+    )
 
 
 def next_steps(ws: Workspace, key: str, settings: JobSettings) -> tuple[object, ...]:
