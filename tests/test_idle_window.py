@@ -74,14 +74,11 @@ def test_the_idle_window_holds_no_model_at_start_nor_after_unload(
     assert win.models_button.text() == "0 models loaded"
 
 
-def test_the_started_app_process_holds_no_model_as_engine_memory_says(
-    models: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The real app in its own process (offscreen, a private instance and settings): right
-    after start `engine memory` lists it with no model, and its record goes when it ends."""
+def _app_env(tmp_path: Path, models: Path, name: str) -> dict[str, str]:
+    """The real app's environment: offscreen, its own runtime folder, settings and instance."""
     run = tmp_path / "run"
     run.mkdir(mode=0o700)
-    env = {
+    return {
         **os.environ,
         "PYTHONPATH": str(ROOT),
         "QT_QPA_PLATFORM": "offscreen",
@@ -89,8 +86,17 @@ def test_the_started_app_process_holds_no_model_as_engine_memory_says(
         "XDG_CONFIG_HOME": str(tmp_path / "config"),
         "XDG_DATA_HOME": str(tmp_path / "data"),
         "TESSERA_MODELS_DIR": str(models),
-        "TESSERA_INSTANCE_NAME": f"idle-test-{os.getpid()}",
+        "TESSERA_INSTANCE_NAME": f"{name}-{os.getpid()}",
     }
+
+
+def test_the_started_app_process_holds_no_model_as_engine_memory_says(
+    models: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real app in its own process (offscreen, a private instance and settings): right
+    after start `engine memory` lists it with no model, and its record goes when it ends."""
+    env = _app_env(tmp_path, models, "idle-test")
+    run = Path(env["XDG_RUNTIME_DIR"])
     app = subprocess.Popen(
         [sys.executable, "-m", "gui"],
         stdout=subprocess.DEVNULL,
@@ -147,19 +153,7 @@ def test_the_idle_app_has_not_imported_onnxruntime_and_still_shows_the_probed_ru
     """Issue #24: the runtime probe runs in a child process after the window is shown, so the
     idle window never loads ONNX Runtime (~25 MB); its reports still reach the window (the log
     says what arrived, and the device list is filled from them)."""
-    run = tmp_path / "run"
-    run.mkdir(mode=0o700)
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "QT_QPA_PLATFORM": "offscreen",
-        "XDG_RUNTIME_DIR": str(run),
-        "XDG_CONFIG_HOME": str(tmp_path / "config"),
-        "XDG_DATA_HOME": str(tmp_path / "data"),
-        "TESSERA_MODELS_DIR": str(models),
-        "TESSERA_INSTANCE_NAME": f"idle-ort-{os.getpid()}",
-        "TESSERA_STARTUP_PROBE": "0",
-    }
+    env = {**_app_env(tmp_path, models, "idle-ort"), "TESSERA_STARTUP_PROBE": "0"}
     app = subprocess.Popen(
         [sys.executable, "-m", "gui"],
         stdout=subprocess.PIPE,
