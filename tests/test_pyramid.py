@@ -12,8 +12,9 @@ from PIL import Image
 
 from engine.errors import BadInputError
 from engine.io.png import encode_png
-from engine.io.pyramid import Box, picture_info, read_reduced, read_region
+from engine.io.pyramid import picture_info, read_reduced, read_region
 from engine.io.reading import load_image
+from engine.previews import Region
 
 LIMIT = 10**9
 
@@ -39,7 +40,7 @@ def _png(path: Path, pixels: np.ndarray) -> Path:
 def test_a_region_of_a_png_is_the_crop_of_the_file_exactly(tmp_path: Path, channels: int) -> None:
     pixels = _picture(900, 700, channels)
     path = _png(tmp_path / "p.png", pixels)
-    box = Box(123, 456, 789, 690)
+    box = Region(123, 456, 789, 690)
     got = read_region(path, box, 1.0, LIMIT)
     want = load_image(path, LIMIT).frames[0][456:690, 123:789]
     assert got.pixels.dtype == want.dtype and np.array_equal(got.pixels, want)
@@ -50,7 +51,7 @@ def test_a_16_bit_png_region_keeps_its_16_bits(tmp_path: Path) -> None:
     pixels = _picture(500, 300, 3).astype(np.uint16) * 257
     pixels[..., 1] ^= 0x00A5  # low bytes that differ from the high ones
     path = _png(tmp_path / "deep.png", pixels)
-    got = read_region(path, Box(40, 17, 480, 299), 1.0, LIMIT)
+    got = read_region(path, Region(40, 17, 480, 299), 1.0, LIMIT)
     assert got.pixels.dtype == np.uint16
     assert np.array_equal(got.pixels, pixels[17:299, 40:480])
     assert got.info.bit_depth == 16
@@ -60,11 +61,11 @@ def test_a_pillow_png_and_a_jpeg_region_equal_their_decoded_crop(tmp_path: Path)
     pixels = _picture(640, 480, 3, seed=2)
     pillow = tmp_path / "pillow.png"
     Image.fromarray(pixels).save(pillow, optimize=True)  # Pillow's filters (Paeth among them)
-    assert np.array_equal(read_region(pillow, Box(0, 0, 640, 480), 1.0, LIMIT).pixels, pixels)
+    assert np.array_equal(read_region(pillow, Region(0, 0, 640, 480), 1.0, LIMIT).pixels, pixels)
     jpeg = tmp_path / "photo.jpg"
     Image.fromarray(pixels).save(jpeg, quality=90)
     want = load_image(jpeg, LIMIT).frames[0][100:300, 50:600]
-    assert np.array_equal(read_region(jpeg, Box(50, 100, 600, 300), 1.0, LIMIT).pixels, want)
+    assert np.array_equal(read_region(jpeg, Region(50, 100, 600, 300), 1.0, LIMIT).pixels, want)
 
 
 @pytest.mark.parametrize("suffix", [".png", ".jpg", ".webp"])
@@ -86,7 +87,7 @@ def test_a_reduced_read_equals_a_resize_of_the_whole_picture(tmp_path: Path, suf
 def test_a_region_read_at_a_scale_is_that_region_reduced(tmp_path: Path) -> None:
     pixels = _picture(1200, 900, 3, seed=4)
     path = _png(tmp_path / "r.png", pixels)
-    got = read_region(path, Box(200, 100, 1000, 700), 0.25, LIMIT)
+    got = read_region(path, Region(200, 100, 1000, 700), 0.25, LIMIT)
     assert got.pixels.shape == (150, 200, 3)
     want = pixels[100:700, 200:1000].reshape(150, 4, 200, 4, 3).mean(axis=(1, 3))
     assert np.abs(got.pixels - want).max() <= 1
@@ -103,7 +104,7 @@ def test_a_png_is_reduced_without_ever_holding_the_full_image(tmp_path: Path) ->
         reduced_peak = tracemalloc.get_traced_memory()[1]
         del got
         tracemalloc.reset_peak()
-        region = read_region(path, Box(1000, 2000, 3000, 2900), 1.0, LIMIT)
+        region = read_region(path, Region(1000, 2000, 3000, 2900), 1.0, LIMIT)
         region_peak = tracemalloc.get_traced_memory()[1] - region.nbytes
     finally:
         tracemalloc.stop()
@@ -120,7 +121,7 @@ def test_the_header_is_read_without_decoding_and_bad_regions_are_refused(tmp_pat
     with pytest.raises(BadInputError, match="limit"):
         picture_info(path, 300 * 200 - 1)
     with pytest.raises(BadInputError, match="outside"):
-        read_region(path, Box(400, 0, 500, 10), 1.0, LIMIT)
+        read_region(path, Region(400, 0, 500, 10), 1.0, LIMIT)
 
 
 def test_a_truncated_png_says_so(tmp_path: Path) -> None:
@@ -150,7 +151,7 @@ def test_a_png_of_one_large_image_chunk_is_read_in_pieces(tmp_path: Path) -> Non
     path.write_bytes(
         b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", body) + chunk(b"IEND", b"")
     )
-    got = read_region(path, Box(700, 600, 1400, 990), 1.0, LIMIT)
+    got = read_region(path, Region(700, 600, 1400, 990), 1.0, LIMIT)
     assert np.array_equal(got.pixels, pixels[600:990, 700:1400])
     broken = bytearray(path.read_bytes())
     broken[len(broken) // 2] ^= 0xFF
@@ -172,11 +173,11 @@ def test_regions_read_again_start_from_the_nearest_row_checkpoint(
     pyramid.forget_checkpoints()
     read_reduced(path, 100, 200, LIMIT)  # top to bottom: checkpoints on the way
     assert pyramid._KEPT.nbytes() > 0
-    for box in (Box(0, 1500, 700, 1600), Box(10, 333, 690, 901), Box(0, 0, 5, 5)):
+    for box in (Region(0, 1500, 700, 1600), Region(10, 333, 690, 901), Region(0, 0, 5, 5)):
         got = read_region(path, box, 1.0, LIMIT).pixels
         assert np.array_equal(got, pixels[box.y0 : box.y1, box.x0 : box.x1]), box
     _png(path, pixels[::-1].copy())  # the file changed: its old checkpoints are not used
-    got = read_region(path, Box(0, 1400, 700, 1600), 1.0, LIMIT).pixels
+    got = read_region(path, Region(0, 1400, 700, 1600), 1.0, LIMIT).pixels
     assert np.array_equal(got, pixels[::-1][1400:1600])
     pyramid.forget_checkpoints()
     assert pyramid._KEPT.nbytes() == 0

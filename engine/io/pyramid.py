@@ -40,9 +40,9 @@ from engine.io.opening import check_limit, damaged, opened
 from engine.io.png import SIGNATURE, PngError, unfilter
 from engine.io.reading import load_image
 from engine.io.resize import resize_frame
+from engine.previews import Region
 
 __all__ = [
-    "Box",
     "PictureInfo",
     "ReadPicture",
     "forget_checkpoints",
@@ -54,32 +54,6 @@ __all__ = [
 BAND_BYTES = 1 << 20  # raw rows unfiltered at once: the reader's working memory is a few of these
 _CHANNELS = {0: 1, 2: 3, 4: 2, 6: 4}
 _PIECE = 64 << 10  # compressed bytes read at once
-
-
-@dataclass(frozen=True)
-class Box:
-    """A rectangle of the picture in its full-resolution pixels, [x0, x1) × [y0, y1)."""
-
-    x0: int
-    y0: int
-    x1: int
-    y1: int
-
-    @property
-    def width(self) -> int:
-        return self.x1 - self.x0
-
-    @property
-    def height(self) -> int:
-        return self.y1 - self.y0
-
-    def clipped(self, width: int, height: int) -> Box:
-        return Box(
-            max(0, min(self.x0, width)),
-            max(0, min(self.y0, height)),
-            max(0, min(self.x1, width)),
-            max(0, min(self.y1, height)),
-        )
 
 
 @dataclass(frozen=True)
@@ -101,7 +75,7 @@ class ReadPicture:
     box's at 1:1). Crosses from the reading thread to the window."""
 
     info: PictureInfo
-    box: Box
+    box: Region
     pixels: np.ndarray  # H×W×C uint8/uint16, read-only
 
     @property
@@ -144,11 +118,11 @@ def picture_info(path: Path, max_pixels: int) -> PictureInfo:
 def read_reduced(path: Path, max_width: int, max_height: int, max_pixels: int) -> ReadPicture:
     """The whole picture fitted inside max_width × max_height (never enlarged)."""
     info = picture_info(path, max_pixels)
-    box = Box(0, 0, info.width, info.height)
+    box = Region(0, 0, info.width, info.height)
     return _read(info, box, _fit(info.width, info.height, max_width, max_height), max_pixels)
 
 
-def read_region(path: Path, box: Box, scale: float, max_pixels: int) -> ReadPicture:
+def read_region(path: Path, box: Region, scale: float, max_pixels: int) -> ReadPicture:
     """`box` of the picture (clipped to it) at `scale` of its pixels (≤ 1; 1 is the file's own
     pixels, exactly)."""
     info = picture_info(path, max_pixels)
@@ -165,7 +139,7 @@ def _fit(width: int, height: int, max_width: int, max_height: int) -> tuple[int,
     return max(1, round(width * scale)), max(1, round(height * scale))
 
 
-def _read(info: PictureInfo, box: Box, size: tuple[int, int], max_pixels: int) -> ReadPicture:
+def _read(info: PictureInfo, box: Region, size: tuple[int, int], max_pixels: int) -> ReadPicture:
     try:
         if info.streams:
             pixels = _read_png(info, box, size)
@@ -181,7 +155,7 @@ def _read(info: PictureInfo, box: Box, size: tuple[int, int], max_pixels: int) -
 
 # -- any format: decoded whole, then reduced ---------------------------------------------------
 def _read_decoded(
-    info: PictureInfo, box: Box, size: tuple[int, int], max_pixels: int
+    info: PictureInfo, box: Region, size: tuple[int, int], max_pixels: int
 ) -> np.ndarray:
     full = box.width == info.width and box.height == info.height
     if full and size != (info.width, info.height):
@@ -489,7 +463,7 @@ def _unfilter_band(raw: bytes, width: int, height: int, bpp: int, previous: byte
         raise BadInputError(f"PNG: {exc}") from exc
 
 
-def _read_png(info: PictureInfo, box: Box, size: tuple[int, int]) -> np.ndarray:
+def _read_png(info: PictureInfo, box: Region, size: tuple[int, int]) -> np.ndarray:
     """`box` of a plain PNG at `size`: each band's part of the box is reduced by a whole factor
     as it is read into the result (a block of rows split by a band waits for the next one),
     and the rest filtered at the end."""

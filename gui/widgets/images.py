@@ -15,9 +15,10 @@ from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QBrush, QColor, QImage, QPainter, QPixmap
 
 from engine.io.image import VideoMeta, is_video
-from engine.io.pyramid import Box, picture_info, read_reduced, read_region
+from engine.io.pyramid import picture_info, read_reduced, read_region
 from engine.io.reading import image_size, load_image
 from engine.io.sequences import list_sequence
+from engine.previews import Region
 from engine.settings import DEFAULT_MAX_PIXELS
 
 MAX_VIEW_FRAMES = 300  # frames decoded for the scrubber; longer sequences show their first ones
@@ -59,7 +60,7 @@ class DetailRequest:
 
     side: int  # 0 the left version, 1 the right
     path: Path
-    box: Box  # in the picture's full-size pixels
+    box: Region  # in the picture's full-size pixels
     scale: float  # of those pixels (1: the file's own)
     generation: int
 

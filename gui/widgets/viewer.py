@@ -39,7 +39,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.io.pyramid import Box
 from engine.previews import PreviewPatch, Region
 from gui.jobs import Version
 from gui.widgets.clip_bar import ClipBar
@@ -488,7 +487,7 @@ class ViewerPanel(QWidget):
                 DetailRequest(
                     side,
                     image.path,
-                    Box(
+                    Region(
                         max(0, math.floor(box.left())),
                         max(0, math.floor(box.top())),
                         min(image.width, math.ceil(box.right())),
