@@ -248,3 +248,25 @@ def test_a_models_contract_is_kept_so_a_new_process_needs_no_onnx(tmp_path: Path
     assert len(records) == 1  # the old one went
     engine = Engine(EngineSettings(models_dir=models, overlap=32))
     assert _upscale(engine, model, image, tmp_path / "o")[0].shape == (96, 128, 3)
+
+
+def test_the_benchs_starts_read_compiled_bytecode_even_where_writing_it_is_off() -> None:
+    # PYTHONDONTWRITEBYTECODE (set on some build machines) made every start compile the
+    # engine's sources again; the bench compiles them first, as an installed copy has them.
+    import importlib.util
+
+    import engine.cli
+    from engine.bench.startup import compile_bytecode
+
+    source = Path(engine.cli.__file__)
+    cached = importlib.util.cache_from_source(str(source))
+    assert cached is not None
+    pyc = Path(cached)
+    pyc.unlink(missing_ok=True)
+    assert compile_bytecode.__wrapped__()
+    header = pyc.read_bytes()[:16]
+    # The interpreter takes a .pyc whose header names its source's mtime and size.
+    st = source.stat()
+    assert int.from_bytes(header[4:8], "little") == 0  # timestamp-checked, not hash-based
+    assert int.from_bytes(header[8:12], "little") == int(st.st_mtime) & 0xFFFFFFFF
+    assert int.from_bytes(header[12:16], "little") == st.st_size & 0xFFFFFFFF
