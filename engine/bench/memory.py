@@ -50,11 +50,19 @@ def _output_bytes(result: Result) -> int:
 
 
 def measure_held(
-    table: Table, settings: EngineSettings, model: Path, label: str, work: Path, pairs: int = 3
+    table: Table,
+    settings: EngineSettings,
+    model: Path,
+    label: str,
+    work: Path,
+    pairs: int = 3,
+    size: tuple[int, int] = (768, 512),
 ) -> None:
     """RSS held after an operation above the RSS right after loading (M11), and the same job's
-    time with and without the hand-back, alternating (medians of `pairs` pairs)."""
-    img = test_image(work / "held.png", 768, 512)
+    time with and without the hand-back, alternating (medians of `pairs` pairs); the image
+    `size` is tiled at 256 (a few tiles at the least)."""
+    width, height = size
+    img = test_image(work / "held.png", width, height)
     tiny = test_image(work / "held-tiny.png", 32, 32)
     engines = {
         "hand back": Engine(settings),
@@ -86,7 +94,7 @@ def measure_held(
     kept = float(np.median(held["hand back"]))
     table.add(
         Row(
-            f"RSS held after an operation above loaded, {label} ×4 of 768×512, tile 256",
+            f"RSS held after an operation above loaded, {label} ×4 of {width}×{height}, tile 256",
             kept / MIB,
             "MiB",
             "<= 48 MB",
