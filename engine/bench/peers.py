@@ -226,11 +226,11 @@ def measure_against_ncnn(
             ours.append(total)
             busy.append(runs_s)
             for edge, tiles in own.items():
-                if r == 0 or edge == min(theirs, key=lambda k: min(theirs[k])):
+                if r == 0 or edge == _fastest(theirs):
                     theirs[edge].append(_ncnn_seconds(net, tiles))
             if r == 0:
                 on_plan.append(ncnn_plan_seconds(net, photo, tile, _overlap(settings, model)))
-        best_tile = min(theirs, key=lambda k: min(theirs[k]))
+        best_tile = _fastest(theirs)
         n = min(theirs[best_tile])
         direct: float | None = None
         if not heavy:
@@ -297,6 +297,11 @@ def measure_against_ncnn(
                 peak = matmul_peak_gflops()
             label = "x4plus" if model_id == "realesrgan-x4plus" else "animevideov3-x4"
             measure_gflops(table, label, model, t, min(busy), tile, width, height, overlap, peak)
+
+
+def _fastest(seconds: dict[int | None, list[float]]) -> int | None:
+    """The tile whose best time is the shortest."""
+    return min(seconds, key=lambda k: min(seconds[k]))
 
 
 def _overlap(settings: EngineSettings, model: Path) -> int:

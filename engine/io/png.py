@@ -193,12 +193,22 @@ def _inflate(parts: list[bytes], expected: int) -> bytes:
     return bytes(out[:expected])
 
 
-def _paeth(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """PNG's Paeth predictor on int16 arrays."""
-    pa = np.abs(b - c)
-    pb = np.abs(a - c)
-    pc = np.abs(a + b - 2 * c)
-    return np.where((pa <= pb) & (pa <= pc), a, np.where(pb <= pc, b, c))
+def _paeth_predictor(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """PNG's Paeth predictor of uint8 neighbours (left, above, above-left), as uint8."""
+    # In place where it can be: this is most of the filter's time.
+    pa = b.astype(np.int16)
+    pa -= c  # p − a, with p = a + b − c
+    pb = a.astype(np.int16)
+    pb -= c  # p − b
+    pc = pa + pb  # p − c
+    np.abs(pa, out=pa)
+    np.abs(pb, out=pb)
+    np.abs(pc, out=pc)
+    out = np.where(pb <= pc, b, c)
+    nearest_a = pa <= pb
+    nearest_a &= pa <= pc
+    np.copyto(out, a, where=nearest_a)
+    return out
 
 
 def unfilter(
@@ -256,8 +266,12 @@ def unfilter(
         if np.any(k == 3):
             pred = np.where(k == 3, (a + b) >> 1, pred)
         if np.any(k == 4):
-            c = out_cells[start - cols - 1 : stop - cols - 1 : width].astype(np.int16)
-            pred = np.where(k == 4, _paeth(a, b, c), pred)
+            paeth = _paeth_predictor(
+                out_cells[start - 1 : stop - 1 : width],
+                out_cells[start - cols : stop - cols : width],
+                out_cells[start - cols - 1 : stop - cols - 1 : width],
+            )
+            pred = np.where(k == 4, paeth, pred)
         out_cells[here] = src[here] + pred.astype(np.uint8)
     return out_cells.reshape(height + 1, cols * bpp)[1:, bpp:].copy()
 
@@ -377,10 +391,8 @@ def key_alpha(pixels: np.ndarray, key: object, top: int) -> np.ndarray | None:
 # Encoding
 
 
-# |v| of each filtered byte read as int8, libpng's "sum of absolute differences" per byte.
-_ABS_INT8 = np.abs(np.arange(256, dtype=np.uint8).view(np.int8).astype(np.int16)).astype(np.uint8)
-# The filter works on this many bytes of rows at a time: its temporaries (int16 copies, the
-# five candidates) stay about 16× this, about 1 MB, not 50× a 256 KB block of rows. Band
+# The filter works on this many bytes of rows at a time: its temporaries (the shifted rows,
+# the five candidates, Paeth's int16 distances) stay about 16× this, about 1 MB, not 50× a 256 KB block of rows. Band
 # writing runs it beside the tiles' runs, where every MB is on top of their peak (DESIGN §7).
 _FILTER_CHUNK = 1 << 16
 
@@ -421,24 +433,6 @@ def _filter_chunk(image: np.ndarray, bpp: int, previous: np.ndarray) -> bytes:
     out[:, 0] = choice
     out[:, 1:] = filtered[choice, np.arange(n)]
     return out.tobytes()
-
-
-def _paeth_predictor(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """PNG's Paeth predictor of uint8 neighbours (left, above, above-left), as uint8."""
-    # In place where it can be: this is most of the filter's time.
-    pa = b.astype(np.int16)
-    pa -= c  # p − a, with p = a + b − c
-    pb = a.astype(np.int16)
-    pb -= c  # p − b
-    pc = pa + pb  # p − c
-    np.abs(pa, out=pa)
-    np.abs(pb, out=pb)
-    np.abs(pc, out=pc)
-    out = np.where(pb <= pc, b, c)
-    nearest_a = pa <= pb
-    nearest_a &= pa <= pc
-    np.copyto(out, a, where=nearest_a)
-    return out
 
 
 def _png_chunk(kind: bytes, body: bytes) -> bytes:
