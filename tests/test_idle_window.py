@@ -10,6 +10,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -90,6 +92,27 @@ def _app_env(tmp_path: Path, models: Path, name: str) -> dict[str, str]:
     }
 
 
+@contextmanager
+def _started_app(
+    env: dict[str, str], *, stdout: int, stderr: int
+) -> Iterator[subprocess.Popen[str]]:
+    """The real app (`python -m gui`) in its own process, ended by SIGTERM as a person's
+    session would end it (killed if it does not go within 30 s)."""
+    app = subprocess.Popen(
+        [sys.executable, "-m", "gui"], stdout=stdout, stderr=stderr, text=True, env=env, cwd=ROOT
+    )
+    try:
+        yield app
+    finally:
+        if app.poll() is None:
+            app.send_signal(signal.SIGTERM)
+        try:
+            app.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            app.kill()
+            app.communicate()
+
+
 def test_the_started_app_process_holds_no_model_as_engine_memory_says(
     models: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -97,16 +120,8 @@ def test_the_started_app_process_holds_no_model_as_engine_memory_says(
     after start `engine memory` lists it with no model, and its record goes when it ends."""
     env = _app_env(tmp_path, models, "idle-test")
     run = Path(env["XDG_RUNTIME_DIR"])
-    app = subprocess.Popen(
-        [sys.executable, "-m", "gui"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=ROOT,
-    )
     records_dir = run / "tessera" / "processes"
-    try:
+    with _started_app(env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as app:
         deadline = time.monotonic() + 60
         while not (records_dir / f"{app.pid}.json").exists():
             assert app.poll() is None, app.communicate()
@@ -127,14 +142,6 @@ def test_the_started_app_process_holds_no_model_as_engine_memory_says(
         assert listed["pid"] == app.pid and listed["kind"] == "app"
         assert listed["label"] == f"the app (pid {app.pid})"
         assert listed["sessions"] == []
-    finally:
-        if app.poll() is None:
-            app.send_signal(signal.SIGTERM)
-            try:
-                app.communicate(timeout=30)
-            except subprocess.TimeoutExpired:
-                app.kill()
-                app.communicate()
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
     records.read_all()  # the app's own exit removes it; if a signal ended it, this sweeps it
     assert not (records_dir / f"{app.pid}.json").exists()
@@ -154,16 +161,8 @@ def test_the_idle_app_has_not_imported_onnxruntime_and_still_shows_the_probed_ru
     idle window never loads ONNX Runtime (~25 MB); its reports still reach the window (the log
     says what arrived, and the device list is filled from them)."""
     env = {**_app_env(tmp_path, models, "idle-ort"), "TESSERA_STARTUP_PROBE": "0"}
-    app = subprocess.Popen(
-        [sys.executable, "-m", "gui"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=env,
-        cwd=ROOT,
-    )
     log_file = tmp_path / "data" / "tessera" / "logs" / "tessera.log"
-    try:
+    with _started_app(env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as app:
         assert app.stdout is not None
         assert app.stdout.readline().strip() == "shown", app.communicate()
         deadline = time.monotonic() + 20
@@ -177,13 +176,6 @@ def test_the_idle_app_has_not_imported_onnxruntime_and_still_shows_the_probed_ru
         assert not _mapped(app.pid, "onnxruntime"), "the idle window loaded ONNX Runtime"
         assert not _mapped(app.pid, "onnx_cpp2py_export"), "the idle window loaded onnx"
         assert "runtimes probed in a child process: cpu/cpu ok" in log_file.read_text()
-    finally:
-        app.send_signal(signal.SIGTERM)
-        try:
-            app.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            app.kill()
-            app.communicate()
 
 
 def test_the_child_probe_fills_the_device_list(qtbot: QtBot, make_window: WindowFactory) -> None:
