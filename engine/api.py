@@ -91,6 +91,7 @@ class Engine:
             wrap=session_wrap,
             cpu_shrink=not self.settings.keep_cpu_arena,
             cpu_copies=self.settings.optimized_copies,
+            cpu_kernels=self.settings.cpu_kernels,
         )
         # Model descriptions completed by a probe run, kept per session key (the file's).
         self._completed: dict[SessionKey, ModelSpec] = {}

@@ -146,6 +146,7 @@ class EngineSettings:
     min_tile: int = 64  # floor for automatic tile halving on out-of-memory (M5)
     threads: int = 0  # ORT intra-op threads; 0 lets ORT choose
     optimized_copies: bool = True  # CPU: load models from their optimised copies (optimize.py)
+    cpu_kernels: bool = True  # CPU: 3×3 convolution chains by Tessera's kernel (chain.py)
     overlap_tiles: bool = True  # prepare and blend tiles on a side thread while ORT runs
 
     def resolved_models_dir(self) -> Path:

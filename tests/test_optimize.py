@@ -151,28 +151,34 @@ def test_the_copy_is_kept_reused_and_renewed_with_the_file(tmp_path: Path) -> No
     model = make_compact_upscaler(models / "compact.onnx", scale=2, downscale=0.5)
     image = _image(tmp_path / "in.png")
     plain = _upscale(
-        Engine(EngineSettings(models_dir=models, optimized_copies=False)),
+        Engine(EngineSettings(models_dir=models, optimized_copies=False, cpu_kernels=False)),
         model,
         image,
         tmp_path / "a",
     )
     assert _copies(models) == []
 
-    first = _upscale(Engine(EngineSettings(models_dir=models)), model, image, tmp_path / "b")
+    first = _upscale(
+        Engine(EngineSettings(models_dir=models, cpu_kernels=False)), model, image, tmp_path / "b"
+    )
     (kept,) = _copies(models)
     assert kept.name.startswith("compact-") and kept.suffix == ".onnx"
     # The products agree within 1/255 (float order changes; 8-bit rounding may differ by one).
     assert np.abs(plain.astype(int) - first.astype(int)).max() <= 1
 
     stamp = kept.stat().st_mtime_ns
-    again = _upscale(Engine(EngineSettings(models_dir=models)), model, image, tmp_path / "c")
+    again = _upscale(
+        Engine(EngineSettings(models_dir=models, cpu_kernels=False)), model, image, tmp_path / "c"
+    )
     assert _copies(models) == [kept] and kept.stat().st_mtime_ns == stamp  # reused, not remade
     assert np.array_equal(first, again)
 
     # A new version of the model (another download, a re-fetch) gets its own copy; the old one
     # goes.
     make_compact_upscaler(model, scale=2, downscale=0.5, seed=5)
-    _upscale(Engine(EngineSettings(models_dir=models)), model, image, tmp_path / "d")
+    _upscale(
+        Engine(EngineSettings(models_dir=models, cpu_kernels=False)), model, image, tmp_path / "d"
+    )
     (renewed,) = _copies(models)
     assert renewed != kept
 
@@ -181,10 +187,14 @@ def test_a_damaged_copy_falls_back_to_the_original(tmp_path: Path) -> None:
     models = tmp_path / "models"
     model = make_compact_upscaler(models / "compact.onnx")
     image = _image(tmp_path / "in.png")
-    good = _upscale(Engine(EngineSettings(models_dir=models)), model, image, tmp_path / "a")
+    good = _upscale(
+        Engine(EngineSettings(models_dir=models, cpu_kernels=False)), model, image, tmp_path / "a"
+    )
     (kept,) = _copies(models)
     kept.write_bytes(b"not a model")
-    again = _upscale(Engine(EngineSettings(models_dir=models)), model, image, tmp_path / "b")
+    again = _upscale(
+        Engine(EngineSettings(models_dir=models, cpu_kernels=False)), model, image, tmp_path / "b"
+    )
     assert np.abs(good.astype(int) - again.astype(int)).max() <= 1
     assert not kept.exists()  # dropped: the next load makes a good one
 
@@ -199,7 +209,9 @@ def test_an_unwritable_folder_rewrites_in_memory(tmp_path: Path) -> None:
     copy = optimize.cpu_copy(model, (st.st_size, st.st_mtime_ns, st.st_ino))
     assert copy is not None and isinstance(copy.source, bytes) and copy.save_to is None
     image = _image(tmp_path / "in.png")
-    out = _upscale(Engine(EngineSettings(models_dir=models)), model, image, tmp_path / "a")
+    out = _upscale(
+        Engine(EngineSettings(models_dir=models, cpu_kernels=False)), model, image, tmp_path / "a"
+    )
     assert out.shape == (160, 224, 3)
     assert sorted(p.name for p in models.iterdir()) == [optimize.FOLDER, "compact.onnx"]
 

@@ -63,10 +63,10 @@ def cpu_copy(path: Path, identity: tuple[int, ...]) -> CpuCopy | None:
     another copy.
     """
     folder = path.parent / FOLDER
-    kept = folder / f"{path.stem}-{_digest(identity)}.onnx"
+    kept = folder / f"{path.stem}-{copy_digest(identity)}.onnx"
     if kept.is_file():
         return CpuCopy(kept, ("kept copy",), None, None)
-    model = _load_inline(path)
+    model = load_inline(path)
     if model is None:
         return None
     rewrites = rewrite_for_cpu(model)
@@ -124,7 +124,7 @@ def drop_kept(path: Path) -> None:
         log.info("the optimised copy %s stays (%s)", path.name, e)
 
 
-def _digest(identity: tuple[int, ...]) -> str:
+def copy_digest(identity: tuple[int, ...]) -> str:
     import onnxruntime as ort
 
     text = "|".join(
@@ -150,7 +150,7 @@ def _instruction_set() -> str:
     return platform.machine() + ":" + ",".join(f for f in wanted if f in flags)
 
 
-def _load_inline(path: Path) -> Any | None:
+def load_inline(path: Path) -> Any | None:
     """The graph with its weights, or None where the weights live in external files (their
     copy would have to move with them) or the file cannot be parsed (ORT will say why)."""
     import onnx
@@ -165,13 +165,15 @@ def _load_inline(path: Path) -> Any | None:
     return model
 
 
-def rewrite_for_cpu(model: Any) -> list[str]:
-    """Apply the exact rewrites that help ORT's CPU kernels; returns what was rewritten."""
+def rewrite_for_cpu(model: Any, multiples: dict[str, int] | None = None) -> list[str]:
+    """Apply the exact rewrites that help ORT's CPU kernels; returns what was rewritten.
+    `multiples`: graph inputs whose height and width are known multiples of a number (the
+    tail of a chain whose kernel ends in DepthToSpace, chain.py)."""
     done = []
     folded = fold_prelu_signs(model)
     if folded:
         done.append(f"{folded} PRelu folded")
-    downscales = cubic_downscales_as_convs(model)
+    downscales = cubic_downscales_as_convs(model, multiples)
     if downscales:
         done.append(f"{downscales} cubic downscale as a conv")
     return done
@@ -209,7 +211,7 @@ def _phase_kernel(p: int, q: int) -> tuple[np.ndarray, int]:
     return kernel, size
 
 
-def cubic_downscales_as_convs(model: Any) -> int:
+def cubic_downscales_as_convs(model: Any, multiples: dict[str, int] | None = None) -> int:
     """Rewrite a bicubic downscale by ½ or ¾ (Resize: cubic, a = −0.75, half_pixel, no
     exclude_outside) as an edge Pad of 1 and a strided depthwise conv with the cubic taps of
     each output phase (and, for ¾, a DepthToSpace(3) that interleaves the phases).
@@ -220,7 +222,7 @@ def cubic_downscales_as_convs(model: Any) -> int:
     inside, then ½ or ¾) a fifth to a half of the whole run; the conv is its blocked, vectorised
     convolution. ½ holds for any size; ¾ only where height and width are multiples of 4, so it
     is applied only to a tensor a DepthToSpace of a multiple of 4 made (directly, or through
-    element-wise ops), as in those models.
+    element-wise ops), as in those models, or to an input `multiples` says is one.
     """
     from onnx import helper, numpy_helper, shape_inference
 
@@ -230,6 +232,8 @@ def cubic_downscales_as_convs(model: Any) -> int:
     elementwise = {"Add", "Sub", "Mul", "Relu", "PRelu", "Clip", "Identity"}
 
     def multiple_of(name: str, q: int, depth: int = 0) -> bool:
+        if multiples and name in multiples:
+            return multiples[name] % q == 0
         node = producer.get(name)
         if node is None or depth > 8:
             return False

@@ -30,7 +30,7 @@ from engine.errors import (
     ResourceError,
     is_out_of_memory,
 )
-from engine.runtime import optimize, records
+from engine.runtime import chain, optimize, records
 from engine.runtime.arena import (
     USE_ENV_ALLOCATORS,
     cpu_arena_registered,
@@ -315,6 +315,7 @@ class SessionCache:
         wrap: SessionWrap | None = None,
         cpu_shrink: bool = True,
         cpu_copies: bool = True,
+        cpu_kernels: bool = True,
     ) -> None:
         self._entries: dict[SessionKey, SessionEntry] = {}
         self._gpu_mem_limit = gpu_mem_limit
@@ -322,6 +323,7 @@ class SessionCache:
         self._wrap = wrap
         self._cpu_shrink = cpu_shrink  # hand the shared CPU arena back (M11) where registered
         self._cpu_copies = cpu_copies  # load CPU sessions from optimised copies (optimize.py)
+        self._cpu_kernels = cpu_kernels  # convolution chains by Tessera's kernel (chain.py)
         self._distrusted: set[Path] = set()  # models whose kept copy failed a run: originals
         self._loaded_from: Path | None = None  # the kept copy the last `_load` used
         self._owner: int | None = None
@@ -431,9 +433,18 @@ class SessionCache:
         copy = None
         if self._cpu_copies and key.runtime is Runtime.CPU and path not in self._distrusted:
             identity = key.identity or FileIdentity.of(path)
-            copy = optimize.cpu_copy(
-                path, (identity.size, identity.mtime_ns, identity.inode, identity.ctime_ns)
-            )
+            ids = (identity.size, identity.mtime_ns, identity.inode, identity.ctime_ns)
+            if self._cpu_kernels:
+                threads = self._threads
+
+                def tail(graph: bytes) -> Any:
+                    return create_session(graph, plan, threads=threads, name=path.name)
+
+                chained = chain.load(path, ids, threads, tail)
+                if chained is not None:
+                    self._loaded_from = chained.kept
+                    return chained
+            copy = optimize.cpu_copy(path, ids)
         if copy is None:
             return create_session(path, plan, threads=self._threads, name=path.name)
         try:

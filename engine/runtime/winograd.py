@@ -1,0 +1,171 @@
+"""Tessera's own CPU convolution: Winograd F(4×4, 3×3) for 3×3 convolutions (winograd.c).
+
+ONNX Runtime's CPU kernels (MLAS) compute a 3×3 convolution directly; they run at the
+machine's FMA peak and cannot go faster (onnxruntime#12834: no Winograd). Winograd's minimal
+filtering needs a quarter of the multiplies. The kernel is a plain shared library built with
+the package (an optional extension: where no C compiler built it, `available()` is False and
+ONNX Runtime's kernels run) and called through ctypes, which releases the GIL for the call.
+
+Activations are NHWC float32 with the channel count padded to a multiple of 16.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import importlib.machinery
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+KERNEL_VERSION = 1  # winograd.c's TW_VERSION: a library of another version is not used
+LANES = 16  # channels are padded to a multiple of this (one AVX-512 register)
+DISABLE_ENV = "TESSERA_CPU_KERNELS"  # "ort": ONNX Runtime's kernels only (the bench compares)
+
+_FLOATS = np.ctypeslib.ndpointer(np.float32, flags="C_CONTIGUOUS")
+
+
+def padded(channels: int) -> int:
+    return -(-channels // LANES) * LANES
+
+
+@functools.cache
+def _library() -> ctypes.CDLL | None:
+    here = Path(__file__).parent
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = here / f"_winograd{suffix}"
+        if path.is_file():
+            break
+    else:
+        log.info("Tessera's CPU convolution kernel is not built; ONNX Runtime's kernels run")
+        return None
+    try:
+        lib = ctypes.CDLL(str(path))
+        if lib.tw_version() != KERNEL_VERSION:
+            log.warning("%s is of another version; ONNX Runtime's kernels run", path.name)
+            return None
+    except (OSError, AttributeError) as e:
+        log.warning("%s did not load (%s); ONNX Runtime's kernels run", path.name, e)
+        return None
+    c_int = ctypes.c_int
+    lib.tw_weights.argtypes = [_FLOATS, c_int, c_int, c_int, c_int, _FLOATS]
+    lib.tw_weights.restype = None
+    lib.tw_conv.argtypes = [
+        _FLOATS,
+        c_int,
+        c_int,
+        c_int,
+        _FLOATS,
+        _FLOATS,
+        ctypes.c_void_p,
+        c_int,
+        _FLOATS,
+        c_int,
+    ]
+    lib.tw_conv.restype = c_int
+    lib.tw_shuffle_add.argtypes = [
+        _FLOATS,
+        c_int,
+        c_int,
+        c_int,
+        c_int,
+        c_int,
+        _FLOATS,
+        _FLOATS,
+        c_int,
+        c_int,
+    ]
+    lib.tw_shuffle_add.restype = None
+    return lib
+
+
+def available() -> bool:
+    """The kernel is built, loads, and is not turned off by TESSERA_CPU_KERNELS=ort."""
+    if os.environ.get(DISABLE_ENV, "").strip().lower() == "ort":
+        return False
+    return _library() is not None
+
+
+@dataclass(frozen=True, eq=False)
+class Conv3x3:
+    """One 3×3, stride-1, pad-1 convolution with its bias and PRelu slopes, in the kernel's
+    form (weights transformed once, channels padded)."""
+
+    cin: int
+    cout: int
+    transformed: np.ndarray  # U [36][cin padded][cout padded]
+    bias: np.ndarray  # [cout padded]
+    slope: np.ndarray | None  # [cout padded]; None: no activation
+
+    @classmethod
+    def make(cls, weight: np.ndarray, bias: np.ndarray | None, slope: np.ndarray | None) -> Conv3x3:
+        lib = _library()
+        if lib is None:
+            raise RuntimeError("Tessera's CPU convolution kernel is not available")
+        cout, cin = int(weight.shape[0]), int(weight.shape[1])
+        cinp, coutp = padded(cin), padded(cout)
+        u = np.empty((36, cinp, coutp), np.float32)
+        lib.tw_weights(np.ascontiguousarray(weight, np.float32), cout, cin, cinp, coutp, u)
+        b = np.zeros(coutp, np.float32)
+        if bias is not None:
+            b[:cout] = bias
+        s = None
+        if slope is not None:
+            s = np.zeros(coutp, np.float32)
+            s[:cout] = slope
+        return cls(cin, cout, u, b, s)
+
+    @property
+    def nbytes(self) -> int:
+        return (
+            self.transformed.nbytes
+            + self.bias.nbytes
+            + (self.slope.nbytes if self.slope is not None else 0)
+        )
+
+    def __call__(self, x: np.ndarray, threads: int, out: np.ndarray | None = None) -> np.ndarray:
+        """x [H][W][cin padded] → [H][W][cout padded]."""
+        lib = _library()
+        assert lib is not None  # made only where it loaded
+        h, w, cinp = x.shape
+        coutp = self.transformed.shape[2]
+        if cinp != self.transformed.shape[1]:
+            raise ValueError(f"the input has {cinp} channels, the convolution takes {self.cin}")
+        if out is None:
+            out = np.empty((h, w, coutp), np.float32)
+        slope = self.slope.ctypes.data if self.slope is not None else None
+        if lib.tw_conv(x, h, w, cinp, self.transformed, self.bias, slope, coutp, out, threads):
+            raise MemoryError("Failed to allocate memory for the convolution's work buffers")
+        return out
+
+
+def shuffle_add(act: np.ndarray, r: int, image: np.ndarray, out: np.ndarray, threads: int) -> None:
+    """out[c, y·r+i, x·r+j] = act[y, x, c·r²+i·r+j] + image[c, y, x]: DepthToSpace (CRD) of
+    the last convolution plus the nearest-upscaled input, one pass. Rows are split between
+    threads (ctypes releases the GIL)."""
+    lib = _library()
+    assert lib is not None
+    h, w, coutp = act.shape
+    channels = image.shape[0]
+    if out.shape != (channels, h * r, w * r) or not out.flags.c_contiguous:
+        raise ValueError(f"the output must be C-contiguous {channels}×{h * r}×{w * r}")
+    parts = max(1, min(threads, h))
+    bounds = [h * k // parts for k in range(parts + 1)]
+
+    def rows(k: int) -> None:
+        lib.tw_shuffle_add(act, h, w, coutp, r, channels, image, out, bounds[k], bounds[k + 1])
+
+    helpers = [threading.Thread(target=rows, args=(k,)) for k in range(1, parts)]
+    for t in helpers:
+        t.start()
+    try:
+        rows(0)
+    finally:
+        for t in helpers:
+            t.join()
