@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.files import LIVE, partial_name
+from engine.files import LIVE, partial_name, sweep_leftovers
 from engine.runtime import optimize, winograd
 
 log = logging.getLogger(__name__)
@@ -504,6 +504,7 @@ def _keep(folder: Path, stem: str, target: Path, chain: Chain | None) -> None:
     """Save the analysed chain (or the no-chain marker), dropping older versions' files."""
     try:
         folder.mkdir(exist_ok=True)
+        sweep_leftovers(folder)  # a killed process's half-saved copies
         if chain is not None:
             chain.save(target)
         else:
