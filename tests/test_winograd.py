@@ -140,7 +140,12 @@ def test_a_graph_the_kernel_cannot_take_stays_with_ort(
 ) -> None:
     """Too short a chain, a strided or dilated conv in it: no chain session, and a marker so
     the graph is not analysed at every load."""
-    model = _chain_model(tmp_path / "c.onnx", **change)
+    convs, stride, dilation = (
+        change.get("convs", 5),
+        change.get("stride", 1),
+        change.get("dilation", 1),
+    )
+    model = _chain_model(tmp_path / "c.onnx", convs=convs, stride=stride, dilation=dilation)
     assert _load(model) is None
     markers = list((tmp_path / ".tessera-optimized").glob("c-*.nochain"))
     assert len(markers) == 1
@@ -268,7 +273,7 @@ def test_a_kept_chain_that_fails_is_dropped_for_the_original(tmp_path: Path) -> 
     data = np.load(wrong)
     arrays = {k: data[k] for k in data.files}
     arrays["w0"] = arrays["w0"][:, :2]  # takes two channels: every run fails
-    np.savez(kept, **arrays)  # type: ignore[arg-type]
+    np.savez(kept, **arrays)
     cache = SessionCache(threads=2)
     handle = SessionHandle(cache, SessionKey.make(model, Device("cpu"), Runtime.CPU))
     x = _image(8, 8)
