@@ -212,7 +212,7 @@ def test_outputs_are_written_into_the_callers_buffer(
     np.testing.assert_array_equal(buffer, expected)
 
 
-def test_a_cancelled_run_stops_between_convolutions(tmp_path: Path) -> None:
+def test_a_cancelled_run_stops_between_rows_of_tiles(tmp_path: Path) -> None:
     model = make_compact_upscaler(tmp_path / "m.onnx", 4, features=16, convs=4)
     cache = SessionCache(threads=2)
     handle = SessionHandle(cache, SessionKey.make(model, Device("cpu"), Runtime.CPU))
@@ -228,14 +228,15 @@ def test_a_cancelled_run_stops_between_convolutions(tmp_path: Path) -> None:
         @property
         def terminate(self) -> bool:
             self.reads += 1
-            if self.reads == 3:
+            if self.reads == 2:
                 token.cancel()
             return token.cancelled
 
     options = Terminating()
     with pytest.raises(RuntimeError, match="terminate flag"):
-        handle.entry().session.run(None, {"input": _image(8, 8)}, options)
-    assert options.reads == 3  # stopped at the third conv, not after the last
+        handle.entry().session.run(None, {"input": _image(16 * chain.STEPS, 8)}, options)
+    # 4·STEPS rows of tiles and the layers' lag: three calls or more, stopped at the second.
+    assert options.reads == 2
     # The engine reads it as ORT's own terminate: a cancel, not a failure.
     assert isinstance(map_error(RuntimeError(chain.TERMINATED), "m", "cpu"), Cancelled)
     cache.release_all()

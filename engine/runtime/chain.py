@@ -7,6 +7,9 @@ Winograd, still does the chain in 0.6× the time. A `ChainSession` runs that cha
 Winograd kernel (winograd.py) and hands the chain's output to an ORT session of the tail: the
 tail is ORT's, exactly as in the model, so only the convolutions change, within float rounding.
 
+The chain runs streamed (winograd.StreamedChain): each layer keeps 32 rows of its output,
+so a 1024×768 run holds ~140 MB for the chain, not two 200 MB whole-image activations.
+
 A `ChainSession` is what `SessionCache` holds in place of an `InferenceSession` for such a
 model on the CPU, with the same methods the engine calls (`run`, `io_binding`,
 `run_with_iobinding`, `get_providers`…). The analysed chain is kept beside the model, in the
@@ -36,6 +39,7 @@ log = logging.getLogger(__name__)
 
 FORMAT = 1  # bump when the kept chain's contents change
 MIN_LAYERS = 4  # a shorter chain is not worth leaving ORT's graph for
+STEPS = 8  # rows of tiles per kernel call: how often a run looks for a cancel
 TERMINATED = "Exiting due to terminate flag being set to true."  # ORT's own words (errors.py)
 
 
@@ -388,14 +392,16 @@ class ChainSession:
         return list(self._tail.run(output_names, self._tail_feeds(end, feeds), run_options))
 
     def run_with_iobinding(self, binding: ChainBinding, run_options: Any = None) -> None:
-        end = self._chain(binding.inputs[self._input.name], run_options)
         if self._tail is None:
             ((_, dtype, shape, pointer),) = binding.outputs
             target = np.ctypeslib.as_array(
                 (np.ctypeslib.as_ctypes_type(dtype) * int(np.prod(shape))).from_address(pointer)
             ).reshape(shape)
-            target[...] = end
+            # The kernel writes the product straight into the caller's buffer (a 4096×3072
+            # product is 151 MB that need not be made and copied).
+            self._chain(binding.inputs[self._input.name], run_options, into=target)
             return
+        end = self._chain(binding.inputs[self._input.name], run_options)
         inner = self._tail.io_binding()
         for name, value in self._tail_feeds(end, binding.inputs).items():
             inner.bind_cpu_input(name, value)
@@ -410,7 +416,7 @@ class ChainSession:
             tail[self._input.name] = feeds[self._input.name]
         return tail
 
-    def _chain(self, x: np.ndarray, run_options: Any) -> np.ndarray:
+    def _chain(self, x: np.ndarray, run_options: Any, into: np.ndarray | None = None) -> np.ndarray:
         x = np.asarray(x)
         if x.ndim != 4 or x.dtype != np.float32:
             raise ValueError(
@@ -420,31 +426,32 @@ class ChainSession:
         if x.shape[1] != first.cin:
             raise ValueError(f"{self._input.name} takes {first.cin} channels, not {x.shape[1]}")
         n, _, h, w = x.shape
+        last = self._layers[-1]
+        r = self._shuffle
         try:
-            # Two buffers for every layer, alternating: one allocation (and one round of page
-            # faults) per run, not one per layer. Freed when the run returns (M2).
-            widest = max(max(layer.transformed.shape[1:]) for layer in self._layers)
-            buffers = [np.empty(h * w * widest, np.float32) for _ in range(2)]
-            last = self._layers[-1]
-            r = self._shuffle
-            if r:
-                end = np.empty((n, last.cout // (r * r), h * r, w * r), np.float32)
-            else:
-                end = np.empty((n, last.cout, h, w), np.float32)
-            for i in range(n):
-                a = buffers[0][: h * w * first.transformed.shape[1]].reshape(h, w, -1)
-                a[:, :, first.cin :] = 0
-                a[:, :, : first.cin] = x[i].transpose(1, 2, 0)
-                for k, layer in enumerate(self._layers):
-                    if run_options is not None and run_options.terminate:
-                        raise RuntimeError(TERMINATED)
-                    out = buffers[(k + 1) % 2][: h * w * layer.transformed.shape[2]]
-                    a = layer(a, self._threads, out.reshape(h, w, -1))
-                if r:
-                    winograd.shuffle_add(a, r, np.ascontiguousarray(x[i]), end[i], self._threads)
-                else:
-                    end[i] = a[:, :, : last.cout].transpose(2, 0, 1)
-            del buffers, a, out
+            shape = (n, last.cout // (r * r), h * r, w * r) if r else (n, last.cout, h, w)
+            if into is not None and (into.shape != shape or into.dtype != np.float32):
+                raise ValueError(f"the output buffer is {into.shape} {into.dtype}, not {shape}")
+            end = into if into is not None else np.empty(shape, np.float32)
+            nhwc = None if r else np.empty((h, w, last.transformed.shape[2]), np.float32)
+            a = np.empty((h, w, first.transformed.shape[1]), np.float32)
+            with winograd.StreamedChain(self._layers, h, w, r) as streamed:
+                for i in range(n):
+                    a[:, :, first.cin :] = 0
+                    a[:, :, : first.cin] = x[i].transpose(1, 2, 0)
+                    image = np.ascontiguousarray(x[i])
+                    target = end[i] if r else nhwc
+                    assert target is not None
+                    # A cancel is seen between calls of STEPS rows of tiles (ORT sees it
+                    # between nodes): a tenth of a second or so.
+                    for s0 in range(0, streamed.steps, STEPS):
+                        if run_options is not None and run_options.terminate:
+                            raise RuntimeError(TERMINATED)
+                        streamed.run(a, image, target, s0, s0 + STEPS, self._threads)
+                    if not r:
+                        assert nhwc is not None
+                        end[i] = nhwc[:, :, : last.cout].transpose(2, 0, 1)
+            del a, nhwc
         except MemoryError as e:
             raise RuntimeError(
                 f"Failed to allocate memory for the chain's activations ({e})"

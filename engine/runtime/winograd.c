@@ -9,7 +9,8 @@
  * Per block of up to NT tiles along a tile row: input transform into V[36][NT][cin], 36
  * matrix products V[p] (NT x cin) . U[p] (cin x cout) into M, output transform with the bias
  * and the PRelu slope, written straight into the output. A block's V and M stay in the L2
- * cache. Threads take blocks from one atomic counter.
+ * cache. tw_conv runs one layer over a whole image (threads take blocks from one atomic
+ * counter); tw_chain_* run a whole chain streamed through rings of rows (below).
  *
  * Plain C with GCC vector extensions; the hot function is cloned for AVX-512, AVX2 and the
  * baseline, and the loader picks the one the CPU has.
@@ -82,6 +83,7 @@ typedef struct {
     int H, W, cinp, coutp, tiles_w, blocks_w, blocks;
     int next; /* the next block to take (atomic) */
     int failed;
+    int in_mod, out_mod; /* rows kept in a ring of this many rows (0: the whole image) */
 } job_t;
 
 CLONES static void block(const job_t *j, int ty, int tx0, int nt, float *V, float *M) {
@@ -97,7 +99,7 @@ CLONES static void block(const job_t *j, int ty, int tx0, int nt, float *V, floa
                 for (int k = 0; k < 6; k++) {
                     const int x = x0 + k;
                     d[i][k] = (y >= 0 && y < H && x >= 0 && x < W)
-                                  ? LD(in + ((size_t)y * W + x) * cinp + c)
+                                  ? LD(in + ((size_t)(j->in_mod ? y % j->in_mod : y) * W + x) * cinp + c)
                                   : zero;
                 }
             }
@@ -186,7 +188,8 @@ CLONES static void block(const job_t *j, int ty, int tx0, int nt, float *V, floa
                         const v16i neg = o < zero;
                         o = (v16)(((v16i)(o * sv) & neg) | ((v16i)o & ~neg));
                     }
-                    ST(j->out + ((size_t)(y0 + i) * W + x0 + k) * coutp + c, o);
+                    const int y = j->out_mod ? (y0 + i) % j->out_mod : y0 + i;
+                    ST(j->out + ((size_t)y * W + x0 + k) * coutp + c, o);
                 }
             }
         }
@@ -218,7 +221,7 @@ static void *worker(void *arg) {
  * Returns 0, or -1 where memory for the work buffers could not be had. */
 int tw_conv(const float *in, int H, int W, int cinp, const float *U, const float *bias,
             const float *slope, int coutp, float *out, int threads) {
-    job_t j = {in, U, bias, slope, out, H, W, cinp, coutp, 0, 0, 0, 0, 0};
+    job_t j = {in, U, bias, slope, out, H, W, cinp, coutp, 0, 0, 0, 0, 0, 0, 0};
     j.tiles_w = (W + 3) / 4;
     j.blocks_w = (j.tiles_w + NT - 1) / NT;
     j.blocks = ((H + 3) / 4) * j.blocks_w;
@@ -233,20 +236,198 @@ int tw_conv(const float *in, int H, int W, int cinp, const float *U, const float
     return j.failed ? -1 : 0;
 }
 
-/* The light models' tail in one pass: out[c][y*r+i][x*r+j] = act[y][x][c*r*r + i*r + j] +
- * image[c][y][x] (DepthToSpace in CRD order plus the nearest-upscaled input), written NCHW.
- * Rows [row0, row1) of the input's rows, so callers can split the work. */
-void tw_shuffle_add(const float *act, int H, int W, int coutp, int r, int channels,
-                    const float *image, float *out, int row0, int row1) {
-    const size_t ow = (size_t)W * r, plane = (size_t)H * r * ow;
-    for (int c = 0; c < channels; c++)
+/* ---- a whole chain, streamed: every layer's activations in a ring of rows ----------
+ *
+ * Layer l computes group g = s - 2l of `group` tile rows at step s. It reads rows of layer
+ * l-1's groups g-1 .. g+1, made at steps before s, so all the layers of one step are
+ * independent and one barrier a step is enough. At step s layer l-1 writes its group g+2
+ * while layer l reads g-1 .. g+1: four groups live, so a ring of four groups holds them.
+ * With the SRVGG ending, the last layer writes a ring too, and its group made at step s is
+ * shuffled into the image at step s+1. Each thread makes a fixed share of the columns of
+ * every layer, the columns it reads for the next layer, from its own cache. Instead of two
+ * whole-image activations (2 x 200 MB for 1024x768 x 64 channels, faulted in at every run)
+ * the chain holds 32 rows a layer. */
+
+#define MAX_LAYERS 256
+
+typedef struct {
+    const float *U, *bias, *slope;
+    int cinp, coutp;
+} tw_layer;
+
+typedef struct {
+    tw_layer *layers;
+    float **rings; /* rings[l]: layer l's output (the last one only with a shuffle) */
+    int n, H, W, tiles_h, tiles_w, blocks_w, r, channels;
+    int group;  /* tile rows a layer computes per step */
+    int groups; /* steps of the first layer */
+    int ring;   /* rows in each ring: four groups */
+} tw_chain_t;
+
+void tw_chain_free(void *p) {
+    tw_chain_t *c = p;
+    if (c == NULL) return;
+    if (c->rings)
+        for (int l = 0; l < c->n; l++) free(c->rings[l]);
+    free(c->rings);
+    free(c->layers);
+    free(c);
+}
+
+/* The chain of n layers over an H x W image; r > 0: it ends in DepthToSpace(r) + the
+ * nearest-upscaled image of `channels` channels. NULL where memory could not be had. */
+void *tw_chain_new(const float *const *U, const float *const *bias, const float *const *slope,
+                   const int *cinp, const int *coutp, int n, int H, int W, int r, int channels,
+                   int group) {
+    if (n < 1 || n > MAX_LAYERS) return NULL;
+    tw_chain_t *c = calloc(1, sizeof *c);
+    if (c == NULL) return NULL;
+    c->n = n, c->H = H, c->W = W, c->r = r, c->channels = channels;
+    c->tiles_h = (H + 3) / 4, c->tiles_w = (W + 3) / 4;
+    c->group = group < 1 ? 1 : group;
+    c->groups = (c->tiles_h + c->group - 1) / c->group;
+    c->ring = 16 * c->group;
+    c->blocks_w = (c->tiles_w + NT - 1) / NT;
+    c->layers = calloc(n, sizeof *c->layers);
+    c->rings = calloc(n, sizeof *c->rings);
+    if (c->layers == NULL || c->rings == NULL) goto fail;
+    for (int l = 0; l < n; l++) {
+        c->layers[l] = (tw_layer){U[l], bias[l], slope[l], cinp[l], coutp[l]};
+        if (l < n - 1 || r > 0) {
+            c->rings[l] = aligned_alloc(64, sizeof(float) * (size_t)c->ring * W * coutp[l]);
+            if (c->rings[l] == NULL) goto fail;
+        }
+    }
+    return c;
+fail:
+    tw_chain_free(c);
+    return NULL;
+}
+
+int tw_chain_steps_total(const void *p) {
+    const tw_chain_t *c = p;
+    return c->groups + 2 * (c->n - 1) + (c->r > 0 ? 1 : 0);
+}
+
+typedef struct {
+    const tw_chain_t *c;
+    const float *in, *image;
+    float *out;
+    int s0, s1;
+    pthread_barrier_t *barrier;
+    int failed;
+    pthread_mutex_t *gate;
+    int threads; /* that run: the barrier's count */
+    int joined;  /* threads that took their index (atomic) */
+} run_t;
+
+static void shuffle_rows(const tw_chain_t *c, const float *act, int mod, const float *image,
+                         float *out, int row0, int row1) {
+    const int r = c->r, W = c->W, coutp = c->layers[c->n - 1].coutp;
+    const size_t ow = (size_t)W * r, plane = (size_t)c->H * r * ow;
+    for (int ch = 0; ch < c->channels; ch++)
         for (int y = row0; y < row1; y++) {
-            const float *img = image + ((size_t)c * H + y) * W;
+            const float *img = image + ((size_t)ch * c->H + y) * W;
             for (int i = 0; i < r; i++) {
-                float *o = out + c * plane + ((size_t)y * r + i) * ow;
-                const float *a = act + (size_t)y * W * coutp + (size_t)c * r * r + (size_t)i * r;
+                float *o = out + ch * plane + ((size_t)y * r + i) * ow;
+                const float *a = act + (size_t)(y % mod) * W * coutp + (size_t)ch * r * r + (size_t)i * r;
                 for (int x = 0; x < W; x++, a += coutp, o += r)
-                    for (int j = 0; j < r; j++) o[j] = a[j] + img[x];
+                    for (int k = 0; k < r; k++) o[k] = a[k] + img[x];
             }
         }
+}
+
+static void *chain_worker(void *arg) {
+    run_t *run = arg;
+    pthread_mutex_lock(run->gate); /* the barrier is made */
+    pthread_mutex_unlock(run->gate);
+    const int me = __atomic_fetch_add(&run->joined, 1, __ATOMIC_RELAXED);
+    const tw_chain_t *c = run->c;
+    int widest = 16;
+    for (int l = 0; l < c->n; l++) {
+        if (c->layers[l].cinp > widest) widest = c->layers[l].cinp;
+        if (c->layers[l].coutp > widest) widest = c->layers[l].coutp;
+    }
+    float *V = aligned_alloc(64, sizeof(float) * 36 * NT * (size_t)widest);
+    float *M = aligned_alloc(64, sizeof(float) * 36 * NT * (size_t)widest);
+    if (V == NULL || M == NULL) __atomic_store_n(&run->failed, 1, __ATOMIC_RELAXED);
+    const int G = c->group;
+    for (int s = run->s0; s < run->s1; s++) {
+        /* This step's work: each layer's group s - 2l of tile rows, in blocks, then the
+         * shuffle of the last layer's group made at the step before. */
+        int rows[MAX_LAYERS]; /* tile rows of each layer's group this step (0: none) */
+        for (int l = 0; l < c->n; l++) {
+            const int g = s - 2 * l, t0 = g * G;
+            rows[l] = (g >= 0 && t0 < c->tiles_h) ? (c->tiles_h - t0 < G ? c->tiles_h - t0 : G) : 0;
+        }
+        const int sg = s - 2 * (c->n - 1) - 1;
+        const int shuffle_rows_n =
+            (c->r > 0 && sg >= 0 && sg * G < c->tiles_h) ? (c->tiles_h - sg * G < G ? c->tiles_h - sg * G : G) : 0;
+        /* A fixed share of every row for each thread: the columns a thread makes for one
+         * layer are the ones it reads for the next, from its own cache. */
+        if (V != NULL && M != NULL) {
+            const int x0 = c->tiles_w * me / run->threads, x1 = c->tiles_w * (me + 1) / run->threads;
+            for (int l = 0; l < c->n; l++) {
+                const tw_layer *L = &c->layers[l];
+                const int last = l == c->n - 1;
+                job_t j = {l == 0 ? run->in : c->rings[l - 1],
+                           L->U,
+                           L->bias,
+                           L->slope,
+                           last && c->r == 0 ? run->out : c->rings[l],
+                           c->H,
+                           c->W,
+                           L->cinp,
+                           L->coutp,
+                           c->tiles_w,
+                           c->blocks_w,
+                           0,
+                           0,
+                           0,
+                           l == 0 ? 0 : c->ring,
+                           last && c->r == 0 ? 0 : c->ring};
+                for (int k = 0; k < rows[l]; k++)
+                    for (int tx = x0; tx < x1; tx += NT)
+                        block(&j, (s - 2 * l) * G + k, tx, x1 - tx < NT ? x1 - tx : NT, V, M);
+            }
+            for (int k = me; k < shuffle_rows_n; k += run->threads) {
+                const int y0 = (sg * G + k) * 4, y1 = y0 + 4 < c->H ? y0 + 4 : c->H;
+                shuffle_rows(c, c->rings[c->n - 1], c->ring, run->image, run->out, y0, y1);
+            }
+        }
+        pthread_barrier_wait(run->barrier);
+    }
+    free(V);
+    free(M);
+    return NULL;
+}
+
+/* Steps [s0, s1) of the chain (tw_chain_steps_total in all, in order): `in` is the image
+ * NHWC [H][W][cinp of layer 0]; `out` the product, NCHW [channels][H r][W r] with a
+ * shuffle, else NHWC [H][W][coutp of the last layer]; `image` the NCHW input the shuffle
+ * adds. The caller checks for a cancel between calls. Returns 0, or -1 (memory). */
+int tw_chain_steps(void *p, const float *in, const float *image, float *out, int s0, int s1,
+                   int threads) {
+    tw_chain_t *c = p;
+    if (threads < 1) threads = 1;
+    if (threads > 64) threads = 64;
+    if (s1 <= s0) return 0;
+    pthread_barrier_t barrier;
+    pthread_mutex_t gate = PTHREAD_MUTEX_INITIALIZER;
+    run_t run = {c, in, image, out, s0, s1, &barrier, 0, &gate, 0, 0};
+    pthread_t ids[64];
+    int started = 0;
+    /* The barrier counts the threads that did start: they wait at the gate until it is made. */
+    pthread_mutex_lock(&gate);
+    for (int i = 1; i < threads; i++) {
+        if (pthread_create(&ids[started], NULL, chain_worker, &run) != 0) break;
+        started++;
+    }
+    pthread_barrier_init(&barrier, NULL, (unsigned)(started + 1));
+    run.threads = started + 1;
+    pthread_mutex_unlock(&gate);
+    chain_worker(&run);
+    for (int i = 0; i < started; i++) pthread_join(ids[i], NULL);
+    pthread_barrier_destroy(&barrier);
+    return run.failed ? -1 : 0;
 }

@@ -16,7 +16,6 @@ import functools
 import importlib.machinery
 import logging
 import os
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +25,7 @@ log = logging.getLogger(__name__)
 
 KERNEL_VERSION = 1  # winograd.c's TW_VERSION: a library of another version is not used
 LANES = 16  # channels are padded to a multiple of this (one AVX-512 register)
+GROUP = 2  # rows of 4×4 tiles a layer computes per step (1 and 4 measured no faster)
 DISABLE_ENV = "TESSERA_CPU_KERNELS"  # "ort": ONNX Runtime's kernels only (the bench compares)
 
 _FLOATS = np.ctypeslib.ndpointer(np.float32, flags="C_CONTIGUOUS")
@@ -69,19 +69,16 @@ def _library() -> ctypes.CDLL | None:
         c_int,
     ]
     lib.tw_conv.restype = c_int
-    lib.tw_shuffle_add.argtypes = [
-        _FLOATS,
-        c_int,
-        c_int,
-        c_int,
-        c_int,
-        c_int,
-        _FLOATS,
-        _FLOATS,
-        c_int,
-        c_int,
-    ]
-    lib.tw_shuffle_add.restype = None
+    pointers = ctypes.POINTER(ctypes.c_void_p)
+    ints = ctypes.POINTER(c_int)
+    lib.tw_chain_new.argtypes = [pointers, pointers, pointers, ints, ints] + [c_int] * 6
+    lib.tw_chain_new.restype = ctypes.c_void_p
+    lib.tw_chain_steps_total.argtypes = [ctypes.c_void_p]
+    lib.tw_chain_steps_total.restype = c_int
+    lib.tw_chain_steps.argtypes = [ctypes.c_void_p, _FLOATS, _FLOATS, _FLOATS, c_int, c_int, c_int]
+    lib.tw_chain_steps.restype = c_int
+    lib.tw_chain_free.argtypes = [ctypes.c_void_p]
+    lib.tw_chain_free.restype = None
     return lib
 
 
@@ -145,27 +142,56 @@ class Conv3x3:
         return out
 
 
-def shuffle_add(act: np.ndarray, r: int, image: np.ndarray, out: np.ndarray, threads: int) -> None:
-    """out[c, y·r+i, x·r+j] = act[y, x, c·r²+i·r+j] + image[c, y, x]: DepthToSpace (CRD) of
-    the last convolution plus the nearest-upscaled input, one pass. Rows are split between
-    threads (ctypes releases the GIL)."""
-    lib = _library()
-    assert lib is not None
-    h, w, coutp = act.shape
-    channels = image.shape[0]
-    if out.shape != (channels, h * r, w * r) or not out.flags.c_contiguous:
-        raise ValueError(f"the output must be C-contiguous {channels}×{h * r}×{w * r}")
-    parts = max(1, min(threads, h))
-    bounds = [h * k // parts for k in range(parts + 1)]
+class StreamedChain:
+    """A chain of convolutions run row by row through rings of 16 rows a layer (winograd.c,
+    `tw_chain_*`): the memory the kernel holds for a run, handed back on `close`."""
 
-    def rows(k: int) -> None:
-        lib.tw_shuffle_add(act, h, w, coutp, r, channels, image, out, bounds[k], bounds[k + 1])
+    def __init__(
+        self, layers: tuple[Conv3x3, ...], height: int, width: int, shuffle: int, group: int = GROUP
+    ) -> None:
+        lib = _library()
+        assert lib is not None
+        self._lib = lib
+        self._layers = layers  # keeps the weights the C side points at alive
+        count = len(layers)
+        pointers = ctypes.c_void_p * count
+        ints = ctypes.c_int * count
+        self._handle = lib.tw_chain_new(
+            pointers(*(layer.transformed.ctypes.data for layer in layers)),
+            pointers(*(layer.bias.ctypes.data for layer in layers)),
+            pointers(
+                *(layer.slope.ctypes.data if layer.slope is not None else None for layer in layers)
+            ),
+            ints(*(layer.transformed.shape[1] for layer in layers)),
+            ints(*(layer.transformed.shape[2] for layer in layers)),
+            count,
+            height,
+            width,
+            shuffle,
+            layers[-1].cout // (shuffle * shuffle) if shuffle else 0,
+            group,
+        )
+        if not self._handle:
+            raise MemoryError("Failed to allocate memory for the chain's rows")
+        self.steps = int(lib.tw_chain_steps_total(self._handle))
 
-    helpers = [threading.Thread(target=rows, args=(k,)) for k in range(1, parts)]
-    for t in helpers:
-        t.start()
-    try:
-        rows(0)
-    finally:
-        for t in helpers:
-            t.join()
+    def run(
+        self, x: np.ndarray, image: np.ndarray, out: np.ndarray, s0: int, s1: int, threads: int
+    ) -> None:
+        """Steps [s0, s1) (in order, from 0 for each image): `x` the image NHWC (channels
+        padded), `image` the same NCHW (the shuffle adds it), `out` the product."""
+        if not self._handle:
+            raise ValueError("the chain is closed")
+        if self._lib.tw_chain_steps(self._handle, x, image, out, s0, min(s1, self.steps), threads):
+            raise MemoryError("Failed to allocate memory for the convolution's work buffers")
+
+    def close(self) -> None:
+        if self._handle:
+            self._lib.tw_chain_free(self._handle)
+            self._handle = None
+
+    def __enter__(self) -> StreamedChain:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
