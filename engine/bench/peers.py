@@ -234,9 +234,9 @@ def measure_against_ncnn(
         n = min(theirs[best_tile])
         direct: float | None = None
         if not heavy:
-            # Why the light models stay behind: ncnn's lead is its Winograd 3×3 kernels, which
-            # do fewer multiplications than a direct convolution; without them ncnn multiplies
-            # as ORT's CPU kernels do (ORT has no Winograd convolution).
+            # ncnn's Winograd 3×3 kernels multiply less than a direct convolution (ORT's CPU
+            # kernels); Tessera's chain kernel (engine/runtime/winograd.c) is Winograd too.
+            # Without them ncnn multiplies as ORT does: what Tessera would be without its own.
             del net
             net = NcnnModel(packages, model_id, settings.threads, winograd=False)
             direct = _ncnn_seconds(net, own[best_tile])

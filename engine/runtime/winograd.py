@@ -71,7 +71,7 @@ def _library() -> ctypes.CDLL | None:
     lib.tw_conv.restype = c_int
     pointers = ctypes.POINTER(ctypes.c_void_p)
     ints = ctypes.POINTER(c_int)
-    lib.tw_chain_new.argtypes = [pointers, pointers, pointers, ints, ints] + [c_int] * 6
+    lib.tw_chain_new.argtypes = [pointers, pointers, pointers, ints, ints, *[c_int] * 6]
     lib.tw_chain_new.restype = ctypes.c_void_p
     lib.tw_chain_steps_total.argtypes = [ctypes.c_void_p]
     lib.tw_chain_steps_total.restype = c_int
