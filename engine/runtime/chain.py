@@ -126,10 +126,6 @@ class Chain:
         )
 
 
-def _per_channel(c: int) -> tuple[tuple[int, ...], ...]:
-    return ((c, 1, 1), (1, c, 1, 1))
-
-
 def analyse(model: Any) -> Chain | None:
     """The chain of plain 3×3 convolutions (each with an optional PRelu, Relu or LeakyRelu)
     that starts at the graph's one image input, and the rest of the graph as the tail; None
@@ -197,7 +193,7 @@ def analyse(model: Any) -> Chain | None:
             if act.op_type == "PRelu" and len(act.input) == 2:
                 s = array(act.input[1])
                 # One slope, or one per channel (the slopes broadcast along axis 1).
-                if s is not None and (s.size == 1 or s.shape in _per_channel(cout)):
+                if s is not None and (s.size == 1 or s.shape in ((cout, 1, 1), (1, cout, 1, 1))):
                     slope = np.broadcast_to(s.reshape(-1), (cout,)).astype(np.float32)
             elif act.op_type == "Relu":
                 slope = np.zeros(cout, np.float32)
@@ -355,10 +351,6 @@ class ChainSession:
         self._layers = tuple(winograd.Conv3x3.make(w, b, s) for w, b, s in chain.weights)
         self._tail = tail
         self._threads = threads or _cores()
-
-    @property
-    def weight_bytes(self) -> int:
-        return sum(layer.nbytes for layer in self._layers)
 
     # -- what the engine asks of a session -------------------------------------------------
     def get_providers(self) -> list[str]:

@@ -9,8 +9,7 @@
  * Per block of up to NT tiles along a tile row: input transform into V[36][NT][cin], 36
  * matrix products V[p] (NT x cin) . U[p] (cin x cout) into M, output transform with the bias
  * and the PRelu slope, written straight into the output. A block's V and M stay in the L2
- * cache. tw_conv runs one layer over a whole image (threads take blocks from one atomic
- * counter); tw_chain_* run a whole chain streamed through rings of rows (below).
+ * cache. tw_chain_* run a whole chain of such layers streamed through rings of rows (below).
  *
  * Plain C with GCC vector extensions; the hot function is cloned for AVX-512, AVX2 and the
  * baseline, and the loader picks the one the CPU has.
@@ -80,9 +79,7 @@ static inline void at6(const v16 m[6], v16 o[4]) {
 typedef struct {
     const float *in, *U, *bias, *slope;
     float *out;
-    int H, W, cinp, coutp, tiles_w, blocks_w, blocks;
-    int next; /* the next block to take (atomic) */
-    int failed;
+    int H, W, cinp, coutp;
     int in_mod, out_mod; /* rows kept in a ring of this many rows (0: the whole image) */
 } job_t;
 
@@ -196,46 +193,6 @@ CLONES static void block(const job_t *j, int ty, int tx0, int nt, float *V, floa
     }
 }
 
-static void *worker(void *arg) {
-    job_t *j = arg;
-    float *V = aligned_alloc(64, sizeof(float) * 36 * NT * (size_t)j->cinp);
-    float *M = aligned_alloc(64, sizeof(float) * 36 * NT * (size_t)j->coutp);
-    if (V == NULL || M == NULL) {
-        __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
-    } else {
-        for (;;) {
-            const int b = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
-            if (b >= j->blocks) break;
-            const int ty = b / j->blocks_w, tx0 = (b % j->blocks_w) * NT;
-            const int nt = j->tiles_w - tx0 < NT ? j->tiles_w - tx0 : NT;
-            block(j, ty, tx0, nt, V, M);
-        }
-    }
-    free(V);
-    free(M);
-    return NULL;
-}
-
-/* out[H][W][coutp] = prelu(conv3x3(in[H][W][cinp], pad 1) + bias, slope); slope may be NULL
- * (no activation). cinp and coutp are multiples of 16; bias and slope have coutp entries.
- * Returns 0, or -1 where memory for the work buffers could not be had. */
-int tw_conv(const float *in, int H, int W, int cinp, const float *U, const float *bias,
-            const float *slope, int coutp, float *out, int threads) {
-    job_t j = {in, U, bias, slope, out, H, W, cinp, coutp, 0, 0, 0, 0, 0, 0, 0};
-    j.tiles_w = (W + 3) / 4;
-    j.blocks_w = (j.tiles_w + NT - 1) / NT;
-    j.blocks = ((H + 3) / 4) * j.blocks_w;
-    if (threads < 1) threads = 1;
-    if (threads > j.blocks) threads = j.blocks > 0 ? j.blocks : 1;
-    pthread_t ids[64];
-    int started = 0;
-    for (int i = 1; i < threads && i < 64; i++)
-        if (pthread_create(&ids[started], NULL, worker, &j) == 0) started++;
-    worker(&j);
-    for (int i = 0; i < started; i++) pthread_join(ids[i], NULL);
-    return j.failed ? -1 : 0;
-}
-
 /* ---- a whole chain, streamed: every layer's activations in a ring of rows ----------
  *
  * Layer l computes group g = s - 2l of `group` tile rows at step s. It reads rows of layer
@@ -258,7 +215,7 @@ typedef struct {
 typedef struct {
     tw_layer *layers;
     float **rings; /* rings[l]: layer l's output (the last one only with a shuffle) */
-    int n, H, W, tiles_h, tiles_w, blocks_w, r, channels;
+    int n, H, W, tiles_h, tiles_w, r, channels;
     int group;  /* tile rows a layer computes per step */
     int groups; /* steps of the first layer */
     int ring;   /* rows in each ring: four groups */
@@ -287,7 +244,6 @@ void *tw_chain_new(const float *const *U, const float *const *bias, const float 
     c->group = group < 1 ? 1 : group;
     c->groups = (c->tiles_h + c->group - 1) / c->group;
     c->ring = 16 * c->group;
-    c->blocks_w = (c->tiles_w + NT - 1) / NT;
     c->layers = calloc(n, sizeof *c->layers);
     c->rings = calloc(n, sizeof *c->rings);
     if (c->layers == NULL || c->rings == NULL) goto fail;
@@ -379,11 +335,6 @@ static void *chain_worker(void *arg) {
                            c->W,
                            L->cinp,
                            L->coutp,
-                           c->tiles_w,
-                           c->blocks_w,
-                           0,
-                           0,
-                           0,
                            l == 0 ? 0 : c->ring,
                            last && c->r == 0 ? 0 : c->ring};
                 for (int k = 0; k < rows[l]; k++)

@@ -56,19 +56,6 @@ def _library() -> ctypes.CDLL | None:
     c_int = ctypes.c_int
     lib.tw_weights.argtypes = [_FLOATS, c_int, c_int, c_int, c_int, _FLOATS]
     lib.tw_weights.restype = None
-    lib.tw_conv.argtypes = [
-        _FLOATS,
-        c_int,
-        c_int,
-        c_int,
-        _FLOATS,
-        _FLOATS,
-        ctypes.c_void_p,
-        c_int,
-        _FLOATS,
-        c_int,
-    ]
-    lib.tw_conv.restype = c_int
     pointers = ctypes.POINTER(ctypes.c_void_p)
     ints = ctypes.POINTER(c_int)
     lib.tw_chain_new.argtypes = [pointers, pointers, pointers, ints, ints, *[c_int] * 6]
@@ -117,29 +104,6 @@ class Conv3x3:
             s = np.zeros(coutp, np.float32)
             s[:cout] = slope
         return cls(cin, cout, u, b, s)
-
-    @property
-    def nbytes(self) -> int:
-        return (
-            self.transformed.nbytes
-            + self.bias.nbytes
-            + (self.slope.nbytes if self.slope is not None else 0)
-        )
-
-    def __call__(self, x: np.ndarray, threads: int, out: np.ndarray | None = None) -> np.ndarray:
-        """x [H][W][cin padded] → [H][W][cout padded]."""
-        lib = _library()
-        assert lib is not None  # made only where it loaded
-        h, w, cinp = x.shape
-        coutp = self.transformed.shape[2]
-        if cinp != self.transformed.shape[1]:
-            raise ValueError(f"the input has {cinp} channels, the convolution takes {self.cin}")
-        if out is None:
-            out = np.empty((h, w, coutp), np.float32)
-        slope = self.slope.ctypes.data if self.slope is not None else None
-        if lib.tw_conv(x, h, w, cinp, self.transformed, self.bias, slope, coutp, out, threads):
-            raise MemoryError("Failed to allocate memory for the convolution's work buffers")
-        return out
 
 
 class StreamedChain:
