@@ -212,7 +212,10 @@ def test_m8_cancel_between_tiles_runs_no_further_tile(upscaler: Path, tmp_path: 
     assert not out.exists() or not list(out.iterdir())  # no product, no partial file
 
 
-def test_m8_terminate_interrupts_a_long_run(tmp_path: Path) -> None:
+def test_m8_terminate_interrupts_a_long_run(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
     import time
 
     from tests.slow_models import make_slow_upscaler
@@ -236,6 +239,7 @@ def test_m8_terminate_interrupts_a_long_run(tmp_path: Path) -> None:
 
     watcher = threading.Thread(target=cancel_when_running)
     watcher.start()
+    caplog.set_level(logging.DEBUG, logger="engine")
     runs_before, shrinks_before = engine.sessions.runs, engine.sessions.shrinks
     t1 = time.perf_counter()
     try:
@@ -250,6 +254,9 @@ def test_m8_terminate_interrupts_a_long_run(tmp_path: Path) -> None:
     assert engine.sessions.shrinks == shrinks_before + 1
     assert len(engine.sessions) == 1
     assert not (tmp_path / "o").exists() or not list((tmp_path / "o").iterdir())
+    # A stop the person asked for is no fault: nothing at WARNING (the CLI prints those).
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warned == []
 
 
 def test_tiled_equals_whole_image(upscaler: Path, tmp_path: Path) -> None:

@@ -201,12 +201,15 @@ class SessionHandle:
     def _failure(self, error: Exception, cancel: CancelToken | None) -> EngineError:
         """The engine error for an ORT failure, its cause kept without its traceback: the
         traceback holds onnxruntime's `Session.run` frame, and with it the session."""
-        log.warning("run failed: %s", error)
         error.__traceback__ = None
         mapped: EngineError
         if cancel is not None and cancel.cancelled:
+            # A stop the person asked for, not a fault: the log keeps it quietly, and the
+            # console shows only the one "Stopped by …" line.
+            log.debug("run stopped: %s", error)
             mapped = Cancelled()
         else:
+            log.warning("run failed: %s", error)
             mapped = map_error(error, self.key.model.name, str(self.key.device), self.tiled)
         mapped.__cause__ = error
         return mapped
