@@ -37,7 +37,7 @@ def _ids(path: Path) -> tuple[int, ...]:
     return (i.size, i.mtime_ns, i.inode, i.ctime_ns)
 
 
-def _load(path: Path) -> chain.ChainSession | None:
+def _load(path: Path) -> chain.ChainSession | chain.GraphSession | None:
     return chain.load(path, _ids(path), 2, lambda g: create_session(g, PLAN, threads=2))
 
 

@@ -33,11 +33,11 @@ from typing import Any
 import numpy as np
 
 from engine.files import LIVE, partial_name, sweep_leftovers
-from engine.runtime import optimize, winograd
+from engine.runtime import convgraph, optimize, winograd
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1  # bump when the kept chain's contents change
+FORMAT = 2  # bump when the kept chain's contents or what is analysed change
 MIN_LAYERS = 4  # a shorter chain is not worth leaving ORT's graph for
 STEPS = 8  # rows of tiles per kernel call: how often a run looks for a cancel
 TERMINATED = "Exiting due to terminate flag being set to true."  # ORT's own words (errors.py)
@@ -352,6 +352,11 @@ class ChainSession:
         self._tail = tail
         self._threads = threads or _cores()
 
+    @property
+    def weight_bytes(self) -> int:
+        """The chain's weights as the kernel holds them (4× a 3×3 kernel's), the tail's not."""
+        return sum(layer.transformed.nbytes for layer in self._layers)
+
     # -- what the engine asks of a session -------------------------------------------------
     def get_providers(self) -> list[str]:
         return (
@@ -451,6 +456,81 @@ class ChainSession:
         return end
 
 
+class GraphSession:
+    """One model on the CPU whose whole graph is convolutions (convgraph.py): every one of
+    them by Tessera's kernel, no ORT session at all."""
+
+    kept: Path | None = None  # nothing is kept on disk for it
+
+    def __init__(self, program: convgraph.Program, threads: int) -> None:
+        self._program = program
+        graph = program.graph
+        self._input = Arg(graph.input, (None, graph.channels_in, None, None))
+        self._output = Arg(graph.output, (None, graph.channels_out, None, None))
+        self._threads = threads or _cores()
+
+    @property
+    def weight_bytes(self) -> int:
+        return self._program.weight_bytes
+
+    def get_providers(self) -> list[str]:
+        return ["CPUExecutionProvider"]
+
+    def get_provider_options(self) -> dict[str, dict[str, str]]:
+        return {"CPUExecutionProvider": {}}
+
+    def get_inputs(self) -> list[Arg]:
+        return [self._input]
+
+    def get_outputs(self) -> list[Arg]:
+        return [self._output]
+
+    def get_modelmeta(self) -> Any:
+        return None
+
+    def io_binding(self) -> ChainBinding:
+        return ChainBinding()
+
+    def run(
+        self, output_names: list[str] | None, feeds: dict[str, np.ndarray], run_options: Any = None
+    ) -> list[np.ndarray]:
+        return [self._run(feeds[self._input.name], run_options)]
+
+    def run_with_iobinding(self, binding: ChainBinding, run_options: Any = None) -> None:
+        ((_, dtype, shape, pointer),) = binding.outputs
+        target = np.ctypeslib.as_array(
+            (np.ctypeslib.as_ctypes_type(dtype) * int(np.prod(shape))).from_address(pointer)
+        ).reshape(shape)
+        self._run(binding.inputs[self._input.name], run_options, into=target)
+
+    def _run(self, x: np.ndarray, run_options: Any, into: np.ndarray | None = None) -> np.ndarray:
+        graph = self._program.graph
+        x = np.asarray(x)
+        if x.ndim != 4 or x.dtype != np.float32:
+            raise ValueError(
+                f"{graph.input} takes float32 of rank 4, not {x.dtype} of rank {x.ndim}"
+            )
+        if x.shape[1] != graph.channels_in:
+            raise ValueError(f"{graph.input} takes {graph.channels_in} channels, not {x.shape[1]}")
+        n, _, h, w = x.shape
+        shape = (n, graph.channels_out, h * graph.scale, w * graph.scale)
+        if into is not None and (into.shape != shape or into.dtype != np.float32):
+            raise ValueError(f"the output buffer is {into.shape} {into.dtype}, not {shape}")
+        out = into if into is not None else np.empty(shape, np.float32)
+
+        def stopped() -> bool:
+            return run_options is not None and bool(run_options.terminate)
+
+        try:
+            for i in range(n):
+                # A cancel is seen between two convolutions (ORT sees it between nodes).
+                if not self._program.run(x[i], out[i], self._threads, stopped):
+                    raise RuntimeError(TERMINATED)
+        except MemoryError as e:
+            raise RuntimeError(f"Failed to allocate memory for the graph's tensors ({e})") from e
+        return out
+
+
 def _cores() -> int:
     import psutil
 
@@ -459,7 +539,7 @@ def _cores() -> int:
 
 def load(
     path: Path, identity: tuple[int, ...], threads: int, create: Callable[[bytes], Any]
-) -> ChainSession | None:
+) -> ChainSession | GraphSession | None:
     """A chain session for `path` on the CPU, or None: the model has no chain for the kernel,
     the kernel is not built, or something failed (the reason goes to the log; the model
     then loads in ORT as it always did). `create` makes the ORT session of the tail's graph."""
@@ -484,7 +564,18 @@ def load(
             if model is None:
                 return None
             chain = analyse(model)
+            graph = convgraph.analyse(model) if chain is None else None
             del model
+            if graph is not None:
+                # Not kept: the transformed weights are 4× the model's (268 MB for x4plus),
+                # made again at each load in a fraction of a second.
+                program = GraphSession(convgraph.Program(graph), threads)
+                log.info(
+                    "%s on the CPU: %d convolutions by Tessera's kernel (the whole graph)",
+                    path.name,
+                    len(graph.steps),
+                )
+                return program
             _keep(folder, path.stem, kept if chain is not None else marker, chain)
             if chain is None:
                 return None

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TW_VERSION 1
+#define TW_VERSION 2
 #define NT 24 /* tiles per block: a multiple of the 6-row micro-kernel */
 
 typedef float v16 __attribute__((vector_size(64), aligned(4)));
@@ -79,27 +79,69 @@ static inline void at6(const v16 m[6], v16 o[4]) {
 typedef struct {
     const float *in, *U, *bias, *slope;
     float *out;
-    int H, W, cinp, coutp;
-    int in_mod, out_mod; /* rows kept in a ring of this many rows (0: the whole image) */
+    int H, W, cinp, coutp; /* H x W: the output's size (the input's times `up`) */
+    int in_mod, out_mod;   /* rows kept in a ring of this many rows (0: the whole image) */
+    int in_ld, out_ld;     /* floats from one pixel to the next (a slice of a wider tensor) */
+    int up;                /* the input is read upscaled this many times (nearest) */
+    int planar;            /* out is NCHW [cout][H][W], only the first `cout` channels */
+    int cout;
+    int nres; /* then o = o * scale[q] + res[q] for each residual, in order */
+    const float *res[2];
+    int res_ld[2];
+    float scale[2];
 } job_t;
 
+/* R rows of V times Q vectors of 16 output channels of U, accumulated over cinp: R * Q
+ * accumulators in registers (24 of AVX-512's 32). */
+#define MICRO(R, Q)                                                                           \
+    static inline __attribute__((always_inline)) void micro_##R##x##Q(                        \
+        const float *v0, int cinp, const float *u, int coutp, float *m) {                     \
+        v16 acc[R][Q];                                                                        \
+        _Pragma("GCC unroll 32") for (int i = 0; i < R; i++)                                  \
+            _Pragma("GCC unroll 4") for (int q = 0; q < Q; q++) acc[i][q] = (v16){0};        \
+        for (int k = 0; k < cinp; k++, u += coutp) {                                          \
+            v16 w[Q];                                                                         \
+            _Pragma("GCC unroll 4") for (int q = 0; q < Q; q++) w[q] = LD(u + 16 * q);       \
+            _Pragma("GCC unroll 32") for (int i = 0; i < R; i++) {                            \
+                const float b = v0[(size_t)i * cinp + k];                                     \
+                _Pragma("GCC unroll 4") for (int q = 0; q < Q; q++) acc[i][q] += b * w[q];   \
+            }                                                                                 \
+        }                                                                                     \
+        _Pragma("GCC unroll 32") for (int i = 0; i < R; i++)                                  \
+            _Pragma("GCC unroll 4") for (int q = 0; q < Q; q++)                               \
+                ST(m + (size_t)i * coutp + 16 * q, acc[i][q]);                                \
+    }
+MICRO(6, 4)
+MICRO(8, 3)
+MICRO(12, 2)
+MICRO(24, 1)
+MICRO(1, 4)
+MICRO(1, 3)
+MICRO(1, 2)
+MICRO(1, 1)
+
 CLONES static void block(const job_t *j, int ty, int tx0, int nt, float *V, float *M) {
-    const int H = j->H, W = j->W, cinp = j->cinp, coutp = j->coutp;
+    const int H = j->H, W = j->W, cinp = j->cinp, coutp = j->coutp, up = j->up;
+    const int Win = W / up;
     const float *in = j->in, *U = j->U;
     const v16 zero = {0};
     for (int t = 0; t < nt; t++) {
         const int y0 = ty * 4 - 1, x0 = (tx0 + t) * 4 - 1;
+        const float *src[6][6]; /* each input pixel of the tile (NULL: the zero padding) */
+        for (int i = 0; i < 6; i++) {
+            const int y = y0 + i;
+            for (int k = 0; k < 6; k++) {
+                const int x = x0 + k;
+                const int row = (j->in_mod ? (y / up) % j->in_mod : y / up);
+                src[i][k] = (y >= 0 && y < H && x >= 0 && x < W)
+                                ? in + ((size_t)row * Win + x / up) * j->in_ld
+                                : NULL;
+            }
+        }
         for (int c = 0; c < cinp; c += 16) {
             v16 d[6][6], tmp[6][6];
-            for (int i = 0; i < 6; i++) {
-                const int y = y0 + i;
-                for (int k = 0; k < 6; k++) {
-                    const int x = x0 + k;
-                    d[i][k] = (y >= 0 && y < H && x >= 0 && x < W)
-                                  ? LD(in + ((size_t)(j->in_mod ? y % j->in_mod : y) * W + x) * cinp + c)
-                                  : zero;
-                }
-            }
+            for (int i = 0; i < 6; i++)
+                for (int k = 0; k < 6; k++) d[i][k] = src[i][k] ? LD(src[i][k] + c) : zero;
             for (int k = 0; k < 6; k++) {
                 v16 col[6], r[6];
                 for (int i = 0; i < 6; i++) col[i] = d[i][k];
@@ -117,53 +159,31 @@ CLONES static void block(const job_t *j, int ty, int tx0, int nt, float *V, floa
         const float *Up = U + (size_t)p * cinp * coutp;
         const float *Vp = V + (size_t)p * NT * cinp;
         float *Mp = M + (size_t)p * NT * coutp;
-        for (int ob = 0; ob < coutp; ob += 64) {
-            const int nv = coutp - ob >= 64 ? 4 : (coutp - ob) / 16;
-            for (int t = 0; t < nt; t += 6) {
-                const int tn = nt - t < 6 ? nt - t : 6;
+        for (int ob = 0; ob < coutp;) {
+            const int left = (coutp - ob) / 16, q = left >= 4 ? 4 : left;
+            const int R = q == 4 ? 6 : q == 3 ? 8 : q == 2 ? 12 : 24;
+            const float *u = Up + ob;
+            int t = 0;
+            for (; t + R <= nt; t += R) {
                 const float *v0 = Vp + (size_t)t * cinp;
                 float *m = Mp + (size_t)t * coutp + ob;
-                if (nv == 4 && tn == 6) {
-                    v16 a00 = zero, a01 = zero, a02 = zero, a03 = zero, a10 = zero, a11 = zero,
-                        a12 = zero, a13 = zero, a20 = zero, a21 = zero, a22 = zero, a23 = zero,
-                        a30 = zero, a31 = zero, a32 = zero, a33 = zero, a40 = zero, a41 = zero,
-                        a42 = zero, a43 = zero, a50 = zero, a51 = zero, a52 = zero, a53 = zero;
-                    for (int k = 0; k < cinp; k++) {
-                        const float *u = Up + (size_t)k * coutp + ob;
-                        const v16 u0 = LD(u), u1 = LD(u + 16), u2 = LD(u + 32), u3 = LD(u + 48);
-                        float b;
-                        b = v0[k];
-                        a00 += b * u0, a01 += b * u1, a02 += b * u2, a03 += b * u3;
-                        b = v0[cinp + k];
-                        a10 += b * u0, a11 += b * u1, a12 += b * u2, a13 += b * u3;
-                        b = v0[2 * cinp + k];
-                        a20 += b * u0, a21 += b * u1, a22 += b * u2, a23 += b * u3;
-                        b = v0[3 * cinp + k];
-                        a30 += b * u0, a31 += b * u1, a32 += b * u2, a33 += b * u3;
-                        b = v0[4 * cinp + k];
-                        a40 += b * u0, a41 += b * u1, a42 += b * u2, a43 += b * u3;
-                        b = v0[5 * cinp + k];
-                        a50 += b * u0, a51 += b * u1, a52 += b * u2, a53 += b * u3;
-                    }
-                    ST(m, a00), ST(m + 16, a01), ST(m + 32, a02), ST(m + 48, a03), m += coutp;
-                    ST(m, a10), ST(m + 16, a11), ST(m + 32, a12), ST(m + 48, a13), m += coutp;
-                    ST(m, a20), ST(m + 16, a21), ST(m + 32, a22), ST(m + 48, a23), m += coutp;
-                    ST(m, a30), ST(m + 16, a31), ST(m + 32, a32), ST(m + 48, a33), m += coutp;
-                    ST(m, a40), ST(m + 16, a41), ST(m + 32, a42), ST(m + 48, a43), m += coutp;
-                    ST(m, a50), ST(m + 16, a51), ST(m + 32, a52), ST(m + 48, a53);
-                } else {
-                    for (int i = 0; i < tn; i++)
-                        for (int q = 0; q < nv; q++) {
-                            v16 acc = zero;
-                            const float *vr = v0 + (size_t)i * cinp;
-                            for (int k = 0; k < cinp; k++)
-                                acc += vr[k] * LD(Up + (size_t)k * coutp + ob + 16 * q);
-                            ST(m + (size_t)i * coutp + 16 * q, acc);
-                        }
-                }
+                if (q == 4) micro_6x4(v0, cinp, u, coutp, m);
+                else if (q == 3) micro_8x3(v0, cinp, u, coutp, m);
+                else if (q == 2) micro_12x2(v0, cinp, u, coutp, m);
+                else micro_24x1(v0, cinp, u, coutp, m);
             }
+            for (; t < nt; t++) {
+                const float *v0 = Vp + (size_t)t * cinp;
+                float *m = Mp + (size_t)t * coutp + ob;
+                if (q == 4) micro_1x4(v0, cinp, u, coutp, m);
+                else if (q == 3) micro_1x3(v0, cinp, u, coutp, m);
+                else if (q == 2) micro_1x2(v0, cinp, u, coutp, m);
+                else micro_1x1(v0, cinp, u, coutp, m);
+            }
+            ob += 16 * q;
         }
     }
+    const size_t plane = (size_t)H * W;
     for (int t = 0; t < nt; t++) {
         const int y0 = ty * 4, x0 = (tx0 + t) * 4;
         for (int c = 0; c < coutp; c += 16) {
@@ -185,12 +205,73 @@ CLONES static void block(const job_t *j, int ty, int tx0, int nt, float *V, floa
                         const v16i neg = o < zero;
                         o = (v16)(((v16i)(o * sv) & neg) | ((v16i)o & ~neg));
                     }
-                    const int y = j->out_mod ? (y0 + i) % j->out_mod : y0 + i;
-                    ST(j->out + ((size_t)y * W + x0 + k) * coutp + c, o);
+                    const size_t px = (size_t)(y0 + i) * W + x0 + k;
+                    for (int q = 0; q < j->nres; q++) o = o * j->scale[q] + LD(j->res[q] + px * j->res_ld[q] + c);
+                    if (j->planar) {
+                        for (int ch = 0; ch < 16 && c + ch < j->cout; ch++) j->out[(size_t)(c + ch) * plane + px] = o[ch];
+                    } else {
+                        const int y = j->out_mod ? (y0 + i) % j->out_mod : y0 + i;
+                        ST(j->out + ((size_t)y * W + x0 + k) * j->out_ld + c, o);
+                    }
                 }
             }
         }
     }
+}
+
+/* ---- one convolution over a whole tensor --------------------------------------------- */
+
+typedef struct {
+    const job_t *job;
+    int next; /* the next row of tiles to take (atomic) */
+    int failed;
+} conv_run_t;
+
+static void *conv_worker(void *arg) {
+    conv_run_t *run = arg;
+    const job_t *j = run->job;
+    float *V = aligned_alloc(64, sizeof(float) * 36 * NT * (size_t)j->cinp);
+    float *M = aligned_alloc(64, sizeof(float) * 36 * NT * (size_t)j->coutp);
+    if (V == NULL || M == NULL) {
+        __atomic_store_n(&run->failed, 1, __ATOMIC_RELAXED);
+    } else {
+        /* Rows of tiles taken one at a time: however many threads did start, all are done. */
+        const int th = (j->H + 3) / 4, tw = (j->W + 3) / 4;
+        for (int ty; (ty = __atomic_fetch_add(&run->next, 1, __ATOMIC_RELAXED)) < th;)
+            for (int tx = 0; tx < tw; tx += NT) block(j, ty, tx, tw - tx < NT ? tw - tx : NT, V, M);
+    }
+    free(V);
+    free(M);
+    return NULL;
+}
+
+/* One 3x3 convolution: `in` NHWC of (H/up) x (W/up) pixels `in_ld` floats apart (its first
+ * cinp channels read); `out` H x W, NHWC `out_ld` apart (coutp channels written) or, with
+ * `planar`, NCHW of the first `cout` channels; after the bias and the slope, each of `nres`
+ * residuals (NHWC, res_ld apart, coutp channels) is added: o = o * scale + res. Returns 0, or
+ * -1 (memory). */
+int tw_conv(const float *U, const float *bias, const float *slope, int cinp, int coutp,
+            const float *in, int in_ld, int up, float *out, int out_ld, int planar, int cout, int H,
+            int W, int nres, const float *const *res, const int *res_ld, const float *scale,
+            int threads) {
+    if (nres < 0 || nres > 2 || up < 1 || H % up || W % up) return -1;
+    job_t j = {in, U, bias, slope, out, H, W, cinp, coutp, 0, 0, in_ld, out_ld, up, planar, cout, nres,
+               {NULL, NULL}, {0, 0}, {1, 1}};
+    for (int q = 0; q < nres; q++) j.res[q] = res[q], j.res_ld[q] = res_ld[q], j.scale[q] = scale[q];
+    if (threads < 1) threads = 1;
+    if (threads > 64) threads = 64;
+    const int rows = (H + 3) / 4;
+    if (threads > rows) threads = rows;
+    conv_run_t run = {&j, 0, 0};
+    pthread_t ids[64];
+    int started = 0;
+    for (int i = 1; i < threads; i++) {
+        if (pthread_create(&ids[started], NULL, conv_worker, &run) != 0) break;
+        started++;
+    }
+    conv_worker(&run);
+    for (int i = 0; i < started; i++) pthread_join(ids[i], NULL);
+    return run.failed ? -1 : 0;
 }
 
 /* ---- a whole chain, streamed: every layer's activations in a ring of rows ----------
@@ -336,7 +417,16 @@ static void *chain_worker(void *arg) {
                            L->cinp,
                            L->coutp,
                            l == 0 ? 0 : c->ring,
-                           last && c->r == 0 ? 0 : c->ring};
+                           last && c->r == 0 ? 0 : c->ring,
+                           L->cinp,
+                           L->coutp,
+                           1,
+                           0,
+                           L->coutp,
+                           0,
+                           {NULL, NULL},
+                           {0, 0},
+                           {1, 1}};
                 for (int k = 0; k < rows[l]; k++)
                     for (int tx = x0; tx < x1; tx += NT)
                         block(&j, (s - 2 * l) * G + k, tx, x1 - tx < NT ? x1 - tx : NT, V, M);

@@ -23,7 +23,7 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-KERNEL_VERSION = 1  # winograd.c's TW_VERSION: a library of another version is not used
+KERNEL_VERSION = 2  # winograd.c's TW_VERSION: a library of another version is not used
 LANES = 16  # channels are padded to a multiple of this (one AVX-512 register)
 GROUP = 2  # rows of 4×4 tiles a layer computes per step (1 and 4 measured no faster)
 DISABLE_ENV = "TESSERA_CPU_KERNELS"  # "ort": ONNX Runtime's kernels only (the bench compares)
@@ -66,6 +66,16 @@ def _library() -> ctypes.CDLL | None:
     lib.tw_chain_steps.restype = c_int
     lib.tw_chain_free.argtypes = [ctypes.c_void_p]
     lib.tw_chain_free.restype = None
+    void_p = ctypes.c_void_p
+    lib.tw_conv.argtypes = [
+        void_p, void_p, void_p, c_int, c_int,  # U, bias, slope, cinp, coutp
+        void_p, c_int, c_int,  # in, in_ld, up
+        void_p, c_int, c_int, c_int,  # out, out_ld, planar, cout
+        c_int, c_int,  # H, W
+        c_int, pointers, ints, ctypes.POINTER(ctypes.c_float),  # the residuals
+        c_int,
+    ]  # fmt: skip
+    lib.tw_conv.restype = c_int
     return lib
 
 
@@ -104,6 +114,77 @@ class Conv3x3:
             s = np.zeros(coutp, np.float32)
             s[:cout] = slope
         return cls(cin, cout, u, b, s)
+
+
+@dataclass(frozen=True)
+class Slice:
+    """Channels [offset, offset + channels) of an NHWC float32 tensor `base` [H][W][C]: a
+    convolution reads or writes them in place (the members of a Concat share one tensor)."""
+
+    base: np.ndarray
+    offset: int = 0
+
+    @property
+    def pointer(self) -> int:
+        return int(self.base.ctypes.data) + 4 * self.offset
+
+    @property
+    def stride(self) -> int:
+        return int(self.base.shape[2])
+
+
+def conv(
+    layer: Conv3x3,
+    source: Slice,
+    target: Slice | np.ndarray,
+    threads: int,
+    up: int = 1,
+    residuals: tuple[tuple[Slice, float], ...] = (),
+) -> None:
+    """`layer` over `source` (read `up`× upscaled, nearest) into `target`: a Slice, or an
+    NCHW [cout][H][W] array (the graph's output) that gets the first `cout` channels. After
+    the bias and the slope each residual is added in turn: o = o × scale + residual."""
+    lib = _library()
+    assert lib is not None
+    height, width = source.base.shape[0] * up, source.base.shape[1] * up
+    planar = isinstance(target, np.ndarray)
+    if planar:
+        assert isinstance(target, np.ndarray)
+        if target.shape != (layer.cout, height, width) or not target.flags.c_contiguous:
+            raise ValueError(f"the output is {target.shape}, not {(layer.cout, height, width)}")
+        out_pointer, out_ld = int(target.ctypes.data), 0
+    else:
+        assert isinstance(target, Slice)
+        if target.base.shape[:2] != (height, width):
+            raise ValueError(f"the output is {target.base.shape[:2]}, not {(height, width)}")
+        out_pointer, out_ld = target.pointer, target.stride
+    count = len(residuals)
+    pointers = (ctypes.c_void_p * 2)(*(r.pointer for r, _ in residuals))
+    strides = (ctypes.c_int * 2)(*(r.stride for r, _ in residuals))
+    scales = (ctypes.c_float * 2)(*(s for _, s in residuals))
+    failed = lib.tw_conv(
+        layer.transformed.ctypes.data,
+        layer.bias.ctypes.data,
+        layer.slope.ctypes.data if layer.slope is not None else None,
+        layer.transformed.shape[1],
+        layer.transformed.shape[2],
+        source.pointer,
+        source.stride,
+        up,
+        out_pointer,
+        out_ld,
+        int(planar),
+        layer.cout,
+        height,
+        width,
+        count,
+        pointers,
+        strides,
+        scales,
+        threads,
+    )
+    if failed:
+        raise MemoryError("Failed to allocate memory for the convolution's work buffers")
 
 
 class StreamedChain:

@@ -227,6 +227,97 @@ def make_compact_upscaler(
     )
 
 
+def make_rrdb_upscaler(
+    path: Path,
+    *,
+    features: int = 16,
+    growth: int = 16,
+    blocks: int = 1,
+    dense_blocks: int = 2,
+    seed: int = 0,
+) -> Path:
+    """Real-ESRGAN's RRDBNet ×4 (x4plus, x4plus-anime), node for node as in the starter
+    models, only narrower and shallower: conv; `blocks` residual-in-residual blocks of
+    `dense_blocks` dense blocks (five convs, each reading the Concat of all before it, four
+    LeakyRelu, `x + 0.2 × conv`), each block `x + 0.2 × its last`; a trunk conv added to the
+    first; two nearest ×2 Resizes each with a conv and LeakyRelu; a conv, LeakyRelu, and the
+    last conv to 3 channels. Random weights (fixed by `seed`)."""
+    rng = np.random.default_rng(seed)
+    nodes: list[onnx.NodeProto] = []
+    inits: list[onnx.TensorProto] = []
+    count = 0
+
+    def conv(x: str, cin: int, cout: int, act: bool, gain: float = 0.15) -> str:
+        nonlocal count
+        i = count
+        count += 1
+        inits.extend(
+            [
+                _const(f"w{i}", rng.normal(0, gain, (cout, cin, 3, 3)).astype(np.float32)),
+                _const(f"b{i}", rng.normal(0, 0.02, cout).astype(np.float32)),
+            ]
+        )
+        nodes.append(helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], pads=[1, 1, 1, 1]))
+        if not act:
+            return f"c{i}"
+        nodes.append(helper.make_node("LeakyRelu", [f"c{i}"], [f"a{i}"], alpha=0.2))
+        return f"a{i}"
+
+    def scaled_sum(x: str, residual: str) -> str:
+        i = len(nodes)
+        inits.append(_const(f"k{i}", np.array(0.2, np.float32)))
+        nodes.append(helper.make_node("Mul", [x, f"k{i}"], [f"m{i}"]))
+        nodes.append(helper.make_node("Add", [f"m{i}", residual], [f"s{i}"]))
+        return f"s{i}"
+
+    def dense(x: str) -> str:
+        members = [x]
+        for k in range(4):
+            cat = members[0]
+            if len(members) > 1:
+                cat = f"cat{len(nodes)}"
+                nodes.append(helper.make_node("Concat", list(members), [cat], axis=1))
+            members.append(conv(cat, features + k * growth, growth, True))
+        cat = f"cat{len(nodes)}"
+        nodes.append(helper.make_node("Concat", list(members), [cat], axis=1))
+        return scaled_sum(conv(cat, features + 4 * growth, features, False), x)
+
+    first = conv("input", 3, features, False)
+    x = first
+    for _ in range(blocks):
+        inner = x
+        for _ in range(dense_blocks):
+            inner = dense(inner)
+        x = scaled_sum(inner, x)
+    trunk = conv(x, features, features, False)
+    nodes.append(helper.make_node("Add", [first, trunk], ["trunk"]))
+    x = "trunk"
+    inits.append(_const("twice", np.array([1, 1, 2, 2], np.float32)))
+    for k in range(2):
+        nodes.append(
+            helper.make_node(
+                "Resize",
+                [x, "", "twice"],
+                [f"up{k}"],
+                mode="nearest",
+                coordinate_transformation_mode="asymmetric",
+                nearest_mode="floor",
+            )
+        )
+        x = conv(f"up{k}", features, features, True)
+    x = conv(x, features, features, True)
+    conv(x, features, 3, False)
+    nodes[-1].output[0] = "output"
+    return _save(
+        nodes,
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, "height", "width"])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 3, "height*4", "width*4"])],
+        inits,
+        path,
+        "rrdb_x4",
+    )
+
+
 def make_pixelshuffle_upscaler(path: Path, scale: int = 2) -> Path:
     """A Real-ESRGAN-style tail: 3×3 conv to 3·scale² channels, then DepthToSpace (CRD).
     The weights copy each pixel to its scale² sub-pixels, so the result is nearest ×scale;

@@ -1,0 +1,382 @@
+"""A whole graph of 3×3 convolutions run by Tessera's Winograd kernel (winograd.c, `tw_conv`).
+
+The heavy Real-ESRGAN models (RRDBNet: x4plus, x4plus-anime) are nothing but 3×3
+convolutions joined by LeakyRelu, channel Concats, residual sums (`x + 0.2 × conv`) and two
+nearest 2× upscales. ORT computes each convolution directly, at the CPU's FMA peak; the
+kernel's Winograd F(4,3) needs a quarter of the multiplies. `analyse` turns such a graph into
+a list of `Step`s, one per convolution, each with the rest fused into it:
+
+- the activation, and up to two residual sums (`o × s + r`) applied as the output is written;
+- a Concat costs nothing: its members are written side by side into one NHWC tensor, and a
+  convolution reads a prefix of its channels (a dense block's concats are prefixes of one
+  another, so one tensor a block holds them all);
+- a nearest Resize is read through: the convolution after it reads its input upscaled.
+
+A graph with anything else is not taken (`analyse` answers None) and ORT runs it as before.
+The tensors of a run come from a pool and each goes back to it after the last step that
+reads it, so a run holds the few tensors alive at once, not one per node.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from engine.runtime import winograd
+
+MIN_CONVS = 4  # a smaller graph is not worth leaving ORT for
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a tensor lives: channels [offset, offset + channels) of tensor `tensor`."""
+
+    tensor: int
+    offset: int
+    channels: int
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One NHWC tensor of a run: `channels` (a multiple of 16) at `scale`× the input's size."""
+
+    channels: int
+    scale: int
+
+
+@dataclass(frozen=True)
+class Step:
+    """One convolution (`layer`, an index into the graph's weights) with what is fused in."""
+
+    layer: int
+    source: Place
+    up: int  # the source is read upscaled this many times (a nearest Resize read through)
+    target: Place | None  # None: the graph's output, written NCHW
+    residuals: tuple[tuple[Place, float], ...]  # o = o × scale + residual, in order
+
+
+@dataclass(frozen=True)
+class Graph:
+    """The analysed model: tensor 0 is the image input (NHWC, channels padded)."""
+
+    input: str
+    output: str
+    channels_in: int
+    channels_out: int
+    scale: int  # the output's size over the input's
+    tensors: tuple[Tensor, ...]
+    steps: tuple[Step, ...]
+    weights: tuple[tuple[np.ndarray, np.ndarray | None, np.ndarray | None], ...]
+    frees: tuple[tuple[int, ...], ...]  # tensors let go after each step
+
+
+class Unsupported(Exception):
+    """The graph has a node or a layout the kernel does not take."""
+
+
+def analyse(model: Any) -> Graph | None:
+    """The model as steps of the kernel, or None where any node is not one it takes."""
+    try:
+        return _analyse(model)
+    except Unsupported:
+        return None
+
+
+def _analyse(model: Any) -> Graph:
+    import onnx
+    from onnx import helper, numpy_helper
+
+    graph = model.graph
+    inits: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    nodes = []
+    for node in graph.node:
+        if node.domain not in ("", "ai.onnx"):
+            raise Unsupported(node.op_type)
+        if node.op_type == "Constant" and len(node.output) == 1:
+            inits[node.output[0]] = numpy_helper.to_array(
+                next(a.t for a in node.attribute if a.name == "value")
+            )
+            continue
+        nodes.append(node)
+    inputs = [i for i in graph.input if i.name not in inits]
+    if len(inputs) != 1 or len(graph.output) != 1:
+        raise Unsupported("one input and one output")
+    image, output = inputs[0], graph.output[0].name
+    tt = image.type.tensor_type
+    if tt.elem_type != onnx.TensorProto.FLOAT or len(tt.shape.dim) != 4:
+        raise Unsupported("a float32 NCHW input")
+    cin = tt.shape.dim[1].dim_value
+    if not cin:
+        raise Unsupported("a fixed channel count")
+
+    consumers: dict[str, list[Any]] = defaultdict(list)
+    for node in nodes:
+        for name in node.input:
+            if name:
+                consumers[name].append(node)
+
+    def attrs(node: Any) -> dict[str, Any]:
+        return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+    def only(name: str) -> Any:
+        """The one node that reads `name` (None: several, none, or it is the output)."""
+        after = consumers[name]
+        return after[0] if len(after) == 1 and name != output else None
+
+    def scalar(name: str) -> float | None:
+        value = inits.get(name)
+        return float(value.reshape(-1)[0]) if value is not None and value.size == 1 else None
+
+    # -- fuse: each convolution with its activation and residual sums ---------------------
+    absorbed: set[int] = set()
+    convs: list[tuple[Any, str, float | np.ndarray | None, list[tuple[str, float]]]] = []
+    weights: list[tuple[np.ndarray, np.ndarray | None, np.ndarray | None]] = []
+    channels: dict[str, int] = {image.name: cin}
+    for node in nodes:
+        if node.op_type != "Conv":
+            continue
+        weight = inits.get(node.input[1]) if len(node.input) > 1 else None
+        a = attrs(node)
+        if (
+            weight is None
+            or weight.dtype != np.float32
+            or weight.ndim != 4
+            or weight.shape[2:] != (3, 3)
+            or list(a.get("pads", [0] * 4)) != [1, 1, 1, 1]
+            or a.get("group", 1) != 1
+            or list(a.get("strides", [1, 1])) != [1, 1]
+            or list(a.get("dilations", [1, 1])) != [1, 1]
+            or a.get("auto_pad", b"NOTSET") not in (b"NOTSET", b"")
+        ):
+            raise Unsupported("a convolution other than 3×3, stride 1, pad 1")
+        bias = None
+        if len(node.input) > 2 and node.input[2]:
+            bias = inits.get(node.input[2])
+            if bias is None:
+                raise Unsupported("a computed bias")
+            bias = bias.astype(np.float32)
+        cout = int(weight.shape[0])
+        absorbed.add(id(node))
+        end, slope = node.output[0], None
+        act = only(end)
+        if act is not None and act.input[0] == end:
+            if act.op_type == "LeakyRelu":
+                slope = np.full(cout, attrs(act).get("alpha", 0.01), np.float32)
+            elif act.op_type == "Relu":
+                slope = np.zeros(cout, np.float32)
+            elif act.op_type == "PRelu" and len(act.input) == 2:
+                s = inits.get(act.input[1])
+                if s is not None and (s.size == 1 or s.size == cout):
+                    slope = np.broadcast_to(s.reshape(-1), (cout,)).astype(np.float32)
+            if slope is not None:
+                absorbed.add(id(act))
+                end = act.output[0]
+        residuals: list[tuple[str, float]] = []
+        while len(residuals) < 2:
+            nxt, scale, mul = only(end), 1.0, None
+            if nxt is not None and nxt.op_type == "Mul" and len(nxt.input) == 2:
+                other = nxt.input[1] if nxt.input[0] == end else nxt.input[0]
+                factor = scalar(other)
+                add = only(nxt.output[0])
+                if factor is None or add is None or add.op_type != "Add":
+                    break
+                mul, scale, nxt = nxt, factor, add
+            if nxt is None or nxt.op_type != "Add" or len(nxt.input) != 2:
+                break
+            came = mul.output[0] if mul is not None else end
+            other = nxt.input[1] if nxt.input[0] == came else nxt.input[0]
+            if other in inits or other == came:
+                break
+            residuals.append((other, scale))
+            absorbed.update(id(n) for n in (mul, nxt) if n is not None)
+            end = nxt.output[0]
+        convs.append((node, end, None, residuals))
+        weights.append((weight, bias, slope))
+        channels[end] = cout
+    if len(convs) < MIN_CONVS:
+        raise Unsupported("too few convolutions")
+    made = {end for _, end, _, _ in convs} | {image.name}
+
+    # -- the rest: Concats become places, nearest Resizes are read through ----------------
+    resized: dict[str, tuple[str, int]] = {}  # a Resize's output: (its input, factor)
+    concats = []
+    for node in nodes:
+        if id(node) in absorbed:
+            continue
+        if node.op_type == "Concat" and attrs(node).get("axis") in (1, -3):
+            concats.append(node)
+            channels[node.output[0]] = sum(channels.get(n, -1) for n in node.input)
+            if any(n not in made for n in node.input):
+                raise Unsupported("a Concat of what no convolution made")
+        elif node.op_type == "Resize":
+            a = attrs(node)
+            if (a.get("mode"), a.get("coordinate_transformation_mode"), a.get("nearest_mode")) != (
+                b"nearest",
+                b"asymmetric",
+                b"floor",
+            ):
+                raise Unsupported("a Resize other than nearest")
+            scales = inits.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+            if len(node.input) > 3 and node.input[3]:
+                raise Unsupported("a Resize to sizes")
+            if scales is None or len(scales) != 4 or list(scales[:2]) != [1, 1]:
+                raise Unsupported("a Resize other than spatial")
+            r = int(scales[2])
+            if scales[2] != r or scales[3] != r or r < 1:
+                raise Unsupported("a Resize by a fraction")
+            if node.input[0] not in made or any(
+                c.op_type != "Conv" or c.input[0] != node.output[0]
+                for c in consumers[node.output[0]]
+            ):
+                raise Unsupported("a Resize not between convolutions")
+            resized[node.output[0]] = (node.input[0], r)
+            channels[node.output[0]] = channels.get(node.input[0], -1)
+        else:
+            raise Unsupported(node.op_type)
+
+    # -- places: a Concat's members side by side in one tensor ----------------------------
+    tensors: list[list[int]] = [[winograd.padded(cin), 1]]  # [channels, scale]
+    place: dict[str, Place] = {image.name: Place(0, 0, cin)}
+    scale_of: dict[str, int] = {image.name: 1}
+
+    for node, end, _, _ in convs:  # each convolution's output is at its source's scale × up
+        source = node.input[0]
+        up = resized[source][1] if source in resized else 1
+        base = resized[source][0] if source in resized else source
+        if base not in scale_of:
+            for cat in concats:
+                if cat.output[0] == base:
+                    scale_of[base] = scale_of[cat.input[0]]
+        if base not in scale_of:
+            raise Unsupported("a convolution of what is not made before it")
+        scale_of[end] = scale_of[base] * up
+    for cat in concats:
+        ins = list(cat.input)
+        if len(set(ins)) != len(ins) or any(channels[n] % winograd.LANES for n in ins):
+            raise Unsupported("a Concat the kernel cannot lay side by side")
+        if len({scale_of[n] for n in ins}) != 1:
+            raise Unsupported("a Concat of several sizes")
+        placed = 0
+        while placed < len(ins) and ins[placed] in place:
+            placed += 1
+        if placed:
+            first = place[ins[0]]
+            offset = first.offset
+            for n in ins[:placed]:
+                p = place[n]
+                if p.tensor != first.tensor or p.offset != offset:
+                    raise Unsupported("a Concat whose members lie apart")
+                offset += p.channels
+            if placed < len(ins) and offset != tensors[first.tensor][0]:
+                raise Unsupported("a Concat that cannot grow its tensor")
+            t, start = first.tensor, first.offset
+        else:
+            t, start = len(tensors), 0
+            tensors.append([0, scale_of[ins[0]]])
+        for n in ins[placed:]:
+            if n in place:
+                raise Unsupported("a member of two Concats at two places")
+            place[n] = Place(t, tensors[t][0], channels[n])
+            tensors[t][0] += channels[n]
+        place[cat.output[0]] = Place(t, start, channels[cat.output[0]])
+        scale_of[cat.output[0]] = scale_of[ins[0]]
+    for _, end, _, _ in convs:
+        if end not in place and end != output:
+            place[end] = Place(len(tensors), 0, channels[end])
+            tensors.append([winograd.padded(channels[end]), scale_of[end]])
+
+    # -- steps, and when each tensor is let go ----------------------------------------------
+    steps: list[Step] = []
+    last_read: dict[int, int] = {}
+    for i, (node, end, _, residuals) in enumerate(convs):
+        source = node.input[0]
+        up = resized[source][1] if source in resized else 1
+        base = resized[source][0] if source in resized else source
+        if base not in place:
+            raise Unsupported("a convolution of the graph's output")
+        reads = [place[base]] + [place[r] for r, _ in residuals if r in place]
+        if len(reads) != 1 + len(residuals):
+            raise Unsupported("a residual that is not a tensor of the run")
+        if any(p.channels != channels[end] for p in reads[1:]):
+            raise Unsupported("a residual of another channel count")
+        if place[base].channels != weights[i][0].shape[1]:
+            raise Unsupported("a convolution of another channel count")
+        if any(scale_of.get(r) != scale_of[end] for r, _ in residuals):
+            raise Unsupported("a residual of another size")
+        for p in reads:
+            last_read[p.tensor] = i
+        target = None if end == output else place[end]
+        steps.append(Step(i, place[base], up, target, tuple((place[r], s) for r, s in residuals)))
+    if sum(s.target is None for s in steps) != 1 or steps[-1].target is not None:
+        raise Unsupported("an output that is not the last convolution's")
+    frees: list[list[int]] = [[] for _ in steps]
+    for t, i in last_read.items():
+        frees[i].append(t)
+    return Graph(
+        image.name,
+        output,
+        cin,
+        channels[output],
+        scale_of[output],
+        tuple(Tensor(c, s) for c, s in tensors),
+        tuple(steps),
+        tuple(weights),
+        tuple(tuple(f) for f in frees),
+    )
+
+
+class Program:
+    """An analysed graph with its weights in the kernel's form, ready to run."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.layers = tuple(winograd.Conv3x3.make(w, b, s) for w, b, s in graph.weights)
+
+    @property
+    def weight_bytes(self) -> int:
+        """What the transformed weights hold (4× a 3×3 kernel's: 36 numbers for its 9)."""
+        return sum(layer.transformed.nbytes for layer in self.layers)
+
+    def run(
+        self,
+        image: np.ndarray,
+        out: np.ndarray,
+        threads: int,
+        stopped: Callable[[], bool] = lambda: False,
+    ) -> bool:
+        """One NCHW image [cin][H][W] into `out` [cout][H s][W s]; False where `stopped`
+        answered True between two convolutions (`out` is then incomplete)."""
+        g = self.graph
+        _, height, width = image.shape
+        pool: dict[tuple[int, int, int], list[np.ndarray]] = defaultdict(list)
+        live: dict[int, np.ndarray] = {}
+
+        def tensor(t: int) -> np.ndarray:
+            if t not in live:
+                spec = g.tensors[t]
+                shape = (height * spec.scale, width * spec.scale, spec.channels)
+                live[t] = pool[shape].pop() if pool[shape] else np.empty(shape, np.float32)
+            return live[t]
+
+        first = np.zeros((height, width, g.tensors[0].channels), np.float32)
+        first[:, :, : g.channels_in] = image.transpose(1, 2, 0)
+        live[0] = first
+        for i, step in enumerate(g.steps):
+            if stopped():
+                return False
+            source = winograd.Slice(tensor(step.source.tensor), step.source.offset)
+            target: winograd.Slice | np.ndarray = out
+            if step.target is not None:
+                target = winograd.Slice(tensor(step.target.tensor), step.target.offset)
+            residuals = tuple(
+                (winograd.Slice(tensor(p.tensor), p.offset), s) for p, s in step.residuals
+            )
+            winograd.conv(self.layers[step.layer], source, target, threads, step.up, residuals)
+            for t in g.frees[i]:
+                done = live.pop(t)
+                pool[done.shape].append(done)
+        return True
