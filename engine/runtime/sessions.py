@@ -111,6 +111,9 @@ class SessionEntry:
     runs: int = 0  # successful runs over the session's life (the memory panel shows them)
     kept_copy: Path | None = None  # loaded from this kept optimised copy (optimize.py)
     shrinks: int = 0
+    # What the loaded weights hold in memory: the file's size, or what Tessera's kernel made of
+    # them (its Winograd weights are 4× a 3×3 kernel's: x4plus holds 268 MB, not 67).
+    weight_bytes: int = 0
     # Output shapes and dtypes seen per input signature, so a later run with the same inputs
     # can have its outputs written into the caller's buffers (see SessionHandle.run's `into`).
     output_shapes: dict[tuple[Any, ...], dict[str, tuple[tuple[int, ...], np.dtype[Any]]]] = field(
@@ -131,6 +134,7 @@ class SessionInfo:
     last_used: float
     runs: int
     shrinks: int
+    weight_bytes: int = 0  # in memory (SessionEntry.weight_bytes)
 
 
 def create_session(
@@ -277,7 +281,7 @@ def _held(entry: SessionEntry) -> records.HeldSession:
         inode=identity.inode,
         device=str(key.device),
         runtime=key.runtime.value,
-        weight_bytes=entry.file_size,
+        weight_bytes=entry.weight_bytes or entry.file_size,
     )
 
 
@@ -411,6 +415,7 @@ class SessionCache:
             providers=actual,
             shrink_target=target,
             file_size=path.stat().st_size,
+            weight_bytes=int(getattr(session, "weight_bytes", 0)) or path.stat().st_size,
             created_at=now,
             last_used=now,
             load_seconds=time.perf_counter() - start,
@@ -551,6 +556,7 @@ class SessionCache:
                 last_used=e.last_used,
                 runs=e.runs,
                 shrinks=e.shrinks,
+                weight_bytes=e.weight_bytes or e.file_size,
             )
             for e in sorted(self._entries.values(), key=lambda e: e.created_at)
         )
