@@ -91,6 +91,47 @@ def test_the_plan_holds_a_few_tensors_however_deep_the_graph(tmp_path: Path) -> 
     assert five == two <= 5
 
 
+def test_a_sum_with_a_later_convolution_is_that_ones_to_take(tmp_path: Path) -> None:
+    """conv a and conv b both read c0, then a + b: the sum is fused into b, the later one (in
+    a, b's output would be read before b ran)."""
+    rng = np.random.default_rng(5)
+    inits, nodes = [], []
+    for name, cin, cout in (("w0", 3, 16), ("wa", 16, 16), ("wb", 16, 16), ("w3", 16, 16)):
+        inits.append(
+            numpy_helper.from_array(rng.normal(0, 0.2, (cout, cin, 3, 3)).astype("f4"), name)
+        )
+    inits.append(numpy_helper.from_array(rng.normal(0, 0.2, (3, 16, 3, 3)).astype("f4"), "w4"))
+    nodes += [
+        helper.make_node("Conv", ["input", "w0"], ["c0"], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["c0", "wa"], ["a"], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["c0", "wb"], ["b"], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["a", "b"], ["s"]),
+        helper.make_node("Conv", ["s", "w3"], ["c3"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c3"], ["r3"]),
+        helper.make_node("Conv", ["r3", "w4"], ["output"], pads=[1, 1, 1, 1]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "later",
+        [helper.make_tensor_value_info("input", onnx.TensorProto.FLOAT, [1, 3, "h", "w"])],
+        [helper.make_tensor_value_info("output", onnx.TensorProto.FLOAT, [1, 3, "h", "w"])],
+        inits,
+    )
+    model = tmp_path / "later.onnx"
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), model
+    )
+    analysed = convgraph.analyse(onnx.load(model))
+    assert analysed is not None
+    assert [len(s.residuals) for s in analysed.steps] == [0, 0, 1, 0, 0]
+    session = _load(model)
+    assert isinstance(session, chain.GraphSession)
+    x = _image(11, 9)
+    assert (
+        _close(session.run(None, {"input": x})[0], _ort(model).run(None, {"input": x})[0]) <= 2e-5
+    )
+
+
 def _edited(src: Path, dst: Path, edit: str) -> Path:
     model = onnx.load(src)
     nodes = model.graph.node

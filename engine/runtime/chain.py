@@ -16,6 +16,10 @@ model on the CPU, with the same methods the engine calls (`run`, `io_binding`,
 kept copies' folder (optimize.py), as an `.npz` of its weights and the tail's graph, so a later
 load reads no ONNX graph (no `onnx` import at all); a model with no such chain leaves an
 empty `.nochain` marker, so it is not analysed again.
+
+A model whose whole graph is convolutions the kernel takes (RRDBNet: x4plus) gets a
+`GraphSession` instead (convgraph.py), with no ORT session at all; its analysis is not kept
+(it takes a fraction of a second, and its weights would be 4× the model on disk).
 """
 
 from __future__ import annotations

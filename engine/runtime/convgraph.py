@@ -86,9 +86,43 @@ def analyse(model: Any) -> Graph | None:
         return None
 
 
+@dataclass
+class _Nodes:
+    """The graph's nodes with what the passes below ask of them."""
+
+    nodes: list[Any]
+    inits: dict[str, np.ndarray]
+    consumers: dict[str, list[Any]]
+    output: str
+
+    def only(self, name: str) -> Any:
+        """The one node that reads `name` (None: several, none, or it is the output)."""
+        after = self.consumers[name]
+        return after[0] if len(after) == 1 and name != self.output else None
+
+    def scalar(self, name: str) -> float | None:
+        value = self.inits.get(name)
+        return float(value.reshape(-1)[0]) if value is not None and value.size == 1 else None
+
+
+@dataclass(frozen=True)
+class _Fused:
+    """A convolution and the nodes fused into it: it reads `source`, makes `end`."""
+
+    source: str
+    end: str
+    residuals: tuple[tuple[str, float], ...]
+
+
+def _attrs(node: Any) -> dict[str, Any]:
+    from onnx import helper
+
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
 def _analyse(model: Any) -> Graph:
     import onnx
-    from onnx import helper, numpy_helper
+    from onnx import numpy_helper
 
     graph = model.graph
     inits: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
@@ -112,115 +146,130 @@ def _analyse(model: Any) -> Graph:
     cin = tt.shape.dim[1].dim_value
     if not cin:
         raise Unsupported("a fixed channel count")
-
     consumers: dict[str, list[Any]] = defaultdict(list)
     for node in nodes:
         for name in node.input:
             if name:
                 consumers[name].append(node)
+    ns = _Nodes(nodes, inits, consumers, output)
 
-    def attrs(node: Any) -> dict[str, Any]:
-        return {a.name: helper.get_attribute_value(a) for a in node.attribute}
-
-    def only(name: str) -> Any:
-        """The one node that reads `name` (None: several, none, or it is the output)."""
-        after = consumers[name]
-        return after[0] if len(after) == 1 and name != output else None
-
-    def scalar(name: str) -> float | None:
-        value = inits.get(name)
-        return float(value.reshape(-1)[0]) if value is not None and value.size == 1 else None
-
-    # -- fuse: each convolution with its activation and residual sums ---------------------
     absorbed: set[int] = set()
-    convs: list[tuple[Any, str, float | np.ndarray | None, list[tuple[str, float]]]] = []
-    weights: list[tuple[np.ndarray, np.ndarray | None, np.ndarray | None]] = []
     channels: dict[str, int] = {image.name: cin}
+    convs: list[_Fused] = []
+    weights: list[tuple[np.ndarray, np.ndarray | None, np.ndarray | None]] = []
     for node in nodes:
-        if node.op_type != "Conv":
-            continue
-        weight = inits.get(node.input[1]) if len(node.input) > 1 else None
-        a = attrs(node)
-        if (
-            weight is None
-            or weight.dtype != np.float32
-            or weight.ndim != 4
-            or weight.shape[2:] != (3, 3)
-            or list(a.get("pads", [0] * 4)) != [1, 1, 1, 1]
-            or a.get("group", 1) != 1
-            or list(a.get("strides", [1, 1])) != [1, 1]
-            or list(a.get("dilations", [1, 1])) != [1, 1]
-            or a.get("auto_pad", b"NOTSET") not in (b"NOTSET", b"")
-        ):
-            raise Unsupported("a convolution other than 3×3, stride 1, pad 1")
-        bias = None
-        if len(node.input) > 2 and node.input[2]:
-            bias = inits.get(node.input[2])
-            if bias is None:
-                raise Unsupported("a computed bias")
-            bias = bias.astype(np.float32)
-        cout = int(weight.shape[0])
-        absorbed.add(id(node))
-        end, slope = node.output[0], None
-        act = only(end)
-        if act is not None and act.input[0] == end:
-            if act.op_type == "LeakyRelu":
-                slope = np.full(cout, attrs(act).get("alpha", 0.01), np.float32)
-            elif act.op_type == "Relu":
-                slope = np.zeros(cout, np.float32)
-            elif act.op_type == "PRelu" and len(act.input) == 2:
-                s = inits.get(act.input[1])
-                if s is not None and (s.size == 1 or s.size == cout):
-                    slope = np.broadcast_to(s.reshape(-1), (cout,)).astype(np.float32)
-            if slope is not None:
-                absorbed.add(id(act))
-                end = act.output[0]
-        residuals: list[tuple[str, float]] = []
-        while len(residuals) < 2:
-            nxt, scale, mul = only(end), 1.0, None
-            if nxt is not None and nxt.op_type == "Mul" and len(nxt.input) == 2:
-                other = nxt.input[1] if nxt.input[0] == end else nxt.input[0]
-                factor = scalar(other)
-                add = only(nxt.output[0])
-                if factor is None or add is None or add.op_type != "Add":
-                    break
-                mul, scale, nxt = nxt, factor, add
-            if nxt is None or nxt.op_type != "Add" or len(nxt.input) != 2:
-                break
-            came = mul.output[0] if mul is not None else end
-            other = nxt.input[1] if nxt.input[0] == came else nxt.input[0]
-            if other in inits or other == came:
-                break
-            residuals.append((other, scale))
-            absorbed.update(id(n) for n in (mul, nxt) if n is not None)
-            end = nxt.output[0]
-        convs.append((node, end, None, residuals))
-        weights.append((weight, bias, slope))
-        channels[end] = cout
+        if node.op_type == "Conv":
+            made = {c.end for c in convs} | {image.name}
+            fused, weight = _fuse(ns, node, absorbed, made)
+            convs.append(fused)
+            weights.append(weight)
+            channels[fused.end] = int(weight[0].shape[0])
     if len(convs) < MIN_CONVS:
         raise Unsupported("too few convolutions")
-    made = {end for _, end, _, _ in convs} | {image.name}
+    concats, resized = _joins(ns, absorbed, channels, {c.end for c in convs} | {image.name})
+    tensors, place, scale_of = _lay_out(image.name, cin, convs, concats, resized, channels, output)
+    steps, frees = _steps(image.name, convs, concats, resized, place, scale_of, channels, weights)
+    if sum(s.target is None for s in steps) != 1 or steps[-1].target is not None:
+        raise Unsupported("an output that is not the last convolution's")
+    return Graph(
+        image.name,
+        output,
+        cin,
+        channels[output],
+        scale_of[output],
+        tuple(Tensor(c, s) for c, s in tensors),
+        steps,
+        tuple(weights),
+        frees,
+    )
 
-    # -- the rest: Concats become places, nearest Resizes are read through ----------------
-    resized: dict[str, tuple[str, int]] = {}  # a Resize's output: (its input, factor)
+
+def _fuse(
+    ns: _Nodes, node: Any, absorbed: set[int], made: set[str]
+) -> tuple[_Fused, tuple[np.ndarray, np.ndarray | None, np.ndarray | None]]:
+    """A convolution with the activation after it and up to two residual sums of what is
+    `made` before it (a sum with a later convolution's output is that one's to take)."""
+    weight = ns.inits.get(node.input[1]) if len(node.input) > 1 else None
+    a = _attrs(node)
+    if (
+        weight is None
+        or weight.dtype != np.float32
+        or weight.ndim != 4
+        or weight.shape[2:] != (3, 3)
+        or list(a.get("pads", [0] * 4)) != [1, 1, 1, 1]
+        or a.get("group", 1) != 1
+        or list(a.get("strides", [1, 1])) != [1, 1]
+        or list(a.get("dilations", [1, 1])) != [1, 1]
+        or a.get("auto_pad", b"NOTSET") not in (b"NOTSET", b"")
+    ):
+        raise Unsupported("a convolution other than 3×3, stride 1, pad 1")
+    bias = None
+    if len(node.input) > 2 and node.input[2]:
+        bias = ns.inits.get(node.input[2])
+        if bias is None:
+            raise Unsupported("a computed bias")
+        bias = bias.astype(np.float32)
+    cout = int(weight.shape[0])
+    absorbed.add(id(node))
+    end, slope = node.output[0], None
+    act = ns.only(end)
+    if act is not None and act.input[0] == end:
+        if act.op_type == "LeakyRelu":
+            slope = np.full(cout, _attrs(act).get("alpha", 0.01), np.float32)
+        elif act.op_type == "Relu":
+            slope = np.zeros(cout, np.float32)
+        elif act.op_type == "PRelu" and len(act.input) == 2:
+            s = ns.inits.get(act.input[1])
+            if s is not None and (s.size == 1 or s.size == cout):
+                slope = np.broadcast_to(s.reshape(-1), (cout,)).astype(np.float32)
+        if slope is not None:
+            absorbed.add(id(act))
+            end = act.output[0]
+    residuals: list[tuple[str, float]] = []
+    while len(residuals) < 2:
+        nxt, scale, mul = ns.only(end), 1.0, None
+        if nxt is not None and nxt.op_type == "Mul" and len(nxt.input) == 2:
+            factor = ns.scalar(nxt.input[1] if nxt.input[0] == end else nxt.input[0])
+            add = ns.only(nxt.output[0])
+            if factor is None or add is None or add.op_type != "Add":
+                break
+            mul, scale, nxt = nxt, factor, add
+        if nxt is None or nxt.op_type != "Add" or len(nxt.input) != 2:
+            break
+        came = mul.output[0] if mul is not None else end
+        other = nxt.input[1] if nxt.input[0] == came else nxt.input[0]
+        if other in ns.inits or other == came or other not in made or id(nxt) in absorbed:
+            break
+        residuals.append((other, scale))
+        absorbed.update(id(n) for n in (mul, nxt) if n is not None)
+        end = nxt.output[0]
+    return _Fused(node.input[0], end, tuple(residuals)), (weight, bias, slope)
+
+
+def _joins(
+    ns: _Nodes, absorbed: set[int], channels: dict[str, int], made: set[str]
+) -> tuple[list[Any], dict[str, tuple[str, int]]]:
+    """What is left once the convolutions took theirs: Concats (laid out as places) and
+    nearest Resizes (read through), each Resize's output as (its input, factor)."""
+    resized: dict[str, tuple[str, int]] = {}
     concats = []
-    for node in nodes:
+    for node in ns.nodes:
         if id(node) in absorbed:
             continue
-        if node.op_type == "Concat" and attrs(node).get("axis") in (1, -3):
-            concats.append(node)
-            channels[node.output[0]] = sum(channels.get(n, -1) for n in node.input)
+        if node.op_type == "Concat" and _attrs(node).get("axis") in (1, -3):
             if any(n not in made for n in node.input):
                 raise Unsupported("a Concat of what no convolution made")
+            concats.append(node)
+            channels[node.output[0]] = sum(channels[n] for n in node.input)
         elif node.op_type == "Resize":
-            a = attrs(node)
+            a = _attrs(node)
             if (a.get("mode"), a.get("coordinate_transformation_mode"), a.get("nearest_mode")) != (
                 b"nearest",
                 b"asymmetric",
                 b"floor",
             ):
                 raise Unsupported("a Resize other than nearest")
-            scales = inits.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+            scales = ns.inits.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
             if len(node.input) > 3 and node.input[3]:
                 raise Unsupported("a Resize to sizes")
             if scales is None or len(scales) != 4 or list(scales[:2]) != [1, 1]:
@@ -230,30 +279,44 @@ def _analyse(model: Any) -> Graph:
                 raise Unsupported("a Resize by a fraction")
             if node.input[0] not in made or any(
                 c.op_type != "Conv" or c.input[0] != node.output[0]
-                for c in consumers[node.output[0]]
+                for c in ns.consumers[node.output[0]]
             ):
                 raise Unsupported("a Resize not between convolutions")
             resized[node.output[0]] = (node.input[0], r)
-            channels[node.output[0]] = channels.get(node.input[0], -1)
+            channels[node.output[0]] = channels[node.input[0]]
         else:
             raise Unsupported(node.op_type)
+    return concats, resized
 
-    # -- places: a Concat's members side by side in one tensor ----------------------------
+
+def _base(source: str, resized: dict[str, tuple[str, int]]) -> tuple[str, int]:
+    """What a convolution reads, and how many times upscaled."""
+    return resized[source] if source in resized else (source, 1)
+
+
+def _lay_out(
+    image: str,
+    cin: int,
+    convs: list[_Fused],
+    concats: list[Any],
+    resized: dict[str, tuple[str, int]],
+    channels: dict[str, int],
+    output: str,
+) -> tuple[list[list[int]], dict[str, Place], dict[str, int]]:
+    """Each tensor's place: a Concat's members side by side in one tensor (the Concats of a
+    dense block are prefixes of one another, so the block's members grow one tensor), every
+    other convolution's output in its own. Tensor 0 is the image."""
     tensors: list[list[int]] = [[winograd.padded(cin), 1]]  # [channels, scale]
-    place: dict[str, Place] = {image.name: Place(0, 0, cin)}
-    scale_of: dict[str, int] = {image.name: 1}
-
-    for node, end, _, _ in convs:  # each convolution's output is at its source's scale × up
-        source = node.input[0]
-        up = resized[source][1] if source in resized else 1
-        base = resized[source][0] if source in resized else source
-        if base not in scale_of:
-            for cat in concats:
-                if cat.output[0] == base:
-                    scale_of[base] = scale_of[cat.input[0]]
+    place: dict[str, Place] = {image: Place(0, 0, cin)}
+    scale_of: dict[str, int] = {image: 1}
+    concat_of = {cat.output[0]: cat for cat in concats}
+    for fused in convs:  # each output is at its source's size × the upscale read through
+        base, up = _base(fused.source, resized)
+        if base in concat_of:
+            scale_of[base] = scale_of[concat_of[base].input[0]]
         if base not in scale_of:
             raise Unsupported("a convolution of what is not made before it")
-        scale_of[end] = scale_of[base] * up
+        scale_of[fused.end] = scale_of[base] * up
     for cat in concats:
         ins = list(cat.input)
         if len(set(ins)) != len(ins) or any(channels[n] % winograd.LANES for n in ins):
@@ -267,10 +330,9 @@ def _analyse(model: Any) -> Graph:
             first = place[ins[0]]
             offset = first.offset
             for n in ins[:placed]:
-                p = place[n]
-                if p.tensor != first.tensor or p.offset != offset:
+                if place[n].tensor != first.tensor or place[n].offset != offset:
                     raise Unsupported("a Concat whose members lie apart")
-                offset += p.channels
+                offset += place[n].channels
             if placed < len(ins) and offset != tensors[first.tensor][0]:
                 raise Unsupported("a Concat that cannot grow its tensor")
             t, start = first.tensor, first.offset
@@ -284,49 +346,53 @@ def _analyse(model: Any) -> Graph:
             tensors[t][0] += channels[n]
         place[cat.output[0]] = Place(t, start, channels[cat.output[0]])
         scale_of[cat.output[0]] = scale_of[ins[0]]
-    for _, end, _, _ in convs:
-        if end not in place and end != output:
-            place[end] = Place(len(tensors), 0, channels[end])
-            tensors.append([winograd.padded(channels[end]), scale_of[end]])
+    for fused in convs:
+        if fused.end not in place and fused.end != output:
+            place[fused.end] = Place(len(tensors), 0, channels[fused.end])
+            tensors.append([winograd.padded(channels[fused.end]), scale_of[fused.end]])
+    return tensors, place, scale_of
 
-    # -- steps, and when each tensor is let go ----------------------------------------------
+
+def _steps(
+    image: str,
+    convs: list[_Fused],
+    concats: list[Any],
+    resized: dict[str, tuple[str, int]],
+    place: dict[str, Place],
+    scale_of: dict[str, int],
+    channels: dict[str, int],
+    weights: list[tuple[np.ndarray, np.ndarray | None, np.ndarray | None]],
+) -> tuple[tuple[Step, ...], tuple[tuple[int, ...], ...]]:
+    """The steps in order, and the tensors let go after each (after the last that reads them).
+    Each step reads only what earlier steps made: a residual made by a later convolution in
+    the node order (an Add after both) would be read before it is there."""
+    made_at = {image: -1} | {fused.end: i for i, fused in enumerate(convs)}
+    for cat in concats:
+        made_at[cat.output[0]] = max(made_at[n] for n in cat.input)
     steps: list[Step] = []
     last_read: dict[int, int] = {}
-    for i, (node, end, _, residuals) in enumerate(convs):
-        source = node.input[0]
-        up = resized[source][1] if source in resized else 1
-        base = resized[source][0] if source in resized else source
-        if base not in place:
+    for i, fused in enumerate(convs):
+        base, up = _base(fused.source, resized)
+        if base not in place or any(r not in place for r, _ in fused.residuals):
             raise Unsupported("a convolution of the graph's output")
-        reads = [place[base]] + [place[r] for r, _ in residuals if r in place]
-        if len(reads) != 1 + len(residuals):
-            raise Unsupported("a residual that is not a tensor of the run")
-        if any(p.channels != channels[end] for p in reads[1:]):
+        reads = [base] + [r for r, _ in fused.residuals]
+        if any(made_at[n] >= i for n in reads):
+            raise Unsupported("a convolution of what a later one makes")
+        if any(channels[r] != channels[fused.end] for r, _ in fused.residuals):
             raise Unsupported("a residual of another channel count")
+        if any(scale_of[r] != scale_of[fused.end] for r, _ in fused.residuals):
+            raise Unsupported("a residual of another size")
         if place[base].channels != weights[i][0].shape[1]:
             raise Unsupported("a convolution of another channel count")
-        if any(scale_of.get(r) != scale_of[end] for r, _ in residuals):
-            raise Unsupported("a residual of another size")
-        for p in reads:
-            last_read[p.tensor] = i
-        target = None if end == output else place[end]
-        steps.append(Step(i, place[base], up, target, tuple((place[r], s) for r, s in residuals)))
-    if sum(s.target is None for s in steps) != 1 or steps[-1].target is not None:
-        raise Unsupported("an output that is not the last convolution's")
+        for n in reads:
+            last_read[place[n].tensor] = i
+        target = place.get(fused.end)
+        residuals = tuple((place[r], s) for r, s in fused.residuals)
+        steps.append(Step(i, place[base], up, target, residuals))
     frees: list[list[int]] = [[] for _ in steps]
     for t, i in last_read.items():
         frees[i].append(t)
-    return Graph(
-        image.name,
-        output,
-        cin,
-        channels[output],
-        scale_of[output],
-        tuple(Tensor(c, s) for c, s in tensors),
-        tuple(steps),
-        tuple(weights),
-        tuple(tuple(f) for f in frees),
-    )
+    return tuple(steps), tuple(tuple(f) for f in frees)
 
 
 class Program:
