@@ -133,7 +133,12 @@ def test_a_cancelled_json_batch_lists_the_products_already_written(tmp_path: Pat
     from engine.samples.synthetic import slow_model
 
     model = slow_model(tmp_path / "slow.onnx", layers=300)
-    inputs = [photo(tmp_path / f"in{n}.png", 96, 96, seed=n) for n in range(3)]
+    # The later inputs 9× the first's pixels: the stop lands while the second runs, not after
+    # it was written, even on a loaded machine where this test reads the log late.
+    inputs = [
+        photo(tmp_path / f"in{n}.png", *((96, 96) if n == 0 else (288, 288)), seed=n)
+        for n in range(3)
+    ]
     out = tmp_path / "out"
     process = subprocess.Popen(
         [
