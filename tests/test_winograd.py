@@ -311,3 +311,61 @@ def test_the_kernel_alone_matches_a_direct_convolution() -> None:
     assert out.shape == (h, wd, winograd.padded(27))
     assert np.abs(out[:, :, :27] - ref).max() < 1e-4
     np.testing.assert_array_equal(out[:, :, 27:], 0)  # the padding stays zero for the next layer
+
+
+def _direct(x: np.ndarray, w: np.ndarray, b: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """A 3×3, pad-1 convolution of NHWC `x` in float64, with the bias and the slope."""
+    h, wd = x.shape[:2]
+    p = np.pad(x.astype(np.float64), ((1, 1), (1, 1), (0, 0)))
+    ref = (
+        sum(
+            p[dy : dy + h, dx : dx + wd] @ w[:, :, dy, dx].T.astype(np.float64)
+            for dy in range(3)
+            for dx in range(3)
+        )
+        + b
+    )
+    return np.asarray(np.where(ref < 0, ref * s, ref))
+
+
+def test_one_convolution_reads_and_writes_slices_upscaled_with_residuals() -> None:
+    """`winograd.conv` as convgraph.py uses it: the source a prefix of a wider tensor's
+    channels read 2× upscaled (nearest), the product written into a slice of another tensor
+    beside channels it must not touch, after `o × 0.2 + r1` then `o × 0.5 + r2`; and the same
+    written NCHW (the graph's output), only its real channels."""
+    rng = np.random.default_rng(4)
+    w = rng.normal(0, 0.2, (32, 48, 3, 3)).astype(np.float32)
+    b = rng.normal(0, 0.1, 32).astype(np.float32)
+    s = np.full(32, 0.2, np.float32)
+    layer = winograd.Conv3x3.make(w, b, s)
+    h, wd = 7, 9  # the source's size; the output is 14 × 18
+    wide = rng.normal(0, 1, (h, wd, 80)).astype(np.float32)  # reads channels 16..64
+    up = wide[:, :, 16:64].repeat(2, 0).repeat(2, 1)
+    ref = _direct(up, w, b, s)
+    r1 = rng.normal(0, 1, (2 * h, 2 * wd, 64)).astype(np.float32)  # residual at channels 32..64
+    r2 = rng.normal(0, 1, (2 * h, 2 * wd, 32)).astype(np.float32)
+    ref = (ref * 0.2 + r1[:, :, 32:]) * 0.5 + r2
+    target = np.full((2 * h, 2 * wd, 96), 7.0, np.float32)  # the product goes to channels 48..80
+    winograd.conv(
+        layer,
+        winograd.Slice(wide, 16),
+        winograd.Slice(target, 48),
+        2,
+        up=2,
+        residuals=((winograd.Slice(r1, 32), 0.2), (winograd.Slice(r2, 0), 0.5)),
+    )
+    assert np.abs(target[:, :, 48:80] - ref).max() < 1e-4
+    np.testing.assert_array_equal(target[:, :, :48], 7.0)  # the other members are untouched
+    np.testing.assert_array_equal(target[:, :, 80:], 7.0)
+    # Written NCHW: the first `cout` channels only, each a plane.
+    small = winograd.Conv3x3.make(w[:5], b[:5], None)
+    planar = np.empty((5, 2 * h, 2 * wd), np.float32)
+    winograd.conv(small, winograd.Slice(wide, 16), planar, 1, up=2)
+    plain = _direct(up, w[:5], b[:5], np.ones(5, np.float32))
+    assert np.abs(planar - plain.transpose(2, 0, 1)).max() < 1e-4
+    with pytest.raises(ValueError, match="output"):
+        winograd.conv(small, winograd.Slice(wide, 16), np.empty((5, h, wd), np.float32), 1, up=2)
+    with pytest.raises(ValueError, match="channels"):  # a slice past its tensor's channels
+        winograd.conv(layer, winograd.Slice(wide, 48), winograd.Slice(target, 48), 1, up=2)
+    with pytest.raises(ValueError, match="channels"):
+        winograd.conv(layer, winograd.Slice(wide, 16), winograd.Slice(target, 80), 1, up=2)

@@ -147,6 +147,21 @@ def conv(
     lib = _library()
     assert lib is not None
     height, width = source.base.shape[0] * up, source.base.shape[1] * up
+    cinp, coutp = layer.transformed.shape[1], layer.transformed.shape[2]
+    # The C side reads and writes whole slices by pointer: a slice past its tensor's channels
+    # or of another size would be memory that is not the tensor's.
+    slices = [(source, cinp, source.base.shape[:2])] + [
+        (r, coutp, (height, width)) for r, _ in residuals
+    ]
+    if isinstance(target, Slice):
+        slices.append((target, coutp, (height, width)))
+    for piece, channels, size in slices:
+        if piece.base.dtype != np.float32 or not piece.base.flags.c_contiguous:
+            raise ValueError("the kernel's tensors are C-contiguous float32")
+        if piece.offset < 0 or piece.offset + channels > piece.stride:
+            raise ValueError(f"channels {piece.offset}…{piece.offset + channels} of {piece.stride}")
+        if piece.base.shape[:2] != size:
+            raise ValueError(f"the output is {piece.base.shape[:2]}, not {size}")
     planar = isinstance(target, np.ndarray)
     if planar:
         assert isinstance(target, np.ndarray)
@@ -155,8 +170,6 @@ def conv(
         out_pointer, out_ld = int(target.ctypes.data), 0
     else:
         assert isinstance(target, Slice)
-        if target.base.shape[:2] != (height, width):
-            raise ValueError(f"the output is {target.base.shape[:2]}, not {(height, width)}")
         out_pointer, out_ld = target.pointer, target.stride
     count = len(residuals)
     pointers = (ctypes.c_void_p * 2)(*(r.pointer for r, _ in residuals))
@@ -166,8 +179,8 @@ def conv(
         layer.transformed.ctypes.data,
         layer.bias.ctypes.data,
         layer.slope.ctypes.data if layer.slope is not None else None,
-        layer.transformed.shape[1],
-        layer.transformed.shape[2],
+        cinp,
+        coutp,
         source.pointer,
         source.stride,
         up,
