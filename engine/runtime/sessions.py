@@ -30,7 +30,7 @@ from engine.errors import (
     ResourceError,
     is_out_of_memory,
 )
-from engine.runtime import chain, optimize, records
+from engine.runtime import optimize, records
 from engine.runtime.arena import (
     USE_ENV_ALLOCATORS,
     cpu_arena_registered,
@@ -444,6 +444,9 @@ class SessionCache:
 
                 def tail(graph: bytes) -> Any:
                     return create_session(graph, plan, threads=threads, name=path.name)
+
+                # Imported here: an idle window or a GPU request never needs the kernel.
+                from engine.runtime import chain
 
                 chained = chain.load(path, ids, threads, tail)
                 if chained is not None:
