@@ -104,6 +104,9 @@ class SessionEntry:
     providers: tuple[str, ...]
     shrink_target: str | None
     file_size: int
+    # What the loaded weights hold in memory: the file's size, or what Tessera's kernel made of
+    # them (its Winograd weights are 4× a 3×3 kernel's: x4plus holds 268 MB, not 67).
+    weight_bytes: int
     created_at: float
     last_used: float
     load_seconds: float
@@ -111,9 +114,6 @@ class SessionEntry:
     runs: int = 0  # successful runs over the session's life (the memory panel shows them)
     kept_copy: Path | None = None  # loaded from this kept optimised copy (optimize.py)
     shrinks: int = 0
-    # What the loaded weights hold in memory: the file's size, or what Tessera's kernel made of
-    # them (its Winograd weights are 4× a 3×3 kernel's: x4plus holds 268 MB, not 67).
-    weight_bytes: int = 0
     # Output shapes and dtypes seen per input signature, so a later run with the same inputs
     # can have its outputs written into the caller's buffers (see SessionHandle.run's `into`).
     output_shapes: dict[tuple[Any, ...], dict[str, tuple[tuple[int, ...], np.dtype[Any]]]] = field(
@@ -131,10 +131,10 @@ class SessionInfo:
     runtime: str
     provider: str
     file_size: int
+    weight_bytes: int  # in memory (SessionEntry.weight_bytes)
     last_used: float
     runs: int
     shrinks: int
-    weight_bytes: int = 0  # in memory (SessionEntry.weight_bytes)
 
 
 def create_session(
@@ -281,7 +281,7 @@ def _held(entry: SessionEntry) -> records.HeldSession:
         inode=identity.inode,
         device=str(key.device),
         runtime=key.runtime.value,
-        weight_bytes=entry.weight_bytes or entry.file_size,
+        weight_bytes=entry.weight_bytes,
     )
 
 
@@ -409,13 +409,14 @@ class SessionCache:
         )
         now = time.time()
         log.info("loaded %s on %s via %s (shrink %s)", path.name, key.device, actual[0], target)
+        size = path.stat().st_size
         return SessionEntry(
             key=key,
             session=session,
             providers=actual,
             shrink_target=target,
-            file_size=path.stat().st_size,
-            weight_bytes=int(getattr(session, "weight_bytes", 0)) or path.stat().st_size,
+            file_size=size,
+            weight_bytes=int(getattr(session, "weight_bytes", 0)) or size,
             created_at=now,
             last_used=now,
             load_seconds=time.perf_counter() - start,
@@ -556,10 +557,10 @@ class SessionCache:
                 runtime=e.key.runtime.value,
                 provider=e.providers[0],
                 file_size=e.file_size,
+                weight_bytes=e.weight_bytes,
                 last_used=e.last_used,
                 runs=e.runs,
                 shrinks=e.shrinks,
-                weight_bytes=e.weight_bytes or e.file_size,
             )
             for e in sorted(self._entries.values(), key=lambda e: e.created_at)
         )

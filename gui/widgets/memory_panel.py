@@ -99,7 +99,7 @@ class MemoryPanel(QWidget):
                 info.device,
                 info.runtime,
                 info.provider.removesuffix("ExecutionProvider"),
-                fmt_bytes(info.weight_bytes or info.file_size),
+                fmt_bytes(info.weight_bytes),
                 str(info.runs),
                 ago(info.last_used, now),
             )
@@ -168,7 +168,7 @@ class MemoryPanel(QWidget):
         return text + "\n\n" + census_report(self.census)
 
     def _this_process(self) -> str:
-        weights = sum(s.weight_bytes or s.file_size for s in self.sessions)
+        weights = sum(s.weight_bytes for s in self.sessions)
         count = len(self.sessions)
         lines = [
             f"{count} model{'s' if count != 1 else ''} loaded, {fmt_bytes(weights)} of weights."
@@ -199,9 +199,7 @@ class MemoryPanel(QWidget):
             else:
                 lines.append(f"GPU {gpu.index}: this process holds {fmt_bytes(gpu.own)}.")
                 gpu_weights = sum(
-                    s.weight_bytes or s.file_size
-                    for s in self.sessions
-                    if s.device == f"gpu:{gpu.index}"
+                    s.weight_bytes for s in self.sessions if s.device == f"gpu:{gpu.index}"
                 )
                 beyond = gpu.own - gpu_weights - CONTEXT_ALLOWANCE
                 if gpu_weights and beyond > gpu_weights:
