@@ -341,6 +341,13 @@ class ChainBinding:
             raise ValueError("a chain session writes only into CPU buffers given to it")
         self.outputs.append((name, np.dtype(element_type), tuple(shape), int(buffer_ptr)))
 
+    def only_output(self) -> np.ndarray:
+        """The one bound output buffer, as an array over the caller's memory."""
+        ((_, dtype, shape, pointer),) = self.outputs
+        size = int(np.prod(shape))
+        memory = (np.ctypeslib.as_ctypes_type(dtype) * size).from_address(pointer)
+        return np.ctypeslib.as_array(memory).reshape(shape)
+
 
 class ChainSession:
     """One model on the CPU: its convolution chain by Tessera's kernel, its tail by ORT."""
@@ -394,10 +401,7 @@ class ChainSession:
 
     def run_with_iobinding(self, binding: ChainBinding, run_options: Any = None) -> None:
         if self._tail is None:
-            ((_, dtype, shape, pointer),) = binding.outputs
-            target = np.ctypeslib.as_array(
-                (np.ctypeslib.as_ctypes_type(dtype) * int(np.prod(shape))).from_address(pointer)
-            ).reshape(shape)
+            target = binding.only_output()
             # The kernel writes the product straight into the caller's buffer (a 4096×3072
             # product is 151 MB that need not be made and copied).
             self._chain(binding.inputs[self._input.name], run_options, into=target)
@@ -501,11 +505,7 @@ class GraphSession:
         return [self._run(feeds[self._input.name], run_options)]
 
     def run_with_iobinding(self, binding: ChainBinding, run_options: Any = None) -> None:
-        ((_, dtype, shape, pointer),) = binding.outputs
-        target = np.ctypeslib.as_array(
-            (np.ctypeslib.as_ctypes_type(dtype) * int(np.prod(shape))).from_address(pointer)
-        ).reshape(shape)
-        self._run(binding.inputs[self._input.name], run_options, into=target)
+        self._run(binding.inputs[self._input.name], run_options, into=binding.only_output())
 
     def _run(self, x: np.ndarray, run_options: Any, into: np.ndarray | None = None) -> np.ndarray:
         graph = self._program.graph
