@@ -94,6 +94,20 @@ def cuda_shrink(device: int = 0) -> str:
     return f"cpu:0;gpu:{device}"
 
 
+class Terminating:
+    """RunOptions whose `terminate` turns true at its `at`-th look, as when a person cancels
+    while the run is under way; `reads` counts the looks (the kernels look between steps)."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+        self.reads = 0
+
+    @property
+    def terminate(self) -> bool:
+        self.reads += 1
+        return self.reads >= self.at
+
+
 class Recorder:
     """Session wrap for Engine(session_wrap=...): every created session reports `provider`."""
 

@@ -16,6 +16,7 @@ from engine.runtime.handle import SessionHandle
 from engine.runtime.providers import Device, Runtime, provider_plan
 from engine.runtime.sessions import FileIdentity, SessionCache, SessionKey, create_session
 from engine.samples.contract_models import make_rrdb_upscaler
+from tests.engine_helpers import Terminating
 from tests.starter_fixtures import StarterEnv, starter_env  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.skipif(
@@ -209,18 +210,7 @@ def test_a_cancelled_run_stops_between_two_convolutions(tmp_path: Path) -> None:
     session = _load(model)
     assert isinstance(session, chain.GraphSession)
 
-    class Terminating:
-        """RunOptions whose terminate flag is set at the fifth look."""
-
-        def __init__(self) -> None:
-            self.reads = 0
-
-        @property
-        def terminate(self) -> bool:
-            self.reads += 1
-            return self.reads >= 5
-
-    options = Terminating()
+    options = Terminating(at=5)
     with pytest.raises(RuntimeError, match="terminate flag"):
         session.run(None, {"input": _image(16, 16)}, options)
     assert options.reads == 5  # looked at before each convolution, stopped at once

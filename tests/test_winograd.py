@@ -12,13 +12,13 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from engine.cancel import CancelToken
 from engine.errors import Cancelled, map_error
 from engine.runtime import chain, winograd
 from engine.runtime.handle import SessionHandle
 from engine.runtime.providers import Device, Runtime, provider_plan
 from engine.runtime.sessions import FileIdentity, SessionCache, SessionKey, create_session
 from engine.samples.contract_models import make_compact_upscaler
+from tests.engine_helpers import Terminating
 
 pytestmark = pytest.mark.skipif(
     not winograd.available(), reason="the kernel is not built (no C compiler at install)"
@@ -217,22 +217,7 @@ def test_a_cancelled_run_stops_between_rows_of_tiles(tmp_path: Path) -> None:
     cache = SessionCache(threads=2)
     handle = SessionHandle(cache, SessionKey.make(model, Device("cpu"), Runtime.CPU))
     assert isinstance(handle.entry().session, chain.ChainSession)
-    token = CancelToken()
-
-    class Terminating:
-        """RunOptions whose terminate flag the user sets while the run is under way."""
-
-        def __init__(self) -> None:
-            self.reads = 0
-
-        @property
-        def terminate(self) -> bool:
-            self.reads += 1
-            if self.reads == 2:
-                token.cancel()
-            return token.cancelled
-
-    options = Terminating()
+    options = Terminating(at=2)
     with pytest.raises(RuntimeError, match="terminate flag"):
         handle.entry().session.run(None, {"input": _image(16 * chain.STEPS, 8)}, options)
     # 4·STEPS rows of tiles and the layers' lag: three calls or more, stopped at the second.
@@ -298,16 +283,7 @@ def test_the_kernel_alone_matches_a_direct_convolution() -> None:
     out = np.empty((h, wd, winograd.padded(27)), np.float32)
     with winograd.StreamedChain((layer,), h, wd, 0) as one:
         one.run(x, np.zeros((3, h, wd), np.float32), out, 0, one.steps, 2)
-    p = np.pad(x[:, :, :40].astype(np.float64), ((1, 1), (1, 1), (0, 0)))
-    ref = (
-        sum(
-            p[dy : dy + h, dx : dx + wd] @ w[:, :, dy, dx].T.astype(np.float64)
-            for dy in range(3)
-            for dx in range(3)
-        )
-        + b
-    )
-    ref = np.where(ref < 0, ref * s, ref)
+    ref = _direct(x[:, :, :40], w, b, s)
     assert out.shape == (h, wd, winograd.padded(27))
     assert np.abs(out[:, :, :27] - ref).max() < 1e-4
     np.testing.assert_array_equal(out[:, :, 27:], 0)  # the padding stays zero for the next layer
