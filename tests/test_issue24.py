@@ -193,6 +193,14 @@ def test_starting_imports_no_onnx(module: str) -> None:
     assert done.stdout.strip() == "[]"
 
 
+def test_the_cpu_kernel_is_imported_only_when_a_cpu_model_loads() -> None:
+    # The engine an idle window holds, or a GPU request, never runs Tessera's kernel.
+    kernel = ("engine.runtime.chain", "engine.runtime.convgraph", "engine.runtime.winograd")
+    code = f"import sys, engine.api, gui.main_window; print([m for m in {kernel!r} if m in sys.modules])"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
 def test_the_runtime_probe_model_is_the_one_onnx_builds() -> None:
     from onnx import TensorProto, helper
 

@@ -373,8 +373,10 @@ def _steps(
     last_read: dict[int, int] = {}
     for i, fused in enumerate(convs):
         base, up = _base(fused.source, resized)
-        if base not in place or any(r not in place for r, _ in fused.residuals):
+        if base not in place:
             raise Unsupported("a convolution of the graph's output")
+        if any(r not in place for r, _ in fused.residuals):
+            raise Unsupported("a residual that is no tensor of the run (an upscale's output)")
         reads = [base] + [r for r, _ in fused.residuals]
         if any(made_at[n] >= i for n in reads):
             raise Unsupported("a convolution of what a later one makes")
