@@ -26,9 +26,8 @@ pytestmark = pytest.mark.skipif(
 PLAN = provider_plan(Device("cpu"), Runtime.CPU)
 
 
-def _ids(path: Path) -> tuple[int, ...]:
-    i = FileIdentity.of(path)
-    return (i.size, i.mtime_ns, i.inode, i.ctime_ns)
+def _ids(path: Path) -> FileIdentity:
+    return FileIdentity.of(path)
 
 
 def _load(path: Path) -> chain.ChainSession | chain.GraphSession | None:

@@ -123,14 +123,20 @@ class SessionHandle:
                 cancel.detach()
         if failure is not None:
             kept = entry.kept_copy
-            if isinstance(failure, InferenceError) and kept is not None and not self._retried:
+            # Tessera's kernel made NaN of a finite image (chain.KernelDisagreed): ORT's turn.
+            disagreed = bool(getattr(failure.__cause__, "retry_on_original", False))
+            if (
+                isinstance(failure, InferenceError)
+                and (kept is not None or disagreed)
+                and not self._retried
+            ):
                 # A kept copy is known by its name: one that fails to run (x4's copy under
                 # x2's name, a model rewritten in place) goes, and the run is made once more
                 # on a session of the original.
                 log.warning(
-                    "%s failed on its kept copy %s; retrying on the original",
+                    "%s failed on %s; retrying on the original",
                     self.key.model.name,
-                    kept.name,
+                    f"its kept copy {kept.name}" if kept is not None else "Tessera's CPU kernel",
                 )
                 self._retried = True
                 self.cache.distrust_copy(entry)

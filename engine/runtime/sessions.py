@@ -37,6 +37,7 @@ from engine.runtime.arena import (
     gpu_arena_shares,
     register_gpu_arena,
 )
+from engine.runtime.identity import FileIdentity
 from engine.runtime.providers import (
     CUDA_EP,
     SHRINK_CAPABLE,
@@ -55,29 +56,6 @@ log = logging.getLogger(__name__)
 
 DEVICE_ALLOCATOR_FOR_INITIALIZERS = "session.use_device_allocator_for_initializers"
 ARENA_SHRINKER = Path("<shared GPU arena>")  # the key a shrinker session is wrapped under
-
-
-@dataclass(frozen=True)
-class FileIdentity:
-    """Which version of a file: a model replaced in place (a download, fetch-starter) is
-    another version, so the next request loads it instead of reusing the old session."""
-
-    size: int
-    mtime_ns: int
-    inode: int
-    # A file rewritten in place with size, inode and mtime kept (`touch -r`) still changes its
-    # ctime, which no one can set back.
-    ctime_ns: int = 0
-
-    @classmethod
-    def of(cls, path: Path) -> FileIdentity:
-        try:
-            st = path.stat()
-        except OSError as e:
-            raise ModelError(
-                f"The model file {path.name} cannot be read ({e.strerror or e})."
-            ) from e
-        return cls(st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
 
 
 @dataclass(frozen=True)
@@ -439,7 +417,6 @@ class SessionCache:
         copy = None
         if self._cpu_copies and key.runtime is Runtime.CPU and path not in self._distrusted:
             identity = key.identity or FileIdentity.of(path)
-            ids = (identity.size, identity.mtime_ns, identity.inode, identity.ctime_ns)
             if self._cpu_kernels:
                 threads = self._threads
 
@@ -449,11 +426,11 @@ class SessionCache:
                 # Imported here: an idle window or a GPU request never needs the kernel.
                 from engine.runtime import chain
 
-                chained = chain.load(path, ids, threads, tail)
+                chained = chain.load(path, identity, threads, tail)
                 if chained is not None:
                     self._loaded_from = chained.kept
                     return chained
-            copy = optimize.cpu_copy(path, ids)
+            copy = optimize.cpu_copy(path, identity)
         if copy is None:
             return create_session(path, plan, threads=self._threads, name=path.name)
         try:
