@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from engine.files import LIVE, sweep_leftovers
-from engine.runtime import convgraph, optimize, winograd
+from engine.runtime import convgraph, kernel_choice, optimize, winograd
 from engine.runtime.conv_chain import FORMAT, Arg, Chain, analyse
 from engine.runtime.identity import FileIdentity
 
@@ -108,6 +108,15 @@ class ChainSession:
     def weight_bytes(self) -> int:
         """The chain's weights as the kernel holds them (4× a 3×3 kernel's), the tail's not."""
         return sum(layer.transformed.nbytes for layer in self._layers)
+
+    @property
+    def cpu_kernel(self) -> str | None:
+        """The instruction set the kernel runs with (what `run --json` reports)."""
+        return kernel_choice.active_isa()
+
+    def shapes(self) -> list[tuple[int, int]]:
+        """Each layer's (input, output) channels: what the choice measures."""
+        return [(layer.cin, layer.cout) for layer in self._layers]
 
     # -- what the engine asks of a session -------------------------------------------------
     def get_providers(self) -> list[str]:
@@ -225,6 +234,13 @@ class GraphSession:
     def weight_bytes(self) -> int:
         return self._program.weight_bytes
 
+    @property
+    def cpu_kernel(self) -> str | None:
+        return kernel_choice.active_isa()
+
+    def shapes(self) -> list[tuple[int, int]]:
+        return [(layer.cin, layer.cout) for layer in self._program.layers]
+
     def get_providers(self) -> list[str]:
         return ["CPUExecutionProvider"]
 
@@ -290,12 +306,22 @@ def _cores() -> int:
 
 
 def load(
-    path: Path, identity: FileIdentity, threads: int, create: Callable[[bytes], Any]
+    path: Path,
+    identity: FileIdentity,
+    threads: int,
+    create: Callable[[bytes], Any],
+    *,
+    measured: bool = False,
+    why: list[str] | None = None,
 ) -> ChainSession | GraphSession | None:
     """A chain session for `path` on the CPU, or None: the model has no chain for the kernel,
-    the kernel is not built, or something failed (the reason goes to the log; the model
-    then loads in ORT as it always did). `create` makes the ORT session of the tail's graph."""
+    the kernel is not built, or something failed (the reason goes to the log and to `why`;
+    the model then loads in ORT as it always did). `create` makes the ORT session of the
+    tail's graph. `measured`: only where the kernel measured faster than ORT on this CPU
+    (kernel_choice.py); otherwise wherever the graph allows."""
+    notes = why if why is not None else []
     if not winograd.available():
+        notes.append(f"Tessera's kernel is not used: {kernel_choice.build_problem() or 'off'}")
         return None
     folder = path.parent / optimize.FOLDER
     stem = f"{path.stem}-{optimize.copy_digest(identity)}-k{winograd.KERNEL_VERSION}f{FORMAT}"
@@ -303,6 +329,7 @@ def load(
     model_id = identity.digest()
     try:
         if marker.is_file():
+            notes.append("the graph has no chain of convolutions the kernel takes")
             return None
         chain: Chain | None = None
         if kept.is_file():
@@ -319,6 +346,7 @@ def load(
         if chain is None:
             model = optimize.load_inline(path)
             if model is None:
+                notes.append("the graph cannot be read for the kernel (external weights?)")
                 return None
             chain = analyse(model, model_id)
             graph = convgraph.analyse(model) if chain is None else None
@@ -327,6 +355,8 @@ def load(
                 # Not kept: the transformed weights are 4× the model's (268 MB for x4plus),
                 # made again at each load in a fraction of a second.
                 program = GraphSession(convgraph.Program(graph), threads)
+                if measured and not _faster(path, identity, program.shapes(), threads, notes):
+                    return None
                 log.info(
                     "%s on the CPU: %d convolutions by Tessera's kernel (the whole graph)",
                     path.name,
@@ -335,16 +365,35 @@ def load(
                 return program
             _keep(folder, path.stem, kept if chain is not None else marker, chain)
             if chain is None:
+                notes.append("the graph has no chain of convolutions the kernel takes")
                 return None
         tail = None
         if chain.tail is not None:
             tail = create(chain.tail)
         session = ChainSession(chain, tail, threads, loaded_from)
+        if measured and not _faster(path, identity, session.shapes(), threads, notes):
+            return None
     except Exception as e:  # never costs the model: ORT runs it as it always did
         log.warning("%s: Tessera's CPU kernel is not used (%s)", path.name, e, exc_info=True)
+        notes.append(f"Tessera's kernel failed to load the model ({e})")
         return None
     log.info("%s on the CPU: %d convolutions by Tessera's kernel", path.name, len(session._layers))
     return session
+
+
+def _faster(
+    path: Path,
+    identity: FileIdentity,
+    shapes: list[tuple[int, int]],
+    threads: int,
+    notes: list[str],
+) -> bool:
+    """Whether the kernel measured faster than ORT on this model's layers (kept per CPU)."""
+    choice = kernel_choice.choose(path, identity, shapes, threads)
+    log.info("%s: %s", path.name, choice.why)
+    if not choice.kernel:
+        notes.append(choice.why)
+    return choice.kernel
 
 
 def _keep(folder: Path, stem: str, target: Path, chain: Chain | None) -> None:

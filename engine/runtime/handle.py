@@ -51,6 +51,8 @@ class SessionHandle:
         self.first_run_at: float | None = None  # perf_counter at the start of the first run
         self._retried = False  # a failed run on a kept copy was retried on the original
         self.tiled = True  # the operation runs in tiles (what an out-of-memory message offers)
+        # What ran this request's CPU convolutions (SessionEntry.cpu_kernel), once a run is made.
+        self.cpu_kernel: str | None = None
 
     @property
     def loaded(self) -> bool:
@@ -160,6 +162,7 @@ class SessionHandle:
                 },
             )
         self.runs += 1
+        self.cpu_kernel = entry.cpu_kernel
         entry.runs += 1
         self.cache.runs += 1
         if shrink is not None:
