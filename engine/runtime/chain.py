@@ -114,10 +114,6 @@ class ChainSession:
         """The instruction set the kernel runs with (what `run --json` reports)."""
         return kernel_choice.active_isa()
 
-    def shapes(self) -> list[tuple[int, int]]:
-        """Each layer's (input, output) channels: what the choice measures."""
-        return [(layer.cin, layer.cout) for layer in self._layers]
-
     # -- what the engine asks of a session -------------------------------------------------
     def get_providers(self) -> list[str]:
         return (
@@ -238,9 +234,6 @@ class GraphSession:
     def cpu_kernel(self) -> str | None:
         return kernel_choice.active_isa()
 
-    def shapes(self) -> list[tuple[int, int]]:
-        return [(layer.cin, layer.cout) for layer in self._program.layers]
-
     def get_providers(self) -> list[str]:
         return ["CPUExecutionProvider"]
 
@@ -331,6 +324,10 @@ def load(
         if marker.is_file():
             notes.append("the graph has no chain of convolutions the kernel takes")
             return None
+        known = kernel_choice.kept(path, identity, threads) if measured else None
+        if known is not None and not known.kernel:
+            notes.append(known.why)  # measured before: no analysis, no weights transformed
+            return None
         chain: Chain | None = None
         if kept.is_file():
             try:
@@ -352,11 +349,11 @@ def load(
             graph = convgraph.analyse(model) if chain is None else None
             del model
             if graph is not None:
+                if measured and not _faster(path, identity, _shapes(graph.weights), threads, notes):
+                    return None
                 # Not kept: the transformed weights are 4× the model's (268 MB for x4plus),
                 # made again at each load in a fraction of a second.
                 program = GraphSession(convgraph.Program(graph), threads)
-                if measured and not _faster(path, identity, program.shapes(), threads, notes):
-                    return None
                 log.info(
                     "%s on the CPU: %d convolutions by Tessera's kernel (the whole graph)",
                     path.name,
@@ -367,18 +364,24 @@ def load(
             if chain is None:
                 notes.append("the graph has no chain of convolutions the kernel takes")
                 return None
+        chain.check()
+        if measured and not _faster(path, identity, _shapes(chain.weights), threads, notes):
+            return None
         tail = None
         if chain.tail is not None:
             tail = create(chain.tail)
         session = ChainSession(chain, tail, threads, loaded_from)
-        if measured and not _faster(path, identity, session.shapes(), threads, notes):
-            return None
     except Exception as e:  # never costs the model: ORT runs it as it always did
         log.warning("%s: Tessera's CPU kernel is not used (%s)", path.name, e, exc_info=True)
         notes.append(f"Tessera's kernel failed to load the model ({e})")
         return None
     log.info("%s on the CPU: %d convolutions by Tessera's kernel", path.name, len(session._layers))
     return session
+
+
+def _shapes(weights: tuple[tuple[np.ndarray, Any, Any], ...]) -> list[tuple[int, int]]:
+    """Each layer's (input, output) channels: what the choice measures."""
+    return [(int(w.shape[1]), int(w.shape[0])) for w, _, _ in weights]
 
 
 def _faster(

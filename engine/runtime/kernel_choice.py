@@ -165,42 +165,67 @@ class Choice:
     why: str
 
 
-def choose(
-    path: Path,
-    identity: FileIdentity,
-    shapes: Iterable[tuple[int, int]],
-    threads: int,
-) -> Choice:
-    """The kernel or ORT for this model (`shapes`: its layers' (cin, cout)), measured once on
-    this CPU and kept; a kept choice is used while it names this model, CPU, ISA and threads."""
-    isa = active_isa() or "none"
-    counts = Counter(shapes)
-    if isa in UNTUNED:
-        return Choice(False, isa, 0.0, 0.0, f"no tuned kernel for this CPU ({isa})")
-    record = (
+def _record(path: Path, identity: FileIdentity) -> Path:
+    return (
         path.parent / optimize.FOLDER / f"{path.stem}-{optimize.copy_digest(identity)}.kernel.json"
     )
-    wanted = {
+
+
+def _wanted(identity: FileIdentity, isa: str, threads: int) -> dict[str, object]:
+    """What a kept choice must name to be used: this model version, CPU, ISA and threads."""
+    return {
         "version": CHOICE_VERSION,
         "model": identity.digest(),
         "cpu": cpu_name(),
         "isa": isa,
         "threads": threads,
     }
+
+
+def kept(path: Path, identity: FileIdentity, threads: int) -> Choice | None:
+    """The choice measured earlier for this model on this CPU, or None (not measured yet, or
+    measured on another CPU, ISA or thread count): read before any analysis of the graph, so
+    a model ORT runs better costs a stat and a small read at each load."""
+    isa = active_isa() or "none"
+    if isa in UNTUNED:
+        return Choice(False, isa, 0.0, 0.0, f"no tuned kernel for this CPU ({isa})")
     try:
-        data = json.loads(record.read_text(encoding="utf-8"))
-        if isinstance(data, dict) and all(data.get(k) == v for k, v in wanted.items()):
-            return Choice(**{k: data[k] for k in ("kernel", "isa", "kernel_ms", "ort_ms", "why")})
+        data = json.loads(_record(path, identity).read_text(encoding="utf-8"))
+        if isinstance(data, dict) and all(
+            data.get(k) == v for k, v in _wanted(identity, isa, threads).items()
+        ):
+            return Choice(
+                bool(data["kernel"]),
+                str(data["isa"]),
+                float(data["kernel_ms"]),
+                float(data["ort_ms"]),
+                str(data["why"]),
+            )
     except (OSError, ValueError, KeyError, TypeError):
-        pass  # not measured yet, or damaged: measured now
-    kernel_ms, ort_ms = measure(counts, threads)
+        pass  # not measured yet, or damaged: measured when asked
+    return None
+
+
+def choose(
+    path: Path,
+    identity: FileIdentity,
+    shapes: Iterable[tuple[int, int]],
+    threads: int,
+) -> Choice:
+    """The kernel or ORT for this model (`shapes`: its layers' (cin, cout)): the kept choice,
+    or measured now on this CPU and kept."""
+    known = kept(path, identity, threads)
+    if known is not None:
+        return known
+    isa = active_isa() or "none"
+    kernel_ms, ort_ms = measure(Counter(shapes), threads)
     use = kernel_ms <= MARGIN * ort_ms
     why = (
         f"measured on this CPU ({isa}): Tessera's kernel {kernel_ms:.1f} ms, "
         f"ONNX Runtime {ort_ms:.1f} ms"
     )
     choice = Choice(use, isa, round(kernel_ms, 3), round(ort_ms, 3), why)
-    _keep(record, {**wanted, **asdict(choice)})
+    _keep(_record(path, identity), {**_wanted(identity, isa, threads), **asdict(choice)})
     return choice
 
 
