@@ -234,6 +234,7 @@ class Engine:
             timings=timings,
             tile=work.tile,
             memory=report,
+            cpu_kernel=session.cpu_kernel,
         )
 
     def preview(

@@ -44,7 +44,7 @@ from engine.requests import (
     ProgressKind,
     Result,
 )
-from engine.runtime import records
+from engine.runtime import kernel_choice, records
 from engine.runtime.records import ProcessKind
 from engine.settings import EngineSettings
 from engine.stopping import ready_for_keyboard_interrupt
@@ -289,6 +289,7 @@ def _result_json(result: Result) -> dict[str, Any]:
         "tile": result.tile,
         "timings": dict(result.timings),
         "memory": _memory_json(result.memory),
+        "cpu_kernel": result.cpu_kernel,
     }
 
 
@@ -725,6 +726,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
         if r.detail:
             line += f"  ({r.detail})"
         print(line)
+        if r.cpu_kernel is not None:
+            print(f"{'':<16} convolutions: {r.cpu_kernel}  ({r.cpu_kernel_note})")
     return 0
 
 
@@ -744,6 +747,8 @@ def main(argv: list[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     previous_int = ready_for_keyboard_interrupt()
     try:
+        if args.command in ("run", "bench", "devices"):
+            kernel_choice.setting()  # TESSERA_CPU_KERNELS: a wrong word is a usage error (exit 2)
         if args.command == "run":
             return cmd_run(args)
         if args.command == "devices":

@@ -167,6 +167,9 @@ class Result:
     timings: Mapping[str, float]
     tile: int | None = None  # tile edge finally used (after any halving), None when untiled
     memory: MemoryReport | None = None
+    # What ran the request's CPU convolutions: "avx512", "avx2", "baseline" or "neon" (Tessera's
+    # kernel), "onnxruntime"; None where it ran on a GPU or made no run (docs/cpu-paths.md).
+    cpu_kernel: str | None = None
 
     @property
     def ok(self) -> bool:

@@ -15,6 +15,9 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("ORT_LOGGING_LEVEL", "3")
 # A command line started by a test never joins a Tessera app the person has open (issue #22).
 os.environ.setdefault("TESSERA_INSTANCE_NAME", f"tests-{os.getpid()}")
+# Tessera's CPU kernel wherever a graph allows, as on every CPU alike: which path a test takes
+# must not hang on a measurement of this machine (tests/test_kernel_choice.py measures).
+os.environ.setdefault("TESSERA_CPU_KERNELS", "tessera")
 
 # The main window's fixtures, for any module that requests them (loaded after the variables
 # above are set: they import the GUI).

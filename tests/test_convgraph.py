@@ -26,9 +26,8 @@ pytestmark = pytest.mark.skipif(
 PLAN = provider_plan(Device("cpu"), Runtime.CPU)
 
 
-def _ids(path: Path) -> tuple[int, ...]:
-    i = FileIdentity.of(path)
-    return (i.size, i.mtime_ns, i.inode, i.ctime_ns)
+def _ids(path: Path) -> FileIdentity:
+    return FileIdentity.of(path)
 
 
 def _load(path: Path) -> chain.ChainSession | chain.GraphSession | None:
@@ -232,3 +231,30 @@ def test_the_starter_rrdb_models_are_taken_whole(
     assert isinstance(session, chain.GraphSession)
     x = _image(20, 24)
     assert _close(session.run(None, {"input": x})[0], _ort(path).run(None, {"input": x})[0]) <= 2e-5
+
+
+@pytest.mark.parametrize(
+    ("slope_shape", "taken"), [((16,), False), ((16, 1, 1), True), ((1,), True)]
+)
+def test_both_analysers_read_prelu_slopes_as_onnx_broadcasts_them(
+    tmp_path: Path, slope_shape: tuple[int, ...], taken: bool
+) -> None:
+    """A PRelu slope of shape (C,) runs along the width in ONNX, not the channels: the whole
+    graph analyser took it per channel (the chain analyser did not); now neither does, and
+    the product is ORT's either way."""
+    model = onnx.load(make_rrdb_upscaler(tmp_path / "r.onnx"))
+    leaky = next(n for n in model.graph.node if n.op_type == "LeakyRelu")
+    slope = np.random.default_rng(0).uniform(-0.5, 2.0, slope_shape).astype(np.float32)
+    model.graph.initializer.append(numpy_helper.from_array(slope, "prelu_slope"))
+    prelu = helper.make_node("PRelu", [leaky.input[0], "prelu_slope"], list(leaky.output))
+    nodes = [prelu if n is leaky else n for n in model.graph.node]
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    path = tmp_path / "prelu.onnx"
+    onnx.save(model, str(path))
+    session = _load(path)
+    assert (session is not None) == taken
+    x = _image(12, 16)  # the width is the slope's length: ORT broadcasts (C,) along it
+    theirs = _ort(path).run(None, {"input": x})[0]
+    if session is not None:
+        assert _close(session.run(None, {"input": x})[0], theirs) <= 2e-5

@@ -16,6 +16,7 @@ from PIL import Image
 from engine.api import Engine
 from engine.requests import Operation, OperationRequest
 from engine.runtime import optimize
+from engine.runtime.identity import FileIdentity
 from engine.samples.contract_models import make_compact_upscaler, make_upscaler
 from engine.settings import EngineSettings
 
@@ -119,8 +120,7 @@ def test_a_three_quarter_resize_of_any_size_is_left_as_it_is() -> None:
 
 def test_a_graph_with_nothing_to_rewrite_gets_no_copy(tmp_path: Path) -> None:
     path = make_upscaler(tmp_path / "plain.onnx")
-    st = path.stat()
-    assert optimize.cpu_copy(path, (st.st_size, st.st_mtime_ns, st.st_ino)) is None
+    assert optimize.cpu_copy(path, FileIdentity.read(path)) is None
     assert not (tmp_path / optimize.FOLDER).exists()
 
 
@@ -205,8 +205,7 @@ def test_an_unwritable_folder_rewrites_in_memory(tmp_path: Path) -> None:
     # A file where the folder would go stands for a folder that cannot be written (as root,
     # permissions would not stop us).
     (models / optimize.FOLDER).write_text("")
-    st = model.stat()
-    copy = optimize.cpu_copy(model, (st.st_size, st.st_mtime_ns, st.st_ino))
+    copy = optimize.cpu_copy(model, FileIdentity.read(model))
     assert copy is not None and isinstance(copy.source, bytes) and copy.save_to is None
     image = _image(tmp_path / "in.png")
     out = _upscale(
@@ -219,8 +218,7 @@ def test_an_unwritable_folder_rewrites_in_memory(tmp_path: Path) -> None:
 def test_no_partial_copy_is_left_when_the_load_fails(tmp_path: Path) -> None:
     models = tmp_path / "models"
     model = make_compact_upscaler(models / "compact.onnx")
-    st = model.stat()
-    copy = optimize.cpu_copy(model, (st.st_size, st.st_mtime_ns, st.st_ino))
+    copy = optimize.cpu_copy(model, FileIdentity.read(model))
     assert copy is not None and copy.save_to is not None
     copy.save_to.write_bytes(b"half")  # as if ORT had begun writing
     optimize.discard(copy)

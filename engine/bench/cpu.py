@@ -42,6 +42,7 @@ from engine.cancel import CancelToken
 from engine.errors import Cancelled
 from engine.requests import Operation, OperationRequest, Progress, ProgressKind
 from engine.runtime import memory, optimize
+from engine.runtime.identity import FileIdentity
 from engine.runtime.providers import Device, Runtime, provider_plan, resolve_runtime
 from engine.runtime.sessions import create_session
 from engine.samples.synthetic import slow_model, synthetic_upscaler, test_image
@@ -60,8 +61,7 @@ def bare_loop(
     """
     source: Path | bytes = model
     if runtime is Runtime.CPU:
-        st = model.stat()
-        copy = optimize.cpu_copy(model, (st.st_size, st.st_mtime_ns, st.st_ino))
+        copy = optimize.cpu_copy(model, FileIdentity.read(model))
         source = copy.source if copy is not None else model
     plan = provider_plan(device or Device("cpu"), runtime)
     session = create_session(source, plan, threads=threads)

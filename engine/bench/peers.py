@@ -32,6 +32,7 @@ from engine.models import starter
 from engine.operations import calibration
 from engine.requests import Operation, OperationRequest
 from engine.runtime import optimize
+from engine.runtime.identity import FileIdentity
 from engine.samples.synthetic import test_image
 from engine.settings import EngineSettings
 from engine.tiling.plan import plan_tiles
@@ -308,8 +309,7 @@ def _overlap(settings: EngineSettings, model: Path) -> int:
     """The overlap Tessera's plans of `model` use (its measured one, kept beside the model)."""
     if settings.overlap is not None:
         return settings.overlap
-    st = model.stat()
-    kept = calibration.kept_overlap(model, (st.st_size, st.st_mtime_ns, st.st_ino))
+    kept = calibration.kept_overlap(model, FileIdentity.read(model))
     return kept if kept is not None else calibration.DEFAULT_OVERLAP
 
 
@@ -415,8 +415,7 @@ def measure_gflops(
 def measure_session_options(table: Table, model: Path, threads: int, rounds: int) -> None:
     """Each ORT session option against Tessera's own sessions, on one 128² tile of animevideov3
     ×4: alternating rounds, median of each, as a ratio (below 1: faster than Tessera's)."""
-    st = model.stat()
-    copy = optimize.cpu_copy(model, (st.st_size, st.st_mtime_ns, st.st_ino))
+    copy = optimize.cpu_copy(model, FileIdentity.read(model))
     source: Path | bytes = copy.source if copy is not None else model
 
     def session(src: Path | bytes, **config: object) -> ort.InferenceSession:

@@ -10,7 +10,6 @@ with: file, catalog entry and contract.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import math
 import os
@@ -35,6 +34,7 @@ from engine.models.graph import (
     strip_weights,
 )
 from engine.options import OperationOptions
+from engine.runtime.identity import FileIdentity
 
 if TYPE_CHECKING:
     import onnx  # read lazily by engine/models/graph.py: listing models needs no onnx
@@ -428,13 +428,12 @@ def inspect_model(path: Path, family: Family | None = None) -> Contract:
 
 
 _contract_lock = threading.Lock()
-_contract_cache: dict[tuple[str, int, int, Family | None], Contract] = {}
+_contract_cache: dict[tuple[str, FileIdentity, Family | None], Contract] = {}
 _CONTRACT_CACHE_MAX = 64
 
 
-def _cache_key(path: Path, family: Family | None) -> tuple[str, int, int, Family | None]:
-    st = path.stat()
-    return (str(path.resolve()), st.st_size, st.st_mtime_ns, family)
+def _cache_key(path: Path, family: Family | None) -> tuple[str, FileIdentity, Family | None]:
+    return (str(path.resolve()), FileIdentity.read(path), family)
 
 
 def validate_model(path: Path, family: Family | None = None) -> Contract:
@@ -469,20 +468,7 @@ CONTRACT_RECORD_VERSION = 1  # bump when Contract or the family rules change
 def _contract_record(path: Path, family: Family | None) -> Path:
     from engine.runtime.optimize import FOLDER
 
-    st = path.stat()
-    text = "|".join(
-        map(
-            str,
-            (
-                st.st_size,
-                st.st_mtime_ns,
-                st.st_ino,
-                family and family.value,
-                CONTRACT_RECORD_VERSION,
-            ),
-        )
-    )
-    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    digest = FileIdentity.read(path).digest(family and family.value, CONTRACT_RECORD_VERSION)
     kind = family.value if family else "any"
     return path.parent / FOLDER / f"{path.stem}-{kind}-{digest}.contract.json"
 
@@ -505,6 +491,7 @@ def _keep_contract(path: Path, family: Family | None, c: Contract) -> None:
         "outputs": [_spec_json(t) for t in c.outputs],
         "fixed_size": list(c.fixed_size) if c.fixed_size else None,
         "external_data": list(c.external_data),
+        "model": FileIdentity.read(path).digest(),  # the version it describes (read back)
     }
     try:
         record = _contract_record(path, family)
@@ -522,7 +509,12 @@ def _keep_contract(path: Path, family: Family | None, c: Contract) -> None:
 
 def _kept_contract(path: Path, family: Family | None) -> Contract | None:
     try:
-        data = json.loads(_contract_record(path, family).read_text(encoding="utf-8"))
+        record = _contract_record(path, family)
+        data = json.loads(record.read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or data.get("model") != FileIdentity.read(path).digest():
+            # Another model's record under this one's name: it goes, the graph is read.
+            record.unlink(missing_ok=True)
+            return None
         names = {f.name for f in fields(Contract)}
         values = {k: v for k, v in data.items() if k in names}
         values.update(

@@ -15,7 +15,6 @@ the same error at each) and the probe is sized so they overlap by exactly the ca
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.runtime.identity import FileIdentity
 from engine.runtime.optimize import FOLDER
 
 log = logging.getLogger(__name__)
@@ -74,13 +74,12 @@ def probe_image(height: int, width: int) -> np.ndarray:
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
-def _record(path: Path, identity: tuple[int, int, int]) -> Path:
-    text = "|".join([*map(str, identity), str(CALIBRATION_VERSION)])
-    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+def _record(path: Path, identity: FileIdentity) -> Path:
+    digest = identity.digest(CALIBRATION_VERSION)
     return path.parent / FOLDER / f"{path.stem}-{digest}.overlap.json"
 
 
-def kept_overlap(path: Path, identity: tuple[int, int, int]) -> int | None:
+def kept_overlap(path: Path, identity: FileIdentity) -> int | None:
     """The overlap measured earlier for this very file, or None."""
     try:
         data = json.loads(_record(path, identity).read_text(encoding="utf-8"))
@@ -92,7 +91,7 @@ def kept_overlap(path: Path, identity: tuple[int, int, int]) -> int | None:
 
 def calibrate(
     path: Path,
-    identity: tuple[int, int, int],
+    identity: FileIdentity,
     upscale: Upscaler,
     multiple_of: int = 1,
 ) -> int:

@@ -41,6 +41,7 @@ from engine.requests import Operation, Product, ProductKind, ProgressKind
 from engine.runtime import memory
 from engine.runtime.arena import cpu_arena_limit
 from engine.runtime.handle import SessionHandle
+from engine.runtime.identity import FileIdentity
 from engine.tiling.assembly import TileAssembler
 from engine.tiling.cache import PlanKey
 from engine.tiling.plan import Tile, TilePlan, axis_spans, pad_to_multiple, plan_tiles
@@ -126,10 +127,9 @@ def tile_overlap(ctx: RunContext) -> int:
     if c.fixed_size is not None or c.scale is None:
         return calibration.DEFAULT_OVERLAP
     try:
-        st = ctx.spec.path.stat()
+        identity = FileIdentity.read(ctx.spec.path)
     except OSError:
         return calibration.DEFAULT_OVERLAP
-    identity = (st.st_size, st.st_mtime_ns, st.st_ino)
     key = (ctx.spec.path, identity)
     known = _MEASURED.get(key) or calibration.kept_overlap(ctx.spec.path, identity)
     if known is None:
@@ -137,7 +137,7 @@ def tile_overlap(ctx: RunContext) -> int:
         # Nor on a GPU: the probe's sizes would each grow the CUDA arena (DESIGN §3); a CPU
         # request measures it, for every device.
         capped = cpu_arena_limit() or ctx.settings.cpu_mem_limit or ctx.settings.gpu_mem_limit
-        if st.st_size >= CALIBRATE_BELOW_BYTES or capped or ctx.session.key.device.is_gpu:
+        if identity.size >= CALIBRATE_BELOW_BYTES or capped or ctx.session.key.device.is_gpu:
             return calibration.DEFAULT_OVERLAP
         session = ctx.session
 
@@ -171,7 +171,7 @@ def tile_overlap(ctx: RunContext) -> int:
 # Measured at first use only below this many bytes of weights: the probe costs a light model
 # about a second, x4plus (36 MFLOP per pixel) half a minute; the others keep the default.
 CALIBRATE_BELOW_BYTES = LIGHT_MODEL_BYTES
-_MEASURED: dict[tuple[Path, tuple[int, int, int]], int] = {}  # this process's, by file version
+_MEASURED: dict[tuple[Path, FileIdentity], int] = {}  # this process's, by file version
 
 
 def auto_tile(

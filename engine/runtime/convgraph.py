@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from engine.runtime import winograd
+from engine.runtime.conv_nodes import Unsupported, activation_slope, attributes, conv3x3, standard
 
 MIN_CONVS = 4  # a smaller graph is not worth leaving ORT for
 
@@ -74,10 +75,6 @@ class Graph:
     frees: tuple[tuple[int, ...], ...]  # tensors let go after each step
 
 
-class Unsupported(Exception):
-    """The graph has a node or a layout the kernel does not take."""
-
-
 def analyse(model: Any) -> Graph | None:
     """The model as steps of the kernel, or None where any node is not one it takes."""
     try:
@@ -114,12 +111,6 @@ class _Fused:
     residuals: tuple[tuple[str, float], ...]
 
 
-def _attrs(node: Any) -> dict[str, Any]:
-    from onnx import helper
-
-    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
-
-
 def _analyse(model: Any) -> Graph:
     import onnx
     from onnx import numpy_helper
@@ -128,8 +119,8 @@ def _analyse(model: Any) -> Graph:
     inits: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
     nodes = []
     for node in graph.node:
-        if node.domain not in ("", "ai.onnx"):
-            raise Unsupported(node.op_type)
+        if not standard(node):
+            raise Unsupported(f"{node.domain}:{node.op_type}")
         if node.op_type == "Constant" and len(node.output) == 1:
             inits[node.output[0]] = numpy_helper.to_array(
                 next(a.t for a in node.attribute if a.name == "value")
@@ -189,39 +180,13 @@ def _fuse(
 ) -> tuple[_Fused, tuple[np.ndarray, np.ndarray | None, np.ndarray | None]]:
     """A convolution with the activation after it and up to two residual sums of what is
     `made` before it (a sum with a later convolution's output is that one's to take)."""
-    weight = ns.inits.get(node.input[1]) if len(node.input) > 1 else None
-    a = _attrs(node)
-    if (
-        weight is None
-        or weight.dtype != np.float32
-        or weight.ndim != 4
-        or weight.shape[2:] != (3, 3)
-        or list(a.get("pads", [0] * 4)) != [1, 1, 1, 1]
-        or a.get("group", 1) != 1
-        or list(a.get("strides", [1, 1])) != [1, 1]
-        or list(a.get("dilations", [1, 1])) != [1, 1]
-        or a.get("auto_pad", b"NOTSET") not in (b"NOTSET", b"")
-    ):
-        raise Unsupported("a convolution other than 3×3, stride 1, pad 1")
-    bias = None
-    if len(node.input) > 2 and node.input[2]:
-        bias = ns.inits.get(node.input[2])
-        if bias is None:
-            raise Unsupported("a computed bias")
-        bias = bias.astype(np.float32)
+    weight, bias = conv3x3(node, ns.inits)
     cout = int(weight.shape[0])
     absorbed.add(id(node))
     end, slope = node.output[0], None
     act = ns.only(end)
-    if act is not None and act.input[0] == end:
-        if act.op_type == "LeakyRelu":
-            slope = np.full(cout, _attrs(act).get("alpha", 0.01), np.float32)
-        elif act.op_type == "Relu":
-            slope = np.zeros(cout, np.float32)
-        elif act.op_type == "PRelu" and len(act.input) == 2:
-            s = ns.inits.get(act.input[1])
-            if s is not None and (s.size == 1 or s.size == cout):
-                slope = np.broadcast_to(s.reshape(-1), (cout,)).astype(np.float32)
+    if act is not None:
+        slope = activation_slope(act, end, cout, ns.inits)
         if slope is not None:
             absorbed.add(id(act))
             end = act.output[0]
@@ -256,17 +221,17 @@ def _joins(
     for node in ns.nodes:
         if id(node) in absorbed:
             continue
-        if node.op_type == "Concat" and _attrs(node).get("axis") in (1, -3):
+        if node.op_type == "Concat" and attributes(node).get("axis") in (1, -3):
             if any(n not in made for n in node.input):
                 raise Unsupported("a Concat of what no convolution made")
             concats.append(node)
             channels[node.output[0]] = sum(channels[n] for n in node.input)
         elif node.op_type == "Resize":
-            a = _attrs(node)
+            a = attributes(node)
             if (a.get("mode"), a.get("coordinate_transformation_mode"), a.get("nearest_mode")) != (
-                b"nearest",
-                b"asymmetric",
-                b"floor",
+                "nearest",
+                "asymmetric",
+                "floor",
             ):
                 raise Unsupported("a Resize other than nearest")
             scales = ns.inits.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None

@@ -8,8 +8,9 @@ Feeds `python -m engine devices` and the GUI's runtime list.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from engine.runtime import kernel_choice
 from engine.runtime.memory import gpu_snapshots
 from engine.runtime.providers import (
     Device,
@@ -28,15 +29,23 @@ class RuntimeReport:
     ok: bool
     provider: str | None  # the provider the session really got
     detail: str  # why not, or what was found
+    # The CPU's convolutions (kernel_choice.py): the kernel's instruction set or "onnxruntime",
+    # and how it is chosen or why the kernel is not used. The CPU runtime's report only.
+    cpu_kernel: str | None = None
+    cpu_kernel_note: str = ""
 
     def as_dict(self) -> dict[str, object]:
-        return {
+        found: dict[str, object] = {
             "runtime": self.runtime,
             "device": self.device,
             "ok": self.ok,
             "provider": self.provider,
             "detail": self.detail,
         }
+        if self.cpu_kernel is not None:
+            found["cpu_kernel"] = self.cpu_kernel
+            found["cpu_kernel_note"] = self.cpu_kernel_note
+        return found
 
 
 # The probe: one Relu over a float[1, 4] (opset 17, IR 8), serialised once with onnx.helper
@@ -90,4 +99,11 @@ def probe(gpu_indices: Sequence[int] | None = None) -> list[RuntimeReport]:
                     f"falls back to {actual[0] if actual else 'nothing'}: {diagnose(runtime)}",
                 )
             )
+    if reports and reports[0].runtime == Runtime.CPU.value:
+        kernel = kernel_choice.status()
+        reports[0] = replace(
+            reports[0],
+            cpu_kernel=kernel.kernel or kernel_choice.ONNXRUNTIME,
+            cpu_kernel_note=kernel.note,
+        )
     return reports

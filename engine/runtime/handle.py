@@ -51,6 +51,8 @@ class SessionHandle:
         self.first_run_at: float | None = None  # perf_counter at the start of the first run
         self._retried = False  # a failed run on a kept copy was retried on the original
         self.tiled = True  # the operation runs in tiles (what an out-of-memory message offers)
+        # What ran this request's CPU convolutions (SessionEntry.cpu_kernel), once a run is made.
+        self.cpu_kernel: str | None = None
 
     @property
     def loaded(self) -> bool:
@@ -123,14 +125,20 @@ class SessionHandle:
                 cancel.detach()
         if failure is not None:
             kept = entry.kept_copy
-            if isinstance(failure, InferenceError) and kept is not None and not self._retried:
+            # Tessera's kernel made NaN of a finite image (chain.KernelDisagreed): ORT's turn.
+            disagreed = bool(getattr(failure.__cause__, "retry_on_original", False))
+            if (
+                isinstance(failure, InferenceError)
+                and (kept is not None or disagreed)
+                and not self._retried
+            ):
                 # A kept copy is known by its name: one that fails to run (x4's copy under
                 # x2's name, a model rewritten in place) goes, and the run is made once more
                 # on a session of the original.
                 log.warning(
-                    "%s failed on its kept copy %s; retrying on the original",
+                    "%s failed on %s; retrying on the original",
                     self.key.model.name,
-                    kept.name,
+                    f"its kept copy {kept.name}" if kept is not None else "Tessera's CPU kernel",
                 )
                 self._retried = True
                 self.cache.distrust_copy(entry)
@@ -154,6 +162,7 @@ class SessionHandle:
                 },
             )
         self.runs += 1
+        self.cpu_kernel = entry.cpu_kernel
         entry.runs += 1
         self.cache.runs += 1
         if shrink is not None:

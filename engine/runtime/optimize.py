@@ -22,7 +22,6 @@ Only a graph that one of the rewrites changes gets a kept copy: the heavy models
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import os
 import platform
@@ -34,6 +33,8 @@ import numpy as np
 
 from engine.errors import Cancelled
 from engine.files import LIVE, partial_name, sweep_leftovers
+from engine.runtime.conv_nodes import prelu_slope, standard
+from engine.runtime.identity import FileIdentity
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +57,10 @@ class CpuCopy:
         return isinstance(self.source, Path)
 
 
-def cpu_copy(path: Path, identity: tuple[int, ...]) -> CpuCopy | None:
+def cpu_copy(path: Path, identity: FileIdentity) -> CpuCopy | None:
     """The optimised copy of `path` for the CPU, or None: load the original as it is.
 
-    `identity` is the file's (size, mtime_ns, inode, ctime_ns): another version of the file is
-    another copy.
+    `identity`: the file's version (identity.py); another version of the file is another copy.
     """
     folder = path.parent / FOLDER
     kept = folder / f"{path.stem}-{copy_digest(identity)}.onnx"
@@ -124,13 +124,11 @@ def drop_kept(path: Path) -> None:
         log.info("the optimised copy %s stays (%s)", path.name, e)
 
 
-def copy_digest(identity: tuple[int, ...]) -> str:
+def copy_digest(identity: FileIdentity) -> str:
+    """The name of what is kept for this version of a model on this CPU and ORT."""
     import onnxruntime as ort
 
-    text = "|".join(
-        [*map(str, identity), ort.__version__, str(REWRITE_VERSION), _instruction_set()]
-    )
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return identity.digest(ort.__version__, REWRITE_VERSION, _instruction_set())
 
 
 @functools.cache  # read once per process, not at every session load
@@ -353,7 +351,7 @@ def fold_prelu_signs(model: Any) -> int:
         group = next((a.i for a in n.attribute if a.name == "group"), 1)
         return (
             n.op_type == "Conv"
-            and n.domain in ("", "ai.onnx")
+            and standard(n)
             and group == 1
             and len(n.input) >= 2
             and n.input[1] in inits
@@ -362,7 +360,8 @@ def fold_prelu_signs(model: Any) -> int:
 
     signs: dict[int, np.ndarray] = {}  # id(PRelu node) → σ per channel
     for n in graph.node:
-        if n.op_type != "PRelu" or len(n.input) != 2 or n.input[1] not in inits:
+        # Only the standard PRelu: a custom domain's is another operator, which ORT refuses.
+        if n.op_type != "PRelu" or not standard(n) or len(n.input) != 2 or n.input[1] not in inits:
             continue
         y, out = n.input[0], n.output[0]
         conv = producer.get(y)
@@ -380,7 +379,7 @@ def fold_prelu_signs(model: Any) -> int:
         ):
             continue
         channels = numpy_helper.to_array(inits[conv.input[1]]).shape[0]
-        slope = _channel_slope(numpy_helper.to_array(inits[n.input[1]]), channels)
+        slope = prelu_slope(numpy_helper.to_array(inits[n.input[1]]), channels)
         if slope is None:
             continue
         signs[id(n)] = np.where(slope > 1, -1.0, 1.0).astype(np.float32)
@@ -423,7 +422,7 @@ def fold_prelu_signs(model: Any) -> int:
             continue
         u, out = n.input[0], n.output[0]
         channels = signs[id(n)].size
-        slope = _channel_slope(numpy_helper.to_array(inits[n.input[1]]), channels)
+        slope = prelu_slope(numpy_helper.to_array(inits[n.input[1]]), channels)
         assert slope is not None
         zeros, ones = np.zeros(channels, np.float32), np.ones(channels, np.float32)
         zero, one = const(zeros, "zero"), const(ones, "one")
@@ -455,15 +454,3 @@ def fold_prelu_signs(model: Any) -> int:
     # Shapes recorded for the old intermediate tensors may no longer hold.
     del graph.value_info[:]
     return len(signs)
-
-
-def _channel_slope(slope: np.ndarray, channels: int) -> np.ndarray | None:
-    """The slope per channel of an NCHW PRelu, or None where it is not one per channel (ONNX
-    broadcasts a slope of shape (C,) over the width, not the channels)."""
-    slope = slope.astype(np.float32)
-    if slope.size == 1:
-        return np.full(channels, float(slope.reshape(-1)[0]), np.float32)
-    shape = tuple(slope.shape)
-    if shape in ((channels, 1, 1), (1, channels, 1, 1)):
-        return slope.reshape(-1)
-    return None

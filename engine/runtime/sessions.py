@@ -30,13 +30,14 @@ from engine.errors import (
     ResourceError,
     is_out_of_memory,
 )
-from engine.runtime import optimize, records
+from engine.runtime import kernel_choice, optimize, records
 from engine.runtime.arena import (
     USE_ENV_ALLOCATORS,
     cpu_arena_registered,
     gpu_arena_shares,
     register_gpu_arena,
 )
+from engine.runtime.identity import FileIdentity
 from engine.runtime.providers import (
     CUDA_EP,
     SHRINK_CAPABLE,
@@ -55,29 +56,6 @@ log = logging.getLogger(__name__)
 
 DEVICE_ALLOCATOR_FOR_INITIALIZERS = "session.use_device_allocator_for_initializers"
 ARENA_SHRINKER = Path("<shared GPU arena>")  # the key a shrinker session is wrapped under
-
-
-@dataclass(frozen=True)
-class FileIdentity:
-    """Which version of a file: a model replaced in place (a download, fetch-starter) is
-    another version, so the next request loads it instead of reusing the old session."""
-
-    size: int
-    mtime_ns: int
-    inode: int
-    # A file rewritten in place with size, inode and mtime kept (`touch -r`) still changes its
-    # ctime, which no one can set back.
-    ctime_ns: int = 0
-
-    @classmethod
-    def of(cls, path: Path) -> FileIdentity:
-        try:
-            st = path.stat()
-        except OSError as e:
-            raise ModelError(
-                f"The model file {path.name} cannot be read ({e.strerror or e})."
-            ) from e
-        return cls(st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
 
 
 @dataclass(frozen=True)
@@ -114,6 +92,10 @@ class SessionEntry:
     runs: int = 0  # successful runs over the session's life (the memory panel shows them)
     kept_copy: Path | None = None  # loaded from this kept optimised copy (optimize.py)
     shrinks: int = 0
+    # What ran its CPU convolutions: the kernel's instruction set, "onnxruntime", or None on a
+    # GPU; and, where the kernel is not used, why (the memory panel and `run --json` say it).
+    cpu_kernel: str | None = None
+    cpu_kernel_note: str = ""
     # Output shapes and dtypes seen per input signature, so a later run with the same inputs
     # can have its outputs written into the caller's buffers (see SessionHandle.run's `into`).
     output_shapes: dict[tuple[Any, ...], dict[str, tuple[tuple[int, ...], np.dtype[Any]]]] = field(
@@ -135,6 +117,8 @@ class SessionInfo:
     last_used: float
     runs: int
     shrinks: int
+    cpu_kernel: str | None = None  # SessionEntry.cpu_kernel
+    cpu_kernel_note: str = ""
 
 
 def create_session(
@@ -330,6 +314,7 @@ class SessionCache:
         self._cpu_kernels = cpu_kernels  # convolution chains by Tessera's kernel (chain.py)
         self._distrusted: set[Path] = set()  # models whose kept copy failed a run: originals
         self._loaded_from: Path | None = None  # the kept copy the last `_load` used
+        self._kernel_note = ""  # why the last `_load` did not use Tessera's kernel
         self._owner: int | None = None
         # Totals over the cache's life; a request's own counts are on its SessionHandle.
         self.created = 0
@@ -422,6 +407,12 @@ class SessionCache:
             load_seconds=time.perf_counter() - start,
             kept_copy=self._loaded_from,
             shared_gpu_arena=env_allocators(plan)[1],
+            cpu_kernel=(
+                None
+                if key.device.is_gpu
+                else getattr(session, "cpu_kernel", None) or kernel_choice.ONNXRUNTIME
+            ),
+            cpu_kernel_note=self._kernel_note,
         )
 
     def distrust_copy(self, entry: SessionEntry) -> None:
@@ -436,11 +427,19 @@ class SessionCache:
         """The session for `key`: on the CPU from the model's optimised copy where it has one."""
         path = key.model
         self._loaded_from = None
+        self._kernel_note = ""
         copy = None
+        if key.runtime is Runtime.CPU:
+            chosen = kernel_choice.setting()  # a wrong word is the request's usage error
+            if path in self._distrusted:
+                self._kernel_note = "its kept files failed a run: the original runs on ORT"
+            elif not (self._cpu_copies and self._cpu_kernels):
+                self._kernel_note = "Tessera's kernel is turned off in this engine's settings"
+            elif chosen is kernel_choice.KernelSetting.ORT:
+                self._kernel_note = f"{kernel_choice.KERNELS_ENV}=ort"
         if self._cpu_copies and key.runtime is Runtime.CPU and path not in self._distrusted:
             identity = key.identity or FileIdentity.of(path)
-            ids = (identity.size, identity.mtime_ns, identity.inode, identity.ctime_ns)
-            if self._cpu_kernels:
+            if self._cpu_kernels and chosen is not kernel_choice.KernelSetting.ORT:
                 threads = self._threads
 
                 def tail(graph: bytes) -> Any:
@@ -449,11 +448,20 @@ class SessionCache:
                 # Imported here: an idle window or a GPU request never needs the kernel.
                 from engine.runtime import chain
 
-                chained = chain.load(path, ids, threads, tail)
+                why: list[str] = []
+                chained = chain.load(
+                    path,
+                    identity,
+                    threads,
+                    tail,
+                    measured=chosen is kernel_choice.KernelSetting.AUTO,
+                    why=why,
+                )
                 if chained is not None:
                     self._loaded_from = chained.kept
                     return chained
-            copy = optimize.cpu_copy(path, ids)
+                self._kernel_note = "; ".join(why)
+            copy = optimize.cpu_copy(path, identity)
         if copy is None:
             return create_session(path, plan, threads=self._threads, name=path.name)
         try:
@@ -561,6 +569,8 @@ class SessionCache:
                 last_used=e.last_used,
                 runs=e.runs,
                 shrinks=e.shrinks,
+                cpu_kernel=e.cpu_kernel,
+                cpu_kernel_note=e.cpu_kernel_note,
             )
             for e in sorted(self._entries.values(), key=lambda e: e.created_at)
         )

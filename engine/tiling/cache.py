@@ -13,7 +13,6 @@ Pure Python and numpy; the engine owns the one cache and uses it on its own thre
 
 from __future__ import annotations
 
-import os
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.runtime.identity import FileIdentity
 from engine.tiling.plan import TilePlan
 
 __all__ = ["DEFAULT_LIMIT", "PlanKey", "TileCache", "TileSource", "file_version"]
@@ -29,10 +29,10 @@ DEFAULT_LIMIT = 96 << 20  # bytes: the tiles of a 1:1 view and its neighbours, a
 
 
 def file_version(path: Path) -> Hashable:
-    """Which version of an input file: its path, size, modification time and inode. A file
-    changed in place is another version, so its old tiles are never reused."""
-    st = os.stat(path)
-    return (str(Path(path).resolve()), st.st_size, st.st_mtime_ns, st.st_ino)
+    """Which version of an input file: its path and identity (engine/runtime/identity.py:
+    size, times, inode). A file changed in place is another version, even with its mtime set
+    back, so its old tiles are never reused."""
+    return (str(Path(path).resolve()), FileIdentity.read(path))
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,21 @@ def ago(timestamp: float, now: float | None = None) -> str:
     return f"{seconds // 3600} h ago"
 
 
+def _provider(info: SessionInfo) -> str:
+    """The provider, and on the CPU what runs the convolutions (Tessera's kernel's ISA)."""
+    provider = info.provider.removesuffix("ExecutionProvider")
+    if info.cpu_kernel is None or info.cpu_kernel == "onnxruntime":
+        return provider
+    return f"{provider} · Tessera {info.cpu_kernel}"
+
+
+def _kernel_tip(info: SessionInfo) -> str:
+    if info.cpu_kernel == "onnxruntime":
+        why = f": {info.cpu_kernel_note}" if info.cpu_kernel_note else ""
+        return f"Convolutions by ONNX Runtime's kernels{why}"
+    return f"Convolutions by Tessera's kernel ({info.cpu_kernel})"
+
+
 class MemoryPanel(QWidget):
     unloadRequested = Signal(object)  # SessionKey
     unloadAllRequested = Signal()
@@ -98,7 +113,7 @@ class MemoryPanel(QWidget):
                 info.model_name,
                 info.device,
                 info.runtime,
-                info.provider.removesuffix("ExecutionProvider"),
+                _provider(info),
                 fmt_bytes(info.weight_bytes),
                 str(info.runs),
                 ago(info.last_used, now),
@@ -108,6 +123,8 @@ class MemoryPanel(QWidget):
                 if col == 0:
                     item.setData(Qt.ItemDataRole.UserRole, info.key)
                     item.setToolTip(str(info.key.model))
+                elif col == 3 and info.cpu_kernel is not None:
+                    item.setToolTip(_kernel_tip(info))
                 self.table.setItem(row, col, item)
             if info.key == selected:
                 self.table.selectRow(row)
