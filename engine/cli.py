@@ -358,6 +358,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         ),
     )
     request.typed_options()  # unknown keys and bad values: exit 2 before anything loads
+    if os.environ.get("TESSERA_CPU_ISA"):  # a set this CPU lacks: exit 2 before anything loads
+        from engine.runtime import winograd  # only then: startup stays light
+
+        winograd.check_isa_setting()
     if not args.standalone:
         code = _run_in_app(settings, request, args)
         if code is not None:

@@ -47,6 +47,10 @@ class UsageError(EngineError):
     kind = ErrorKind.USAGE
 
 
+class CpuIsaError(UsageError):
+    """TESSERA_CPU_ISA names an instruction set this CPU does not have, or no set at all."""
+
+
 class ResourceError(EngineError):
     """The device or the process ran out of memory."""
 

@@ -4,35 +4,134 @@
  * pixel and channel pair); Winograd's minimal filtering computes a 4x4 output tile from a 6x6
  * input tile with 36 multiplies per channel pair instead of 144, at the cost of two small
  * linear transforms. Activations are NHWC with the channel count padded to 16 (one AVX-512
- * register, two AVX2 ones), so every transform works on whole vectors.
+ * register, two AVX2 ones, four SSE or NEON ones), so every transform works on whole vectors.
  *
  * Per block of up to NT tiles along a tile row: input transform into V[36][NT][cin], 36
  * matrix products V[p] (NT x cin) . U[p] (cin x cout) into M, output transform with the bias
  * and the PRelu slope, written straight into the output. A block's V and M stay in the L2
  * cache. tw_chain_* run a whole chain of such layers streamed through rings of rows (below).
  *
- * Plain C with GCC vector extensions; the hot function is cloned for AVX-512, AVX2 and the
- * baseline, and the loader picks the one the CPU has.
+ * Plain C with GCC vector extensions (GCC and clang). The block is compiled once per
+ * instruction set (winograd_block.h, each with its own vector width and micro-kernels sized
+ * for that set's registers) and chosen at run time from what the CPU has, capped by
+ * tw_set_isa. Threads and aligned memory go through the small portable layer below (POSIX
+ * threads, or Windows' own: MinGW-w64 has no aligned_alloc, macOS no pthread barriers).
  */
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define TW_VERSION 2
-#define NT 24 /* tiles per block: a multiple of the 6-row micro-kernel */
-
-typedef float v16 __attribute__((vector_size(64), aligned(4)));
-typedef int32_t v16i __attribute__((vector_size(64), aligned(4)));
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#ifdef _WIN32
+#include <malloc.h>
+#include <windows.h>
 #else
-#define CLONES
+#include <pthread.h>
 #endif
 
-#define LD(p) (*(const v16 *)(p))
-#define ST(p, v) (*(v16 *)(p) = (v))
+#define TW_VERSION 3
+#define NT 24 /* tiles per block: a multiple of every micro-kernel's rows */
+
+/* ---- the portable layer: aligned memory, threads, a barrier ---------------------------- */
+
+static void *tw_alloc(size_t bytes) {
+#ifdef _WIN32
+    return _aligned_malloc(bytes, 64);
+#else
+    void *p = NULL;
+    return posix_memalign(&p, 64, bytes) == 0 ? p : NULL;
+#endif
+}
+
+static void tw_free(void *p) {
+#ifdef _WIN32
+    _aligned_free(p);
+#else
+    free(p);
+#endif
+}
+
+typedef struct {
+    void (*fn)(void *);
+    void *arg;
+} tw_task;
+
+#ifdef _WIN32
+typedef HANDLE tw_thread;
+typedef SRWLOCK tw_mutex;
+typedef CONDITION_VARIABLE tw_cond;
+static DWORD WINAPI tw_trampoline(LPVOID p) {
+    const tw_task *t = p;
+    t->fn(t->arg);
+    return 0;
+}
+static int tw_thread_start(tw_thread *id, tw_task *task) {
+    *id = CreateThread(NULL, 0, tw_trampoline, task, 0, NULL);
+    return *id == NULL ? -1 : 0;
+}
+static void tw_thread_join(tw_thread id) {
+    WaitForSingleObject(id, INFINITE);
+    CloseHandle(id);
+}
+static void tw_mutex_init(tw_mutex *m) { InitializeSRWLock(m); }
+static void tw_mutex_destroy(tw_mutex *m) { (void)m; }
+static void tw_lock(tw_mutex *m) { AcquireSRWLockExclusive(m); }
+static void tw_unlock(tw_mutex *m) { ReleaseSRWLockExclusive(m); }
+static void tw_cond_init(tw_cond *c) { InitializeConditionVariable(c); }
+static void tw_cond_destroy(tw_cond *c) { (void)c; }
+static void tw_cond_wait(tw_cond *c, tw_mutex *m) { SleepConditionVariableSRW(c, m, INFINITE, 0); }
+static void tw_cond_wake_all(tw_cond *c) { WakeAllConditionVariable(c); }
+#else
+typedef pthread_t tw_thread;
+typedef pthread_mutex_t tw_mutex;
+typedef pthread_cond_t tw_cond;
+static void *tw_trampoline(void *p) {
+    const tw_task *t = p;
+    t->fn(t->arg);
+    return NULL;
+}
+static int tw_thread_start(tw_thread *id, tw_task *task) {
+    return pthread_create(id, NULL, tw_trampoline, task) == 0 ? 0 : -1;
+}
+static void tw_thread_join(tw_thread id) { pthread_join(id, NULL); }
+static void tw_mutex_init(tw_mutex *m) { pthread_mutex_init(m, NULL); }
+static void tw_mutex_destroy(tw_mutex *m) { pthread_mutex_destroy(m); }
+static void tw_lock(tw_mutex *m) { pthread_mutex_lock(m); }
+static void tw_unlock(tw_mutex *m) { pthread_mutex_unlock(m); }
+static void tw_cond_init(tw_cond *c) { pthread_cond_init(c, NULL); }
+static void tw_cond_destroy(tw_cond *c) { pthread_cond_destroy(c); }
+static void tw_cond_wait(tw_cond *c, tw_mutex *m) { pthread_cond_wait(c, m); }
+static void tw_cond_wake_all(tw_cond *c) { pthread_cond_broadcast(c); }
+#endif
+
+/* A reusable barrier; `count` is set before any thread waits. */
+typedef struct {
+    tw_mutex m;
+    tw_cond c;
+    int count, waiting, generation;
+} tw_barrier;
+
+static void tw_barrier_init(tw_barrier *b) {
+    tw_mutex_init(&b->m);
+    tw_cond_init(&b->c);
+    b->count = 1, b->waiting = 0, b->generation = 0;
+}
+
+static void tw_barrier_destroy(tw_barrier *b) {
+    tw_cond_destroy(&b->c);
+    tw_mutex_destroy(&b->m);
+}
+
+static void tw_barrier_wait(tw_barrier *b) {
+    tw_lock(&b->m);
+    const int generation = b->generation;
+    if (++b->waiting == b->count) {
+        b->waiting = 0;
+        b->generation++;
+        tw_cond_wake_all(&b->c);
+    } else {
+        while (generation == b->generation) tw_cond_wait(&b->c, &b->m);
+    }
+    tw_unlock(&b->m);
+}
 
 int tw_version(void) { return TW_VERSION; }
 
@@ -59,23 +158,6 @@ void tw_weights(const float *g, int cout, int cin, int cinp, int coutp, float *U
         }
 }
 
-static inline void bt6(const v16 d[6], v16 r[6]) {
-    r[0] = 4 * d[0] - 5 * d[2] + d[4];
-    r[1] = -4 * (d[1] + d[2]) + d[3] + d[4];
-    r[2] = 4 * (d[1] - d[2]) - d[3] + d[4];
-    r[3] = 2 * (d[3] - d[1]) - d[2] + d[4];
-    r[4] = 2 * (d[1] - d[3]) - d[2] + d[4];
-    r[5] = 4 * d[1] - 5 * d[3] + d[5];
-}
-
-static inline void at6(const v16 m[6], v16 o[4]) {
-    v16 a = m[1] + m[2], b = m[1] - m[2], c = m[3] + m[4], d = m[3] - m[4];
-    o[0] = m[0] + a + c;
-    o[1] = b + 2 * d;
-    o[2] = a + 4 * c;
-    o[3] = b + 8 * d + m[5];
-}
-
 typedef struct {
     const float *in, *U, *bias, *slope;
     float *out;
@@ -91,131 +173,108 @@ typedef struct {
     float scale[2];
 } job_t;
 
-/* R rows of V times Q vectors of 16 output channels of U, accumulated over cinp: R * Q
- * accumulators in registers (24 of AVX-512's 32). */
-#define MICRO(R, Q)                                                                           \
-    static inline __attribute__((always_inline)) void micro_##R##x##Q(                        \
-        const float *v0, int cinp, const float *u, int coutp, float *m) {                     \
-        v16 acc[R][Q];                                                                        \
-        _Pragma("GCC unroll 32") for (int i = 0; i < R; i++)                                  \
-            _Pragma("GCC unroll 4") for (int q = 0; q < Q; q++) acc[i][q] = (v16){0};        \
-        for (int k = 0; k < cinp; k++, u += coutp) {                                          \
-            v16 w[Q];                                                                         \
-            _Pragma("GCC unroll 4") for (int q = 0; q < Q; q++) w[q] = LD(u + 16 * q);       \
-            _Pragma("GCC unroll 32") for (int i = 0; i < R; i++) {                            \
-                const float b = v0[(size_t)i * cinp + k];                                     \
-                _Pragma("GCC unroll 4") for (int q = 0; q < Q; q++) acc[i][q] += b * w[q];   \
-            }                                                                                 \
-        }                                                                                     \
-        _Pragma("GCC unroll 32") for (int i = 0; i < R; i++)                                  \
-            _Pragma("GCC unroll 4") for (int q = 0; q < Q; q++)                               \
-                ST(m + (size_t)i * coutp + 16 * q, acc[i][q]);                                \
-    }
-MICRO(6, 4)
-MICRO(8, 3)
-MICRO(12, 2)
-MICRO(24, 1)
-MICRO(1, 4)
-MICRO(1, 3)
-MICRO(1, 2)
-MICRO(1, 1)
+/* ---- the instruction sets: one block function each ----------------------------------- */
 
-CLONES static void block(const job_t *j, int ty, int tx0, int nt, float *V, float *M) {
-    const int H = j->H, W = j->W, cinp = j->cinp, coutp = j->coutp, up = j->up;
-    const int Win = W / up;
-    const float *in = j->in, *U = j->U;
-    const v16 zero = {0};
-    for (int t = 0; t < nt; t++) {
-        const int y0 = ty * 4 - 1, x0 = (tx0 + t) * 4 - 1;
-        const float *src[6][6]; /* each input pixel of the tile (NULL: the zero padding) */
-        for (int i = 0; i < 6; i++) {
-            const int y = y0 + i;
-            for (int k = 0; k < 6; k++) {
-                const int x = x0 + k;
-                const int row = (j->in_mod ? (y / up) % j->in_mod : y / up);
-                src[i][k] = (y >= 0 && y < H && x >= 0 && x < W)
-                                ? in + ((size_t)row * Win + x / up) * j->in_ld
-                                : NULL;
-            }
-        }
-        for (int c = 0; c < cinp; c += 16) {
-            v16 d[6][6], tmp[6][6];
-            for (int i = 0; i < 6; i++)
-                for (int k = 0; k < 6; k++) d[i][k] = src[i][k] ? LD(src[i][k] + c) : zero;
-            for (int k = 0; k < 6; k++) {
-                v16 col[6], r[6];
-                for (int i = 0; i < 6; i++) col[i] = d[i][k];
-                bt6(col, r);
-                for (int i = 0; i < 6; i++) tmp[i][k] = r[i];
-            }
-            for (int i = 0; i < 6; i++) {
-                v16 r[6];
-                bt6(tmp[i], r);
-                for (int k = 0; k < 6; k++) ST(V + ((size_t)(i * 6 + k) * NT + t) * cinp + c, r[k]);
-            }
-        }
-    }
-    for (int p = 0; p < 36; p++) {
-        const float *Up = U + (size_t)p * cinp * coutp;
-        const float *Vp = V + (size_t)p * NT * cinp;
-        float *Mp = M + (size_t)p * NT * coutp;
-        for (int ob = 0; ob < coutp;) {
-            const int left = (coutp - ob) / 16, q = left >= 4 ? 4 : left;
-            const int R = q == 4 ? 6 : q == 3 ? 8 : q == 2 ? 12 : 24;
-            const float *u = Up + ob;
-            int t = 0;
-            for (; t + R <= nt; t += R) {
-                const float *v0 = Vp + (size_t)t * cinp;
-                float *m = Mp + (size_t)t * coutp + ob;
-                if (q == 4) micro_6x4(v0, cinp, u, coutp, m);
-                else if (q == 3) micro_8x3(v0, cinp, u, coutp, m);
-                else if (q == 2) micro_12x2(v0, cinp, u, coutp, m);
-                else micro_24x1(v0, cinp, u, coutp, m);
-            }
-            for (; t < nt; t++) {
-                const float *v0 = Vp + (size_t)t * cinp;
-                float *m = Mp + (size_t)t * coutp + ob;
-                if (q == 4) micro_1x4(v0, cinp, u, coutp, m);
-                else if (q == 3) micro_1x3(v0, cinp, u, coutp, m);
-                else if (q == 2) micro_1x2(v0, cinp, u, coutp, m);
-                else micro_1x1(v0, cinp, u, coutp, m);
-            }
-            ob += 16 * q;
-        }
-    }
-    const size_t plane = (size_t)H * W;
-    for (int t = 0; t < nt; t++) {
-        const int y0 = ty * 4, x0 = (tx0 + t) * 4;
-        for (int c = 0; c < coutp; c += 16) {
-            v16 tmp[4][6];
-            for (int k = 0; k < 6; k++) {
-                v16 col[6], r[4];
-                for (int i = 0; i < 6; i++) col[i] = LD(M + ((size_t)(i * 6 + k) * NT + t) * coutp + c);
-                at6(col, r);
-                for (int i = 0; i < 4; i++) tmp[i][k] = r[i];
-            }
-            const v16 bv = LD(j->bias + c);
-            const v16 sv = j->slope ? LD(j->slope + c) : zero;
-            for (int i = 0; i < 4 && y0 + i < H; i++) {
-                v16 r[4];
-                at6(tmp[i], r);
-                for (int k = 0; k < 4 && x0 + k < W; k++) {
-                    v16 o = r[k] + bv;
-                    if (j->slope) {
-                        const v16i neg = o < zero;
-                        o = (v16)(((v16i)(o * sv) & neg) | ((v16i)o & ~neg));
-                    }
-                    const size_t px = (size_t)(y0 + i) * W + x0 + k;
-                    for (int q = 0; q < j->nres; q++) o = o * j->scale[q] + LD(j->res[q] + px * j->res_ld[q] + c);
-                    if (j->planar) {
-                        for (int ch = 0; ch < 16 && c + ch < j->cout; ch++) j->out[(size_t)(c + ch) * plane + px] = o[ch];
-                    } else {
-                        const int y = j->out_mod ? (y0 + i) % j->out_mod : y0 + i;
-                        ST(j->out + ((size_t)y * W + x0 + k) * j->out_ld + c, o);
-                    }
-                }
-            }
-        }
+enum { TW_BASELINE = 0, TW_AVX2 = 1, TW_AVX512 = 2, TW_NEON = 3 };
+
+typedef void (*block_fn)(const job_t *j, int ty, int tx0, int nt, float *V, float *M);
+
+/* Baseline: SSE2 on x86-64, 4-float vectors wherever else; 16 registers: 6 x 2 vectors. */
+#define TW_ISA baseline
+#define TW_TARGET
+#define TW_VW 4
+#define TW_R1 12
+#define TW_R2 6
+#define TW_R3 0
+#define TW_R4 0
+#include "winograd_block.h"
+
+#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
+#define TW_X86 1
+/* AVX2 + FMA: 8-float vectors in 16 registers: 6 rows x 2 vectors = 12 accumulators, the
+ * shape of the usual AVX2 sgemm kernel (16-float vectors would take two registers each and
+ * AVX-512's 6 x 4 tile would spill). */
+#define TW_ISA avx2
+#define TW_TARGET __attribute__((target("avx2,fma")))
+#define TW_VW 8
+#define TW_R1 12
+#define TW_R2 6
+#define TW_R3 0
+#define TW_R4 0
+#include "winograd_block.h"
+
+/* AVX-512: 16-float vectors in 32 registers: up to 6 x 4 = 24 accumulators. */
+#define TW_ISA avx512
+#define TW_TARGET __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")))
+#define TW_VW 16
+#define TW_R1 24
+#define TW_R2 12
+#define TW_R3 8
+#define TW_R4 6
+#include "winograd_block.h"
+#endif
+
+#if defined(__aarch64__)
+#define TW_ARM 1
+/* NEON (every AArch64 CPU): 4-float vectors in 32 registers: 6 rows x 4 vectors. */
+#define TW_ISA neon
+#define TW_TARGET
+#define TW_VW 4
+#define TW_R1 24
+#define TW_R2 12
+#define TW_R3 8
+#define TW_R4 6
+#include "winograd_block.h"
+#endif
+
+/* The sets this CPU can run, one bit each (1 << TW_BASELINE ...). */
+int tw_isas(void) {
+    int mask = 1 << TW_BASELINE;
+#ifdef TW_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) mask |= 1 << TW_AVX2;
+    if ((mask & (1 << TW_AVX2)) && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl"))
+        mask |= 1 << TW_AVX512;
+#endif
+#ifdef TW_ARM
+    mask |= 1 << TW_NEON;
+#endif
+    return mask;
+}
+
+static int tw_cap = -1; /* the set tw_set_isa chose (-1: the CPU's best) */
+
+/* Run `isa` from now on, as if the CPU had no more (-1: the best the CPU has). Returns 0, or
+ * -1 where the CPU does not have it (nothing changes). */
+int tw_set_isa(int isa) {
+    if (isa != -1 && (isa < 0 || isa > TW_NEON || !(tw_isas() & (1 << isa)))) return -1;
+    __atomic_store_n(&tw_cap, isa, __ATOMIC_RELAXED);
+    return 0;
+}
+
+/* The set the kernel runs: the one set by tw_set_isa, else the widest the CPU has. */
+int tw_active_isa(void) {
+    const int cap = __atomic_load_n(&tw_cap, __ATOMIC_RELAXED);
+    if (cap >= 0) return cap;
+    const int mask = tw_isas();
+    if (mask & (1 << TW_AVX512)) return TW_AVX512;
+    if (mask & (1 << TW_AVX2)) return TW_AVX2;
+    if (mask & (1 << TW_NEON)) return TW_NEON;
+    return TW_BASELINE;
+}
+
+static block_fn tw_block(void) {
+    switch (tw_active_isa()) {
+#ifdef TW_X86
+    case TW_AVX512: return block_avx512;
+    case TW_AVX2: return block_avx2;
+#endif
+#ifdef TW_ARM
+    case TW_NEON: return block_neon;
+#endif
+    default: return block_baseline;
     }
 }
 
@@ -223,26 +282,26 @@ CLONES static void block(const job_t *j, int ty, int tx0, int nt, float *V, floa
 
 typedef struct {
     const job_t *job;
+    block_fn block;
     int next; /* the next row of tiles to take (atomic) */
     int failed;
 } conv_run_t;
 
-static void *conv_worker(void *arg) {
+static void conv_worker(void *arg) {
     conv_run_t *run = arg;
     const job_t *j = run->job;
-    float *V = aligned_alloc(64, sizeof(float) * 36 * NT * (size_t)j->cinp);
-    float *M = aligned_alloc(64, sizeof(float) * 36 * NT * (size_t)j->coutp);
+    float *V = tw_alloc(sizeof(float) * 36 * NT * (size_t)j->cinp);
+    float *M = tw_alloc(sizeof(float) * 36 * NT * (size_t)j->coutp);
     if (V == NULL || M == NULL) {
         __atomic_store_n(&run->failed, 1, __ATOMIC_RELAXED);
     } else {
         /* Rows of tiles taken one at a time: however many threads did start, all are done. */
         const int th = (j->H + 3) / 4, tw = (j->W + 3) / 4;
         for (int ty; (ty = __atomic_fetch_add(&run->next, 1, __ATOMIC_RELAXED)) < th;)
-            for (int tx = 0; tx < tw; tx += NT) block(j, ty, tx, tw - tx < NT ? tw - tx : NT, V, M);
+            for (int tx = 0; tx < tw; tx += NT) run->block(j, ty, tx, tw - tx < NT ? tw - tx : NT, V, M);
     }
-    free(V);
-    free(M);
-    return NULL;
+    tw_free(V);
+    tw_free(M);
 }
 
 /* One 3x3 convolution: `in` NHWC of (H/up) x (W/up) pixels `in_ld` floats apart (its first
@@ -262,15 +321,16 @@ int tw_conv(const float *U, const float *bias, const float *slope, int cinp, int
     if (threads > 64) threads = 64;
     const int rows = (H + 3) / 4;
     if (threads > rows) threads = rows;
-    conv_run_t run = {&j, 0, 0};
-    pthread_t ids[64];
+    conv_run_t run = {&j, tw_block(), 0, 0};
+    tw_task task = {conv_worker, &run};
+    tw_thread ids[64];
     int started = 0;
     for (int i = 1; i < threads; i++) {
-        if (pthread_create(&ids[started], NULL, conv_worker, &run) != 0) break;
+        if (tw_thread_start(&ids[started], &task) != 0) break;
         started++;
     }
     conv_worker(&run);
-    for (int i = 0; i < started; i++) pthread_join(ids[i], NULL);
+    for (int i = 0; i < started; i++) tw_thread_join(ids[i]);
     return run.failed ? -1 : 0;
 }
 
@@ -306,7 +366,7 @@ void tw_chain_free(void *p) {
     tw_chain_t *c = p;
     if (c == NULL) return;
     if (c->rings)
-        for (int l = 0; l < c->n; l++) free(c->rings[l]);
+        for (int l = 0; l < c->n; l++) tw_free(c->rings[l]);
     free(c->rings);
     free(c->layers);
     free(c);
@@ -331,7 +391,7 @@ void *tw_chain_new(const float *const *U, const float *const *bias, const float 
     for (int l = 0; l < n; l++) {
         c->layers[l] = (tw_layer){U[l], bias[l], slope[l], cinp[l], coutp[l]};
         if (l < n - 1 || r > 0) {
-            c->rings[l] = aligned_alloc(64, sizeof(float) * (size_t)c->ring * W * coutp[l]);
+            c->rings[l] = tw_alloc(sizeof(float) * (size_t)c->ring * W * coutp[l]);
             if (c->rings[l] == NULL) goto fail;
         }
     }
@@ -351,9 +411,9 @@ typedef struct {
     const float *in, *image;
     float *out;
     int s0, s1;
-    pthread_barrier_t *barrier;
+    block_fn block;
+    tw_barrier *barrier; /* its mutex is the gate: held until the barrier's count is set */
     int failed;
-    pthread_mutex_t *gate;
     int threads; /* that run: the barrier's count */
     int joined;  /* threads that took their index (atomic) */
 } run_t;
@@ -374,10 +434,10 @@ static void shuffle_rows(const tw_chain_t *c, const float *act, int mod, const f
         }
 }
 
-static void *chain_worker(void *arg) {
+static void chain_worker(void *arg) {
     run_t *run = arg;
-    pthread_mutex_lock(run->gate); /* the barrier is made */
-    pthread_mutex_unlock(run->gate);
+    tw_lock(&run->barrier->m); /* the barrier's count is set */
+    tw_unlock(&run->barrier->m);
     const int me = __atomic_fetch_add(&run->joined, 1, __ATOMIC_RELAXED);
     const tw_chain_t *c = run->c;
     int widest = 16;
@@ -385,8 +445,8 @@ static void *chain_worker(void *arg) {
         if (c->layers[l].cinp > widest) widest = c->layers[l].cinp;
         if (c->layers[l].coutp > widest) widest = c->layers[l].coutp;
     }
-    float *V = aligned_alloc(64, sizeof(float) * 36 * NT * (size_t)widest);
-    float *M = aligned_alloc(64, sizeof(float) * 36 * NT * (size_t)widest);
+    float *V = tw_alloc(sizeof(float) * 36 * NT * (size_t)widest);
+    float *M = tw_alloc(sizeof(float) * 36 * NT * (size_t)widest);
     if (V == NULL || M == NULL) __atomic_store_n(&run->failed, 1, __ATOMIC_RELAXED);
     const int G = c->group;
     for (int s = run->s0; s < run->s1; s++) {
@@ -429,18 +489,17 @@ static void *chain_worker(void *arg) {
                            {1, 1}};
                 for (int k = 0; k < rows[l]; k++)
                     for (int tx = x0; tx < x1; tx += NT)
-                        block(&j, (s - 2 * l) * G + k, tx, x1 - tx < NT ? x1 - tx : NT, V, M);
+                        run->block(&j, (s - 2 * l) * G + k, tx, x1 - tx < NT ? x1 - tx : NT, V, M);
             }
             for (int k = me; k < shuffle_rows_n; k += run->threads) {
                 const int y0 = (sg * G + k) * 4, y1 = y0 + 4 < c->H ? y0 + 4 : c->H;
                 shuffle_rows(c, c->rings[c->n - 1], c->ring, run->image, run->out, y0, y1);
             }
         }
-        pthread_barrier_wait(run->barrier);
+        tw_barrier_wait(run->barrier);
     }
-    free(V);
-    free(M);
-    return NULL;
+    tw_free(V);
+    tw_free(M);
 }
 
 /* Steps [s0, s1) of the chain (tw_chain_steps_total in all, in order): `in` is the image
@@ -453,22 +512,23 @@ int tw_chain_steps(void *p, const float *in, const float *image, float *out, int
     if (threads < 1) threads = 1;
     if (threads > 64) threads = 64;
     if (s1 <= s0) return 0;
-    pthread_barrier_t barrier;
-    pthread_mutex_t gate = PTHREAD_MUTEX_INITIALIZER;
-    run_t run = {c, in, image, out, s0, s1, &barrier, 0, &gate, 0, 0};
-    pthread_t ids[64];
+    tw_barrier barrier;
+    tw_barrier_init(&barrier);
+    run_t run = {c, in, image, out, s0, s1, tw_block(), &barrier, 0, 0, 0};
+    tw_task task = {chain_worker, &run};
+    tw_thread ids[64];
     int started = 0;
-    /* The barrier counts the threads that did start: they wait at the gate until it is made. */
-    pthread_mutex_lock(&gate);
+    /* The barrier counts the threads that did start: they wait at its mutex until it is set. */
+    tw_lock(&barrier.m);
     for (int i = 1; i < threads; i++) {
-        if (pthread_create(&ids[started], NULL, chain_worker, &run) != 0) break;
+        if (tw_thread_start(&ids[started], &task) != 0) break;
         started++;
     }
-    pthread_barrier_init(&barrier, NULL, (unsigned)(started + 1));
+    barrier.count = started + 1;
     run.threads = started + 1;
-    pthread_mutex_unlock(&gate);
+    tw_unlock(&barrier.m);
     chain_worker(&run);
-    for (int i = 0; i < started; i++) pthread_join(ids[i], NULL);
-    pthread_barrier_destroy(&barrier);
+    for (int i = 0; i < started; i++) tw_thread_join(ids[i]);
+    tw_barrier_destroy(&barrier);
     return run.failed ? -1 : 0;
 }

@@ -3,8 +3,12 @@
 ONNX Runtime's CPU kernels (MLAS) compute a 3×3 convolution directly; they run at the
 machine's FMA peak and cannot go faster (onnxruntime#12834: no Winograd). Winograd's minimal
 filtering needs a quarter of the multiplies. The kernel is a plain shared library built with
-the package (an optional extension: where no C compiler built it, `available()` is False and
-ONNX Runtime's kernels run) and called through ctypes, which releases the GIL for the call.
+the package (an optional extension: where no C compiler built it, `available()` is False,
+`build_problem()` says why, and ONNX Runtime's kernels run) and called through ctypes, which
+releases the GIL for the call.
+
+The library holds one path per instruction set (AVX-512, AVX2+FMA, NEON, a portable
+baseline) and runs the widest the CPU has; TESSERA_CPU_ISA caps it (`active_isa()`).
 
 Activations are NHWC float32 with the channel count padded to a multiple of 16.
 """
@@ -21,12 +25,16 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.errors import CpuIsaError
+
 log = logging.getLogger(__name__)
 
-KERNEL_VERSION = 2  # winograd.c's TW_VERSION: a library of another version is not used
+KERNEL_VERSION = 3  # winograd.c's TW_VERSION: a library of another version is not used
 LANES = 16  # channels are padded to a multiple of this (one AVX-512 register)
 GROUP = 2  # rows of 4×4 tiles a layer computes per step (1 and 4 measured no faster)
 DISABLE_ENV = "TESSERA_CPU_KERNELS"  # "ort": ONNX Runtime's kernels only (the bench compares)
+ISA_ENV = "TESSERA_CPU_ISA"  # avx512|avx2|baseline|neon: the widest set the kernel may use
+ISAS = ("baseline", "avx2", "avx512", "neon")  # winograd.c's TW_BASELINE … TW_NEON, in order
 
 _FLOATS = np.ctypeslib.ndpointer(np.float32, flags="C_CONTIGUOUS")
 
@@ -36,23 +44,87 @@ def padded(channels: int) -> int:
 
 
 @functools.cache
-def _library() -> ctypes.CDLL | None:
+def _load() -> tuple[ctypes.CDLL | None, str | None]:
+    """The library, or None and why not (a sentence for a person)."""
     here = Path(__file__).parent
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         path = here / f"_winograd{suffix}"
         if path.is_file():
             break
     else:
-        log.info("Tessera's CPU convolution kernel is not built; ONNX Runtime's kernels run")
-        return None
+        return None, (
+            "Tessera's CPU kernel was not built with this install (no C compiler, or its build "
+            "failed: `pip install -v .` shows why); ONNX Runtime's slower kernels run"
+        )
     try:
         lib = ctypes.CDLL(str(path))
         if lib.tw_version() != KERNEL_VERSION:
-            log.warning("%s is of another version; ONNX Runtime's kernels run", path.name)
-            return None
+            return None, f"{path.name} is of another version; rebuild it (`pip install .`)"
     except (OSError, AttributeError) as e:
-        log.warning("%s did not load (%s); ONNX Runtime's kernels run", path.name, e)
+        return None, f"{path.name} did not load ({e}); ONNX Runtime's kernels run"
+    return _declare(lib), None
+
+
+def _library() -> ctypes.CDLL | None:
+    lib, problem = _load()
+    if problem is not None:
+        _log_once(problem)
+    return lib
+
+
+@functools.cache
+def _log_once(problem: str) -> None:
+    log.warning("%s", problem)
+
+
+def build_problem() -> str | None:
+    """Why the kernel cannot be used (not built, another version, did not load), or None."""
+    return _load()[1]
+
+
+def available_isas() -> tuple[str, ...]:
+    """The instruction sets this CPU can run the kernel with (empty: no kernel)."""
+    lib = _library()
+    if lib is None:
+        return ()
+    mask = int(lib.tw_isas())
+    return tuple(name for i, name in enumerate(ISAS) if mask >> i & 1)
+
+
+_applied: list[str | None] = [None]  # the TESSERA_CPU_ISA value the library was last given
+
+
+def check_isa_setting() -> None:
+    """Give the library TESSERA_CPU_ISA (when it changed). Raises CpuIsaError for a set this
+    CPU lacks or an unknown word."""
+    lib = _library()
+    word = os.environ.get(ISA_ENV, "").strip().lower() or None
+    if lib is None or word == _applied[0]:
+        return
+    if word is None:
+        lib.tw_set_isa(-1)
+    else:
+        usable = available_isas()
+        if word not in ISAS or lib.tw_set_isa(ISAS.index(word)) != 0:
+            raise CpuIsaError(
+                f"{ISA_ENV}={word}: "
+                + ("this CPU does not have it" if word in ISAS else "no such instruction set")
+                + f"; this CPU runs the kernel with {', '.join(usable)}."
+            )
+    _applied[0] = word
+
+
+def active_isa() -> str | None:
+    """The instruction set the kernel runs with ("avx512", "avx2", "baseline", "neon"), after
+    TESSERA_CPU_ISA; None where the library is not there."""
+    lib = _library()
+    if lib is None:
         return None
+    check_isa_setting()
+    return ISAS[int(lib.tw_active_isa())]
+
+
+def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     c_int = ctypes.c_int
     lib.tw_weights.argtypes = [_FLOATS, c_int, c_int, c_int, c_int, _FLOATS]
     lib.tw_weights.restype = None
@@ -76,14 +148,24 @@ def _library() -> ctypes.CDLL | None:
         c_int,
     ]  # fmt: skip
     lib.tw_conv.restype = c_int
+    lib.tw_isas.argtypes = []
+    lib.tw_isas.restype = c_int
+    lib.tw_set_isa.argtypes = [c_int]
+    lib.tw_set_isa.restype = c_int
+    lib.tw_active_isa.argtypes = []
+    lib.tw_active_isa.restype = c_int
     return lib
 
 
 def available() -> bool:
-    """The kernel is built, loads, and is not turned off by TESSERA_CPU_KERNELS=ort."""
+    """The kernel is built, loads, and is not turned off by TESSERA_CPU_KERNELS=ort. Raises
+    CpuIsaError where TESSERA_CPU_ISA is not a set this CPU has."""
     if os.environ.get(DISABLE_ENV, "").strip().lower() == "ort":
         return False
-    return _library() is not None
+    if _library() is None:
+        return False
+    check_isa_setting()
+    return True
 
 
 @dataclass(frozen=True, eq=False)
@@ -146,6 +228,7 @@ def conv(
     the bias and the slope each residual is added in turn: o = o × scale + residual."""
     lib = _library()
     assert lib is not None
+    check_isa_setting()
     height, width = source.base.shape[0] * up, source.base.shape[1] * up
     cinp, coutp = layer.transformed.shape[1], layer.transformed.shape[2]
     # The C side reads and writes whole slices by pointer: a slice past its tensor's channels
@@ -240,6 +323,7 @@ class StreamedChain:
         padded), `image` the same NCHW (the shuffle adds it), `out` the product."""
         if not self._handle:
             raise ValueError("the chain is closed")
+        check_isa_setting()
         if self._lib.tw_chain_steps(self._handle, x, image, out, s0, min(s1, self.steps), threads):
             raise MemoryError("Failed to allocate memory for the convolution's work buffers")
 

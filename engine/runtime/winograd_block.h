@@ -1,0 +1,213 @@
+/* One instruction set's Winograd block (winograd.c includes this once per set).
+ *
+ * Before including: TW_ISA (the suffix of the names), TW_TARGET (the function attribute that
+ * lets the compiler use the set; empty for the baseline), TW_VW (floats per vector) and the
+ * micro-kernel shapes TW_R1 .. TW_R4: rows of V per call for 1 .. 4 vectors of output
+ * channels (0: not used). R * Q accumulators plus Q weights and a broadcast must fit the
+ * set's registers (16 on AVX2 and SSE, 32 on AVX-512 and NEON), or the accumulators spill. */
+
+#define TW_CAT2(a, b) a##_##b
+#define TW_CAT(a, b) TW_CAT2(a, b)
+#define VEC TW_CAT(vec, TW_ISA)
+#define VECI TW_CAT(veci, TW_ISA)
+#define TW_FN(name) TW_CAT(name, TW_ISA)
+#define TW_INLINE static inline __attribute__((always_inline)) TW_TARGET
+
+typedef float VEC __attribute__((vector_size(4 * TW_VW), aligned(4)));
+typedef int32_t VECI __attribute__((vector_size(4 * TW_VW), aligned(4)));
+
+TW_INLINE void TW_FN(bt6)(const VEC d[6], VEC r[6]) {
+    r[0] = 4 * d[0] - 5 * d[2] + d[4];
+    r[1] = -4 * (d[1] + d[2]) + d[3] + d[4];
+    r[2] = 4 * (d[1] - d[2]) - d[3] + d[4];
+    r[3] = 2 * (d[3] - d[1]) - d[2] + d[4];
+    r[4] = 2 * (d[1] - d[3]) - d[2] + d[4];
+    r[5] = 4 * d[1] - 5 * d[3] + d[5];
+}
+
+TW_INLINE void TW_FN(at6)(const VEC m[6], VEC o[4]) {
+    VEC a = m[1] + m[2], b = m[1] - m[2], c = m[3] + m[4], d = m[3] - m[4];
+    o[0] = m[0] + a + c;
+    o[1] = b + 2 * d;
+    o[2] = a + 4 * c;
+    o[3] = b + 8 * d + m[5];
+}
+
+/* R rows of V times Q vectors of output channels of U, accumulated over cinp. */
+#define TW_MICRO(R, Q)                                                                        \
+    TW_INLINE void TW_FN(micro_##R##x##Q)(const float *v0, int cinp, const float *u, int coutp, \
+                                          float *m) {                                         \
+        VEC acc[R][Q];                                                                        \
+        _Pragma("GCC unroll 32") for (int i = 0; i < R; i++)                                  \
+            _Pragma("GCC unroll 4") for (int q = 0; q < Q; q++) acc[i][q] = (VEC){0};        \
+        for (int k = 0; k < cinp; k++, u += coutp) {                                          \
+            VEC w[Q];                                                                         \
+            _Pragma("GCC unroll 4") for (int q = 0; q < Q; q++) w[q] =                        \
+                *(const VEC *)(u + TW_VW * q);                                                \
+            _Pragma("GCC unroll 32") for (int i = 0; i < R; i++) {                            \
+                const float b = v0[(size_t)i * cinp + k];                                     \
+                _Pragma("GCC unroll 4") for (int q = 0; q < Q; q++) acc[i][q] += b * w[q];   \
+            }                                                                                 \
+        }                                                                                     \
+        _Pragma("GCC unroll 32") for (int i = 0; i < R; i++)                                  \
+            _Pragma("GCC unroll 4") for (int q = 0; q < Q; q++)                               \
+                *(VEC *)(m + (size_t)i * coutp + TW_VW * q) = acc[i][q];                      \
+    }
+#define TW_MICRO_PAIR(R, Q) TW_MICRO(R, Q) TW_MICRO(1, Q)
+
+#if TW_R1
+TW_MICRO_PAIR(TW_R1, 1)
+#endif
+#if TW_R2
+TW_MICRO_PAIR(TW_R2, 2)
+#endif
+#if TW_R3
+TW_MICRO_PAIR(TW_R3, 3)
+#endif
+#if TW_R4
+TW_MICRO_PAIR(TW_R4, 4)
+#endif
+
+#define TW_MNAME3(R, Q) TW_FN(micro_##R##x##Q)
+#define TW_MNAME(R, Q) TW_MNAME3(R, Q)
+
+TW_TARGET static void TW_FN(block)(const job_t *j, int ty, int tx0, int nt, float *V, float *M) {
+    const int H = j->H, W = j->W, cinp = j->cinp, coutp = j->coutp, up = j->up;
+    const int Win = W / up;
+    const float *in = j->in, *U = j->U;
+    const VEC zero = {0};
+    for (int t = 0; t < nt; t++) {
+        const int y0 = ty * 4 - 1, x0 = (tx0 + t) * 4 - 1;
+        const float *src[6][6]; /* each input pixel of the tile (NULL: the zero padding) */
+        for (int i = 0; i < 6; i++) {
+            const int y = y0 + i;
+            for (int k = 0; k < 6; k++) {
+                const int x = x0 + k;
+                const int row = (j->in_mod ? (y / up) % j->in_mod : y / up);
+                src[i][k] = (y >= 0 && y < H && x >= 0 && x < W)
+                                ? in + ((size_t)row * Win + x / up) * j->in_ld
+                                : NULL;
+            }
+        }
+        for (int c = 0; c < cinp; c += TW_VW) {
+            VEC d[6][6], tmp[6][6];
+            for (int i = 0; i < 6; i++)
+                for (int k = 0; k < 6; k++)
+                    d[i][k] = src[i][k] ? *(const VEC *)(src[i][k] + c) : zero;
+            for (int k = 0; k < 6; k++) {
+                VEC col[6], r[6];
+                for (int i = 0; i < 6; i++) col[i] = d[i][k];
+                TW_FN(bt6)(col, r);
+                for (int i = 0; i < 6; i++) tmp[i][k] = r[i];
+            }
+            for (int i = 0; i < 6; i++) {
+                VEC r[6];
+                TW_FN(bt6)(tmp[i], r);
+                for (int k = 0; k < 6; k++)
+                    *(VEC *)(V + ((size_t)(i * 6 + k) * NT + t) * cinp + c) = r[k];
+            }
+        }
+    }
+    for (int p = 0; p < 36; p++) {
+        const float *Up = U + (size_t)p * cinp * coutp;
+        const float *Vp = V + (size_t)p * NT * cinp;
+        float *Mp = M + (size_t)p * NT * coutp;
+        for (int ob = 0; ob < coutp;) {
+            const int left = (coutp - ob) / TW_VW;
+            int q = 1, R = TW_R1; /* the widest micro-kernel that fits what is left */
+#if TW_R2
+            if (left >= 2) q = 2, R = TW_R2;
+#endif
+#if TW_R3
+            if (left >= 3) q = 3, R = TW_R3;
+#endif
+#if TW_R4
+            if (left >= 4) q = 4, R = TW_R4;
+#endif
+            const float *u = Up + ob;
+            int t = 0;
+            for (; t + R <= nt; t += R) {
+                const float *v0 = Vp + (size_t)t * cinp;
+                float *m = Mp + (size_t)t * coutp + ob;
+#if TW_R4
+                if (q == 4) TW_MNAME(TW_R4, 4)(v0, cinp, u, coutp, m);
+#endif
+#if TW_R3
+                if (q == 3) TW_MNAME(TW_R3, 3)(v0, cinp, u, coutp, m);
+#endif
+#if TW_R2
+                if (q == 2) TW_MNAME(TW_R2, 2)(v0, cinp, u, coutp, m);
+#endif
+                if (q == 1) TW_MNAME(TW_R1, 1)(v0, cinp, u, coutp, m);
+            }
+            for (; t < nt; t++) {
+                const float *v0 = Vp + (size_t)t * cinp;
+                float *m = Mp + (size_t)t * coutp + ob;
+#if TW_R4
+                if (q == 4) TW_FN(micro_1x4)(v0, cinp, u, coutp, m);
+#endif
+#if TW_R3
+                if (q == 3) TW_FN(micro_1x3)(v0, cinp, u, coutp, m);
+#endif
+#if TW_R2
+                if (q == 2) TW_FN(micro_1x2)(v0, cinp, u, coutp, m);
+#endif
+                if (q == 1) TW_FN(micro_1x1)(v0, cinp, u, coutp, m);
+            }
+            ob += TW_VW * q;
+        }
+    }
+    const size_t plane = (size_t)H * W;
+    for (int t = 0; t < nt; t++) {
+        const int y0 = ty * 4, x0 = (tx0 + t) * 4;
+        for (int c = 0; c < coutp; c += TW_VW) {
+            VEC tmp[4][6];
+            for (int k = 0; k < 6; k++) {
+                VEC col[6], r[4];
+                for (int i = 0; i < 6; i++)
+                    col[i] = *(const VEC *)(M + ((size_t)(i * 6 + k) * NT + t) * coutp + c);
+                TW_FN(at6)(col, r);
+                for (int i = 0; i < 4; i++) tmp[i][k] = r[i];
+            }
+            const VEC bv = *(const VEC *)(j->bias + c);
+            const VEC sv = j->slope ? *(const VEC *)(j->slope + c) : zero;
+            for (int i = 0; i < 4 && y0 + i < H; i++) {
+                VEC r[4];
+                TW_FN(at6)(tmp[i], r);
+                for (int k = 0; k < 4 && x0 + k < W; k++) {
+                    VEC o = r[k] + bv;
+                    if (j->slope) {
+                        const VECI neg = o < zero;
+                        o = (VEC)(((VECI)(o * sv) & neg) | ((VECI)o & ~neg));
+                    }
+                    const size_t px = (size_t)(y0 + i) * W + x0 + k;
+                    for (int q = 0; q < j->nres; q++)
+                        o = o * j->scale[q] + *(const VEC *)(j->res[q] + px * j->res_ld[q] + c);
+                    if (j->planar) {
+                        for (int ch = 0; ch < TW_VW && c + ch < j->cout; ch++)
+                            j->out[(size_t)(c + ch) * plane + px] = o[ch];
+                    } else {
+                        const int y = j->out_mod ? (y0 + i) % j->out_mod : y0 + i;
+                        *(VEC *)(j->out + ((size_t)y * W + x0 + k) * j->out_ld + c) = o;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#undef VEC
+#undef VECI
+#undef TW_FN
+#undef TW_INLINE
+#undef TW_MICRO
+#undef TW_MICRO_PAIR
+#undef TW_MNAME
+#undef TW_MNAME3
+#undef TW_ISA
+#undef TW_TARGET
+#undef TW_VW
+#undef TW_R1
+#undef TW_R2
+#undef TW_R3
+#undef TW_R4
