@@ -141,9 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--format",
         default=None,
-        metavar="png|jpeg|webp",
+        metavar="png|jpeg|webp|tiff|exr",
         help="format of the main image (upscaled image, cut-out); default png. Masks, depth "
-        "and normals keep theirs. JPEG has no transparency: a cut-out gets a white background",
+        "and normals keep theirs (exr adds float EXR depth beside them). JPEG has no "
+        "transparency: a cut-out gets a white background",
     )
     run.add_argument(
         "--quality",
