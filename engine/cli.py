@@ -190,6 +190,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not hand the CPU arena back after each operation (faster repeats, more RAM held)",
     )
     run.add_argument("--models-dir", type=Path, default=None)
+    run.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip the inputs whose products exist and are whole (a folder: each image an input)",
+    )
     run.add_argument("--json", action="store_true", help="print one JSON object with the outcome")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument(
@@ -358,6 +363,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         ),
     )
     request.typed_options()  # unknown keys and bad values: exit 2 before anything loads
+    if args.resume:
+        from engine.resume_cli import resumed_request
+
+        if (left := resumed_request(request, settings, args.json)) is None:
+            return 0
+        request = left
     if not args.standalone:
         code = _run_in_app(settings, request, args)
         if code is not None:
