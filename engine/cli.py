@@ -227,8 +227,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     from engine.models.cli import add_models_parser
+    from engine.watch_cli import add_watch_parser
 
     add_models_parser(sub)
+    add_watch_parser(sub)
     return parser
 
 
@@ -767,6 +769,10 @@ def main(argv: list[str] | None = None) -> int:
 
             records.declare(ProcessKind.BENCH)
             return run_bench(args)
+        if args.command == "watch":
+            from engine.watch_cli import run_watch
+
+            return run_watch(args)
         if args.command == "models":
             from engine.models.cli import run_models_command
 
