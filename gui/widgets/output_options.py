@@ -61,8 +61,8 @@ class OutputEditor(QWidget):
             (OutputFormat.PNG, "PNG (lossless)"),
             (OutputFormat.JPEG, "JPEG"),
             (OutputFormat.WEBP, "WebP"),
-            (OutputFormat.TIFF, "TIFF (16-bit where the image is)"),
-            (OutputFormat.EXR, "EXR (linear float)"),
+            (OutputFormat.TIFF, "TIFF (16-bit)"),
+            (OutputFormat.EXR, "EXR (float)"),
         ):
             self.format.addItem(text, fmt)
         self.quality = QSpinBox()

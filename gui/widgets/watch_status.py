@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
 
@@ -23,8 +25,8 @@ class WatchStatus(QWidget):
         self.hide()
 
     def show_watching(self, folder: str) -> None:
-        self.folder = folder
-        self.label.setText(f"Watching {folder} · nothing arrived yet")
+        self.folder = Path(folder).name or folder  # the whole path is the tooltip
+        self.label.setText(f"Watching {self.folder} · nothing arrived yet")
         self.label.setToolTip(folder)
         self.show()
 
