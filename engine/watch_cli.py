@@ -40,7 +40,7 @@ STOP_GRACE_S = 2.0  # after Ctrl+C, the longest wait for the file in flight to s
 
 def add_watch_parser(sub: Any) -> None:
     watch = sub.add_parser("watch", help="run an operation on every image that lands in a folder")
-    watch.add_argument("folder", type=Path, metavar="DIR")
+    watch.add_argument("folder", type=Path, metavar="DIR", help="the folder to watch")
     watch.add_argument("--model", required=True, help="catalog id or path of an .onnx file")
     watch.add_argument(
         "--operation",
@@ -49,13 +49,17 @@ def add_watch_parser(sub: Any) -> None:
         help="default: the model's own (an upscaler upscales)",
     )
     watch.add_argument("--out", type=Path, default=None, help="output folder (default DIR/Tessera)")
-    watch.add_argument("--device", default="cpu")
-    watch.add_argument("--runtime", default="auto")
-    watch.add_argument("--tile", type=int, default=None)
-    watch.add_argument("--option", action="append", default=[], metavar="KEY=VALUE")
-    watch.add_argument("--format", default=None, metavar="png|jpeg|webp|tiff|exr")
-    watch.add_argument("--quality", default=None, metavar="1-100")
-    watch.add_argument("--size", default=None, metavar="xF|WIDTH")
+    watch.add_argument("--device", default="cpu", help="cpu or gpu:N (default cpu)")
+    watch.add_argument("--runtime", default="auto", help="as for run (default auto)")
+    watch.add_argument("--tile", type=int, default=None, help="tile edge in pixels (default auto)")
+    watch.add_argument(
+        "--option", action="append", default=[], metavar="KEY=VALUE", help="as for run"
+    )
+    watch.add_argument(
+        "--format", default=None, metavar="png|jpeg|webp|tiff|exr", help="as for run"
+    )
+    watch.add_argument("--quality", default=None, metavar="1-100", help="as for run")
+    watch.add_argument("--size", default=None, metavar="xF|WIDTH", help="as for run")
     watch.add_argument(
         "--interval",
         type=float,
