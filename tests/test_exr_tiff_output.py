@@ -161,3 +161,23 @@ def test_picture_to_linear_undoes_srgb_and_premultiplies() -> None:
     assert out[0, 0, 1] == 0
     assert out[0, 0, 2] == pytest.approx(((188 / 255 + 0.055) / 1.055) ** 2.4 * a, abs=1e-5)
     assert out[0, 0, 3] == pytest.approx(a)
+
+
+def test_save_as_exr_or_tiff_writes_the_product_again_in_that_format(
+    engine: Engine, models: Path, tmp_path: Path
+) -> None:
+    from engine.operations.products import export_product
+    from tests.engine_helpers import gif3
+
+    gif = gif3(tmp_path / "anim.gif")
+    (product,) = _run(engine, Operation.UPSCALE, str(models / "up2.onnx"), gif, tmp_path, "png")[
+        ProductKind.IMAGE
+    ]
+    exr = export_product(product, tmp_path / "saved.exr", parse_output_options("exr"), (0, 0))
+    first = load_image(product, 10**8).frames[0]
+    (pixels,) = _exr_channels(exr).values()
+    assert pixels.shape[:2] == first.shape[:2]  # the first frame: one EXR holds one image
+    tif = export_product(product, tmp_path / "saved.tif", parse_output_options("tiff"), (0, 0))
+    pages = tifffile.imread(tif)
+    assert pages.shape[0] == 3  # every frame, one page each
+    np.testing.assert_array_equal(pages[0][..., : first.shape[2]], first)

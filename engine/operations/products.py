@@ -539,7 +539,9 @@ def export_product(
     if size is not None:  # refused before the product is even decoded (issue #20)
         check_product_size(target.name, *size, DEFAULT_MAX_PIXELS)
     decoded = load_image(source, max_pixels)
-    frames = decoded.frames[:1] if options.format is OutputFormat.JPEG else decoded.frames
+    # JPEG and EXR (single-part) hold one image: an animation saved as either keeps its first.
+    single = options.format in (OutputFormat.JPEG, OutputFormat.EXR)
+    frames = decoded.frames[:1] if single else decoded.frames
     target = target if target.suffix else target.with_suffix(options.format.suffix)
     sized = [resize_frame(f, *size) if size else f for f in frames]
     first = sized[0]
