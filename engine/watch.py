@@ -32,6 +32,7 @@ from engine.io.wholeness import is_whole
 __all__ = ["DEFAULT_INTERVAL_S", "Arrival", "FolderWatch"]
 
 DEFAULT_INTERVAL_S = 0.5
+STALLED_LOOKS = 10  # unchanged but not whole over this many looks: said once (`stalled`)
 _PRODUCT_TAIL = re.compile(r"-.*[^\W\d_].*\.[^.]+$")  # `-suffix.ext` with a letter in it
 
 
@@ -65,6 +66,9 @@ class FolderWatch:
         self._taken: set[str] = set()
         self._products: set[str] = set()
         self._lock = threading.Lock()  # products are added from the thread that runs the jobs
+        # Files unchanged over STALLED_LOOKS looks yet not whole (a copy that stopped, a damaged
+        # file), new at the last poll: said once, and still taken should they become whole.
+        self.stalled: list[Path] = []
 
     def add_products(self, paths: list[Path]) -> None:
         """Files the watch's jobs wrote: never taken as inputs, should they land here."""
@@ -84,6 +88,7 @@ class FolderWatch:
             return []  # the folder went away (an unplugged disk): nothing arrives
         present: set[str] = set()
         ready: list[Arrival] = []
+        self.stalled = []
         stems = {Path(name).stem for name in self._taken}
         with self._lock:
             products = set(self._products)
@@ -113,6 +118,8 @@ class FolderWatch:
             if seen.stable + 1 < self.stable_polls or info.st_size == 0:
                 continue
             if not _readable(self.folder / name) or not is_whole(self.folder / name):
+                if seen.stable + 1 == STALLED_LOOKS:
+                    self.stalled.append(self.folder / name)
                 continue
             self._taken.add(name)
             del self._seen[name]

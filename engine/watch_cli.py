@@ -157,7 +157,13 @@ def run_watch(args: argparse.Namespace) -> int:
     )
     try:
         while True:
-            for arrival in watch.poll():
+            arrivals = watch.poll()
+            for stalled in watch.stalled:
+                _say(
+                    f"{stalled.name}: not whole yet, waiting for the rest (a copy that stopped, "
+                    "or a damaged file)"
+                )
+            for arrival in arrivals:
                 if is_done(template, spec, arrival.path):
                     _say(f"{arrival.path.name}: already done (its products are whole in {out})")
                     continue

@@ -19,7 +19,7 @@ import pytest
 from PIL import Image
 
 from engine.samples.contract_models import make_upscaler
-from engine.watch import FolderWatch
+from engine.watch import STALLED_LOOKS, FolderWatch
 from tests.test_cli import ROOT
 
 INTERVAL = 0.05
@@ -44,6 +44,10 @@ def test_a_file_is_taken_once_when_unchanged_over_two_looks_and_whole(tmp_path: 
     first, rest = data[:100], data[100:]
     target.write_bytes(first)
     assert watch.poll() == [] and watch.poll() == [] and watch.poll() == []  # stable, not whole
+    for _ in range(STALLED_LOOKS - 3):
+        assert watch.poll() == []
+    assert watch.stalled == [target]  # said once
+    assert watch.poll() == [] and watch.stalled == []
     with open(target, "ab") as file:
         file.write(rest)
     assert watch.poll() == []  # changed since the last look

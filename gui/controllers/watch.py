@@ -92,7 +92,11 @@ class WatchController(QObject):
             return
         self._looking = True
         generation = self._generation
-        self.tasks.submit(watch.poll, lambda outcome: self._looked(outcome, generation))
+
+        def look() -> tuple[list[Arrival], list[Path]]:  # on the task thread
+            return watch.poll(), list(watch.stalled)
+
+        self.tasks.submit(look, lambda outcome: self._looked(outcome, generation))
 
     def _looked(self, outcome: TaskOutcome, generation: int) -> None:
         self._looking = False
@@ -102,7 +106,11 @@ class WatchController(QObject):
         if outcome.error is not None:
             log.warning("looking at the watched folder failed", exc_info=outcome.error)
             return
-        arrivals: list[Arrival] = outcome.value
+        arrivals: list[Arrival]
+        arrivals, stalled = outcome.value
+        if stalled:
+            names = ", ".join(p.name for p in stalled)
+            self.statusRequested.emit(f"{names}: not whole yet; waiting for the rest of the file.")
         if not arrivals:
             return
         paths = [a.path for a in arrivals]
