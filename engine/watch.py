@@ -33,6 +33,7 @@ __all__ = ["DEFAULT_INTERVAL_S", "Arrival", "FolderWatch"]
 
 DEFAULT_INTERVAL_S = 0.5
 STALLED_LOOKS = 10  # unchanged but not whole over this many looks: said once (`stalled`)
+_TRAILED = frozenset({".jpg", ".jpeg"})  # formats whose files may go on after their end
 _PRODUCT_TAIL = re.compile(r"-.*[^\W\d_].*\.[^.]+$")  # `-suffix.ext` with a letter in it
 
 
@@ -117,10 +118,16 @@ class FolderWatch:
                 seen.stable += 1
             if seen.stable + 1 < self.stable_polls or info.st_size == 0:
                 continue
-            if not _readable(self.folder / name) or not is_whole(self.folder / name):
-                if seen.stable + 1 == STALLED_LOOKS:
-                    self.stalled.append(self.folder / name)
+            if not _readable(self.folder / name):
                 continue
+            if not is_whole(self.folder / name):
+                # A JPEG may carry data after its end marker (a phone's motion photo appends a
+                # clip): after STALLED_LOOKS unchanged looks it is taken, the decoder judges.
+                lenient = Path(name).suffix.lower() in _TRAILED
+                if seen.stable + 1 == STALLED_LOOKS and not lenient:
+                    self.stalled.append(self.folder / name)
+                if not (lenient and seen.stable + 1 >= STALLED_LOOKS):
+                    continue
             self._taken.add(name)
             del self._seen[name]
             ready.append(

@@ -56,6 +56,17 @@ def test_a_file_is_taken_once_when_unchanged_over_two_looks_and_whole(tmp_path: 
     assert watch.poll() == [] and watch.poll() == []  # once
 
 
+def test_a_jpeg_with_data_after_its_end_is_taken_once_it_stays_unchanged(tmp_path: Path) -> None:
+    watch = FolderWatch(tmp_path)
+    buffer = io.BytesIO()
+    Image.new("RGB", (8, 8), "red").save(buffer, format="JPEG")
+    (tmp_path / "motion.jpg").write_bytes(buffer.getvalue() + b"\0\0\0\x18ftypmp42" + bytes(64))
+    for _ in range(STALLED_LOOKS - 1):
+        assert watch.poll() == []
+    assert [a.path.name for a in watch.poll()] == ["motion.jpg"]
+    assert watch.stalled == []
+
+
 def test_products_hidden_files_and_the_output_folder_never_enter(tmp_path: Path) -> None:
     watch = FolderWatch(tmp_path)
     (tmp_path / "photo.png").write_bytes(_png_bytes(1))
