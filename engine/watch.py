@@ -29,9 +29,8 @@ from pathlib import Path
 from engine.io.image import IMAGE_SUFFIXES
 from engine.io.wholeness import is_whole
 
-__all__ = ["DEFAULT_INTERVAL_S", "Arrival", "FolderWatch"]
+__all__ = ["STALLED_LOOKS", "Arrival", "FolderWatch"]
 
-DEFAULT_INTERVAL_S = 0.5
 STALLED_LOOKS = 10  # unchanged but not whole over this many looks: said once (`stalled`)
 _TRAILED = frozenset({".jpg", ".jpeg"})  # formats whose files may go on after their end
 _PRODUCT_TAIL = re.compile(r"-.*[^\W\d_].*\.[^.]+$")  # `-suffix.ext` with a letter in it

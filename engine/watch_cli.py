@@ -23,19 +23,18 @@ from typing import Any
 from engine.cancel import CancelToken, Terminated
 from engine.errors import Cancelled, EngineError, UsageError
 from engine.files import LIVE
-from engine.io.sequences import SEQUENCE_PRODUCTS
 from engine.operation_specs import for_family, operation_named, operations
 from engine.options import parse_output_options
 from engine.requests import OperationRequest
-from engine.resume import is_done
 from engine.runtime import records
 from engine.runtime.records import ProcessKind
 from engine.settings import EngineSettings
-from engine.watch import DEFAULT_INTERVAL_S, FolderWatch
 
 log = logging.getLogger("engine.watch")
 
 STOP_GRACE_S = 2.0  # after Ctrl+C, the longest wait for the file in flight to stop
+DEFAULT_INTERVAL_S = 0.5  # between looks at the folder; the parser is built at every start:
+# the watch's modules (numpy, Pillow, the operations) are imported only when it runs
 
 
 def add_watch_parser(sub: Any) -> None:
@@ -71,6 +70,7 @@ def add_watch_parser(sub: Any) -> None:
 
 
 def _request(args: argparse.Namespace, settings: EngineSettings) -> OperationRequest:
+    from engine.io.sequences import SEQUENCE_PRODUCTS
     from engine.models.inventory import resolve_model
 
     folder: Path = args.folder
@@ -110,6 +110,8 @@ def run_watch(args: argparse.Namespace) -> int:
 
     from engine.api import Engine
     from engine.models.inventory import resolve_model
+    from engine.resume import is_done
+    from engine.watch import FolderWatch
 
     settings = EngineSettings(models_dir=args.models_dir)
     template = _request(args, settings)

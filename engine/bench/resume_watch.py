@@ -27,7 +27,8 @@ from engine.requests import Operation, OperationRequest
 from engine.resume import plan_resume
 from engine.samples.contract_models import make_upscaler
 from engine.settings import EngineSettings
-from engine.watch import DEFAULT_INTERVAL_S, FolderWatch
+from engine.watch import FolderWatch
+from engine.watch_cli import DEFAULT_INTERVAL_S
 
 
 def _images(folder: Path, count: int) -> list[Path]:
