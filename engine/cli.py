@@ -141,9 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--format",
         default=None,
-        metavar="png|jpeg|webp",
+        metavar="png|jpeg|webp|tiff|exr",
         help="format of the main image (upscaled image, cut-out); default png. Masks, depth "
-        "and normals keep theirs. JPEG has no transparency: a cut-out gets a white background",
+        "and normals keep theirs (exr adds float EXR depth beside them). JPEG has no "
+        "transparency: a cut-out gets a white background",
     )
     run.add_argument(
         "--quality",
@@ -189,6 +190,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not hand the CPU arena back after each operation (faster repeats, more RAM held)",
     )
     run.add_argument("--models-dir", type=Path, default=None)
+    run.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip the inputs whose products exist and are whole (a folder: each image an input)",
+    )
     run.add_argument("--json", action="store_true", help="print one JSON object with the outcome")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument(
@@ -221,8 +227,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     from engine.models.cli import add_models_parser
+    from engine.watch_cli import add_watch_parser
 
     add_models_parser(sub)
+    add_watch_parser(sub)
     return parser
 
 
@@ -362,6 +370,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         from engine.runtime import winograd  # only then: startup stays light
 
         winograd.check_isa_setting()
+    if args.resume:
+        from engine.resume_cli import resumed_request
+
+        if (left := resumed_request(request, settings, args.json)) is None:
+            return 0
+        request = left
     if not args.standalone:
         code = _run_in_app(settings, request, args)
         if code is not None:
@@ -764,6 +778,10 @@ def main(argv: list[str] | None = None) -> int:
 
             records.declare(ProcessKind.BENCH)
             return run_bench(args)
+        if args.command == "watch":
+            from engine.watch_cli import run_watch
+
+            return run_watch(args)
         if args.command == "models":
             from engine.models.cli import run_models_command
 

@@ -243,14 +243,20 @@ class OutputFormat(StrEnum):
     PNG = "png"
     JPEG = "jpeg"
     WEBP = "webp"
+    TIFF = "tiff"  # 8- or 16-bit as the product's pixels (engine/io/tiff.py)
+    EXR = "exr"  # linear half/float, premultiplied alpha; float maps beside (engine/io/exr.py)
 
     @property
     def suffix(self) -> str:
-        return {"png": ".png", "jpeg": ".jpg", "webp": ".webp"}[self.value]
+        return {"png": ".png", "jpeg": ".jpg", "webp": ".webp", "tiff": ".tif", "exr": ".exr"}[
+            self.value
+        ]
 
     @property
     def label(self) -> str:
-        return {"png": "PNG", "jpeg": "JPEG", "webp": "WebP"}[self.value]
+        return {"png": "PNG", "jpeg": "JPEG", "webp": "WebP", "tiff": "TIFF", "exr": "EXR"}[
+            self.value
+        ]
 
     @property
     def has_alpha(self) -> bool:
@@ -259,7 +265,7 @@ class OutputFormat(StrEnum):
     @property
     def lossy(self) -> bool:
         """Whether `quality` matters (WebP at quality 100 is lossless)."""
-        return self is not OutputFormat.PNG
+        return self in (OutputFormat.JPEG, OutputFormat.WEBP)
 
 
 class VideoCodec(StrEnum):
@@ -473,7 +479,7 @@ def parse_output_options(
         values["video"] = video
     if format is not None:
         name = format.strip().lower()
-        name = {"jpg": "jpeg"}.get(name, name)
+        name = {"jpg": "jpeg", "tif": "tiff"}.get(name, name)
         try:
             values["format"] = OutputFormat(name)
         except ValueError:

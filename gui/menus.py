@@ -14,9 +14,12 @@ from PySide6.QtWidgets import QApplication, QFileDialog, QMainWindow, QMenu, QMe
 from engine.io.image import VIDEO_SUFFIXES
 from gui.controllers.jobs import JobsController
 from gui.controllers.models import ModelsController
+from gui.controllers.watch import WatchController
 from gui.settings import AppSettings
+from gui.tasks import TaskThread
 from gui.widgets.preferences import PreferencesDialog
 from gui.widgets.viewer import ViewerPanel
+from gui.widgets.watch_status import WatchStatus
 from gui.widgets.welcome import WelcomePage
 
 Keys = Sequence[QKeySequence | QKeySequence.StandardKey | str]
@@ -36,6 +39,7 @@ class MenuHost(Protocol):
     data_dir: Path
     jobs: JobsController
     models: ModelsController
+    tasks: TaskThread
     viewer: ViewerPanel
     welcome: WelcomePage
 
@@ -149,6 +153,8 @@ class WindowMenus:
         current = bar.addMenu("&File")
         a("&Open images…", self.open_dialog, [key.Open])
         a("Open a &folder of frames…", self.open_folder_dialog)
+        tip = "Run every image that lands in a folder with the current operation and output"
+        self.watch_action = a("&Watch a folder…", self.watch_folder_dialog, tip=tip)
         self.recent_menu = current.addMenu("Open &recent")
         self.recent_menu.aboutToShow.connect(self.fill_recent)
         a("&Paste image", h.paste, [key.Paste], "Add the image (or files) on the clipboard")
@@ -195,6 +201,7 @@ class WindowMenus:
         a("Run the shown &chain on other images", h.run_chain_from, tip=tip)
 
         current = bar.addMenu("&Help")
+        self._build_watch()
         a("Open the &log folder", h.open_log_folder)
         a("&About Tessera", self.about)
 
@@ -225,6 +232,38 @@ class WindowMenus:
             "model, reused for every job; GPU memory handed back after each operation.<br><br>"
             f"Models: {host.models_dir()}<br>Log: {host.data_dir / 'logs'}",
         )
+
+    def _build_watch(self) -> None:
+        """The watched folder: its controller, and its sign in the status bar (with Stop)."""
+        h = self.host
+        self.watch = WatchController(
+            h.tasks, lambda paths: h.accept_paths(paths, run=True), self.window
+        )
+        self.watch_status = WatchStatus(self.window)
+        self.window.statusBar().addPermanentWidget(self.watch_status)
+        w, status = self.watch, self.watch_status
+        w.watchStarted.connect(status.show_watching)
+        w.watchStopped.connect(lambda _folder: status.show_stopped())
+        w.filesArrived.connect(
+            lambda names: status.show_arrived([Path(n).name for n in names], len(w.arrived))
+        )
+        w.statusRequested.connect(self.window.statusBar().showMessage)
+        status.stopRequested.connect(w.stop)
+        w.watchStarted.connect(
+            lambda folder: self.watch_action.setText(f"Stop &watching {Path(folder).name}")
+        )
+        w.watchStopped.connect(lambda _folder: self.watch_action.setText("&Watch a folder…"))
+
+    def watch_folder_dialog(self) -> None:
+        """Watch a folder (the menu's entry stops the watch while there is one)."""
+        if self.watch.folder is not None:
+            self.watch.stop()
+            return
+        folder = QFileDialog.getExistingDirectory(
+            self.window, "Watch a folder", str(self.host.settings.open_dir)
+        )
+        if folder:
+            self.watch.start(Path(folder))
 
     # -- the dialogs the File menu opens ------------------------------------------------------
     # Each starts in the folder last used for it (AppSettings), never in the current directory.

@@ -46,6 +46,9 @@ FIGURES = (
     "bench duration (--quick)",
     "bytes on the machine, app + engine run on one model",
     "a request through the app vs in-process",
+    # Issue 34: what --resume adds per image, and a watched folder's latency.
+    "resume: overhead per image",
+    "watch: file landed → job queued, interval 0.5 s",
 )
 
 

@@ -32,6 +32,7 @@ from engine.bench.peers import (
     measure_tile_choice,
 )
 from engine.bench.preview import measure_preview
+from engine.bench.resume_watch import measure as measure_resume_watch
 from engine.bench.samplers import PeakRss
 from engine.bench.startup import measure_cli, measure_window
 from engine.bench.table import Row, Table, find_model, scratch, table_for
@@ -233,6 +234,7 @@ def run_cpu_bench(args: argparse.Namespace) -> int:
         # The window with a thousand jobs, and its estimate after one job (issue #21).
         batch_model = find_model(models_dir, "realesrgan-animevideov3-x2") or anime
         measure_batches(table, 200 if quick else 1000, batch_model, 3 if quick else 6)
+        measure_resume_watch(table, work, quick)  # --resume's cost, a watch's latency (#34)
         # Overhead of the engine against a bare ORT loop over the same tiles.
         size = (256, 192) if quick else (512, 384)
         measure_overhead(

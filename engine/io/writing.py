@@ -15,6 +15,7 @@ import numpy as np
 from PIL import Image, PngImagePlugin
 
 from engine.errors import ResourceError
+from engine.io.exr import write_picture
 from engine.io.image import (
     ANIMATED_FORMATS,
     DEFAULT_DURATION_MS,
@@ -27,6 +28,7 @@ from engine.io.image import (
 )
 from engine.io.png import FrameLike, PngWriter, encode_png
 from engine.io.publish import open_output
+from engine.io.tiff import TiffWriter
 
 log = logging.getLogger(__name__)
 
@@ -223,12 +225,16 @@ class ImageStream:
         quality: int | None = None,
     ) -> None:
         self.path = Path(path)
-        fmt = (format or WRITE_FORMATS.get(self.path.suffix.lower(), "")).upper()
-        fmt = "JPEG" if fmt == "JPG" else fmt
-        if fmt not in WRITE_FORMATS.values():
+        suffix = self.path.suffix.lower()
+        fmt = (format or WRITE_FORMATS.get(suffix, "EXR" if suffix == ".exr" else "")).upper()
+        fmt = {"JPG": "JPEG", "TIF": "TIFF"}.get(fmt, fmt)
+        if fmt not in (*WRITE_FORMATS.values(), "EXR"):
             raise ValueError(f"cannot tell which image format to write for {self.path.name!r}")
         if frames > 1 and fmt not in MULTI_FRAME_WRITE:
             raise ValueError(f"{fmt} holds one frame; got {frames}")
+        # EXR and 16-bit TIFF are written by our own encoders, a frame as it comes (Pillow
+        # writes neither 16-bit colour TIFF nor EXR).
+        self._own = fmt == "EXR" or (fmt == "TIFF" and np.dtype(dtype) == np.uint16)
         self._fmt, self._meta, self._text, self._quality = fmt, meta, text, quality
         self._count, self._added = frames, 0
         self._durations = _durations(meta, frames)
@@ -238,6 +244,7 @@ class ImageStream:
         self._output = open_output(self.path)
         self._pending = self._output.__enter__()
         self._png: PngWriter | None = None
+        self._tiff = TiffWriter(self._pending.file) if self._own and fmt == "TIFF" else None
         if fmt == "PNG":
             self._png = PngWriter(
                 self._pending.file,
@@ -256,6 +263,11 @@ class ImageStream:
         try:
             if self._png is not None:
                 self._png.add(frame, self._durations[self._added])
+            elif self._tiff is not None:
+                icc = self._meta.icc_profile if self._meta is not None else None
+                self._tiff.add_picture(frame, _icc_fits(icc, int(frame.shape[2])))
+            elif self._fmt == "EXR":
+                write_picture(self._pending.file, frame, self._check)
             else:
                 whole = frame if isinstance(frame, np.ndarray) else frame[0 : frame.shape[0]]
                 self._held.append(np.ascontiguousarray(whole))
@@ -272,6 +284,8 @@ class ImageStream:
         try:
             if self._png is not None:
                 self._png.close()
+            elif self._own:
+                pass  # written frame by frame
             else:
                 _encode_pillow(
                     self._pending.file, self._fmt, self._held, self._meta, self._text, self._quality

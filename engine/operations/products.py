@@ -1,6 +1,9 @@
 """Writing an operation's products: one rule for single frames, animations and sequences.
 
 - one frame: one file per product, `<stem>-<suffix>.<ext>`;
+- the main image in the output step's format (PNG, JPEG, WebP, 8/16-bit TIFF, EXR); asked for
+  EXR, the float maps (depth, confidence) are also written as float EXR beside their TIFF,
+  and an animation's EXR frames are numbered files (one EXR holds one image);
 - one animated or multi-page file: one multi-frame file per product with the input's frame
   durations and loop count, in the input's container when it holds the product losslessly
   (APNG, lossless WebP, multi-page TIFF). GIF has a 256-colour palette and on/off
@@ -32,6 +35,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from engine.files import LIVE, partial_name, sweep_leftovers
+from engine.io.exr import write_data
 from engine.io.image import DecodedImage, ImageMeta
 from engine.io.png import FrameLike
 from engine.io.publish import PendingOutput, open_output, write_error
@@ -93,6 +97,7 @@ class _ImageSink(_Sink):
             self.suffix = f"{suffix}-{self.output.size_tag()}"  # photo-realesrgan-x4plus-x2.jpg
         self.quality = self.output.quality if self.output.format.lossy else None
         self.numbered = products.several_files  # one file per frame (a clip as PNG frames too)
+        self.numbered |= self.output.format is OutputFormat.EXR  # one image per EXR file
 
     def _path(self, index: int, ext: str) -> Path:
         name = self.suffix if index < 0 else f"{self.suffix}-{index + 1:04d}"
@@ -127,6 +132,8 @@ class _ImageSink(_Sink):
             ext = ".png" if sixteen or self.text else _animated_ext(self.p.image)
             if self.output.format is OutputFormat.WEBP and not self.text:
                 ext = ".webp"  # JPEG holds one frame: an animation asked as JPEG stays lossless
+            elif self.output.format is OutputFormat.TIFF and not self.text:
+                ext = ".tif"  # multi-page, 16-bit where the frames are
             self.streams.append(
                 ImageStream(
                     self._path(-1, ext),
@@ -292,6 +299,25 @@ class _FloatSink(_Sink):
             output.__exit__(None, None, None)
 
 
+class _FloatWithExr(_Sink):
+    """A float map written twice: the float TIFF of every run, and a float EXR beside it (one
+    file per frame, channel Z) when the output step asks for EXR."""
+
+    def __init__(self, tiff: _FloatSink, exr: _BytesSink) -> None:
+        self.tiff, self.exr = tiff, exr
+
+    def add(self, page: FrameLike) -> None:
+        self.tiff.add(page)
+        self.exr.add(lambda file: write_data(file, page))
+
+    def publish(self) -> list[Product]:
+        return self.tiff.publish() + self.exr.publish()
+
+    def discard(self) -> None:
+        self.tiff.discard()
+        self.exr.discard()
+
+
 class _BytesSink(_Sink):
     """Products with no multi-frame form (PLY, JSON): numbered whenever there are several."""
 
@@ -423,9 +449,18 @@ class Products:
         sink.numbered = sink.numbered or self.video  # a clip as PNG: one file per frame
         return sink
 
-    def float_product(self, suffix: str, kind: ProductKind) -> _FloatSink | _NullSink:
+    def float_product(
+        self, suffix: str, kind: ProductKind
+    ) -> _FloatSink | _FloatWithExr | _NullSink:
         if self.video:  # a clip's lossless depth is its 16-bit FFV1 (or PNG) product
             return self._sink(f"{suffix}.tif", _NullSink)
+        if self.ctx.request.output.format is OutputFormat.EXR:
+            return self._sink(
+                f"{suffix}.tif",
+                lambda: _FloatWithExr(
+                    _FloatSink(self, suffix, kind), _BytesSink(self, suffix, ".exr", kind)
+                ),
+            )
         return self._sink(f"{suffix}.tif", lambda: _FloatSink(self, suffix, kind))
 
     def bytes_product(
@@ -504,7 +539,9 @@ def export_product(
     if size is not None:  # refused before the product is even decoded (issue #20)
         check_product_size(target.name, *size, DEFAULT_MAX_PIXELS)
     decoded = load_image(source, max_pixels)
-    frames = decoded.frames[:1] if options.format is OutputFormat.JPEG else decoded.frames
+    # JPEG and EXR (single-part) hold one image: an animation saved as either keeps its first.
+    single = options.format in (OutputFormat.JPEG, OutputFormat.EXR)
+    frames = decoded.frames[:1] if single else decoded.frames
     target = target if target.suffix else target.with_suffix(options.format.suffix)
     sized = [resize_frame(f, *size) if size else f for f in frames]
     first = sized[0]

@@ -61,6 +61,8 @@ class OutputEditor(QWidget):
             (OutputFormat.PNG, "PNG (lossless)"),
             (OutputFormat.JPEG, "JPEG"),
             (OutputFormat.WEBP, "WebP"),
+            (OutputFormat.TIFF, "TIFF (16-bit)"),
+            (OutputFormat.EXR, "EXR (float)"),
         ):
             self.format.addItem(text, fmt)
         self.quality = QSpinBox()
@@ -209,6 +211,11 @@ class OutputEditor(QWidget):
             notes.append(
                 "Depth, normals and masks are always written as PNG/TIFF"
                 + (" (of a clip: lossless FFV1 clips)." if self.clips else ".")
+                + (
+                    " EXR adds float EXR depth beside them."
+                    if options.format.value == "exr"
+                    else ""
+                )
             )
         elif self.operation is Operation.REMOVE_BACKGROUND:
             notes.append("The mask stays PNG.")
