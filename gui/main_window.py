@@ -28,6 +28,7 @@ from gui.controllers.jobs import JobsController
 from gui.controllers.memory import MemoryController
 from gui.controllers.models import ModelsController
 from gui.controllers.preview import PreviewController
+from gui.controllers.queue_store import QueueStore
 from gui.controllers.results import ResultsController
 from gui.controllers.speed import SpeedBook
 from gui.controllers.view import ViewController
@@ -94,6 +95,7 @@ class MainWindow(QMainWindow):
         self.speeds = SpeedBook(self.settings)
         self.jobs = JobsController(ws, self.engine, self.speeds, self)
         self.jobs.calibrator.enabled = calibrate
+        self.queue_store = QueueStore(self.data_dir, ws, self.jobs, self.tasks, self)
         self.models = ModelsController(self.tasks, self.models_dir, self)
         self.view = ViewController(ws, self.tasks, load_display_paths, self)
         self.preview = PreviewController(ws, self.engine, self.tasks, load_display_paths, self)
@@ -187,6 +189,7 @@ class MainWindow(QMainWindow):
         self.clip.failed.connect(self.viewer.clip_frame_failed)
         v.failed.connect(self.viewer.show_error)
         v.cleared.connect(self.viewer.clear)
+        self.queue_store.noticeRequested.connect(self.show_notice)
         m = self.models
         m.inventoryChanged.connect(self._on_inventory)
         m.noticeRequested.connect(self.show_notice)
@@ -244,6 +247,7 @@ class MainWindow(QMainWindow):
             self._read_pending = False
             self.models.refresh()
             self.memory.start()
+            self.queue_store.offer()  # a batch a crash, a kill or a reboot interrupted
 
     def drop_target(self) -> QWidget:
         return self
@@ -464,6 +468,7 @@ class MainWindow(QMainWindow):
         if self._closed:
             return
         self._closed = True
+        self.queue_store.close()  # before the jobs are cancelled: those stay to resume
         self.settings.save_window(self.saveGeometry(), self.saveState())
         self.settings.sync()
         self.memory.stop()
