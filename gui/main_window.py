@@ -44,6 +44,7 @@ from gui.widgets.export_dialog import ExportDialog
 from gui.widgets.images import load_display_paths, make_thumbnail, read_clip_frame
 from gui.widgets.inputs_panel import THUMB
 from gui.widgets.job_list import confirm_quit
+from gui.widgets.model_browser import ModelBrowser, open_model_browser
 from gui.widgets.pictures_binding import PicturesBinding
 from gui.widgets.preview_binding import PreviewBinding
 from gui.widgets.version_strip import file_mime
@@ -200,6 +201,7 @@ class MainWindow(QMainWindow):
         self.intake.selectRequested.connect(self.inputs.select_keys)
         self.panel.runRequested.connect(self.run_selected)
         self.panel.fetchRequested.connect(self.fetch_models)
+        self.panel.browseRequested.connect(self.browse_models)
         self.panel.addModelRequested.connect(self.menus.add_model_dialog)
         self.inputs.currentChanged.connect(v.choose_input)
         self.inputs.addRequested.connect(self.menus.open_dialog)
@@ -415,6 +417,9 @@ class MainWindow(QMainWindow):
         if self.models.fetch(entry):
             what = "the starter models" if entry is None else entry.name
             self.say(f"Getting {what}; the window stays usable meanwhile.")
+
+    def browse_models(self) -> ModelBrowser:
+        return open_model_browser(self.models, self.settings, self)
 
     def _on_fetch_status(self, line: str, running: bool) -> None:
         self.welcome.set_fetch_status(line, running)

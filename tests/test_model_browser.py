@@ -5,12 +5,10 @@ resume mid-file, a refresh of the catalogue."""
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -28,83 +26,12 @@ from engine.models.browse import (
 from engine.models.catalog import Family
 from engine.models.cli import add_models_parser, run_models_command
 from engine.models.downloads import CHUNK, DownloadError, DownloadFailure, part_path
-from engine.models.openmodeldb import build
 from engine.samples import contract_models as cm
-from tests.http_fixtures import ServerState, server
+from tests.http_fixtures import ServerState, card, catalogue, server
 
-__all__ = ["server"]  # the fixture, used by name
+__all__ = ["catalogue", "server"]  # the fixtures, used by name
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _card(name: str, scale: int, licence: str, urls: list[str], data: bytes) -> dict[str, Any]:
-    return {
-        "name": name,
-        "author": "someone",
-        "license": licence,
-        "tags": ["photo", "restoration"],
-        "description": f"# {name}\nScale: {scale}\n\nA test model that {name.lower()}s pictures.",
-        "date": "2025-01-02",
-        "architecture": "span",
-        "scale": scale,
-        "resources": [
-            {"platform": "pytorch", "type": "pth", "size": 1, "sha256": "0" * 64, "urls": ["x"]},
-            {
-                "platform": "onnx",
-                "type": "onnx",
-                "size": len(data),
-                "sha256": hashlib.sha256(data).hexdigest(),
-                "urls": urls,
-            },
-        ],
-        "images": [{"type": "paired", "LR": "https://a/lr.webp", "SR": "https://a/sr.webp"}],
-    }
-
-
-def _padded(path: Path, size: int) -> bytes:
-    """The model at `path` made at least `size` bytes long by a doc string: still valid."""
-    import onnx
-
-    model = onnx.load(str(path))
-    model.doc_string = "x" * size
-    onnx.save(model, str(path))
-    return path.read_bytes()
-
-
-@pytest.fixture
-def catalogue(
-    server: tuple[str, ServerState], tmp_path: Path
-) -> tuple[str, ServerState, Path, bytes]:
-    """A models folder whose browser catalogue points at the local server."""
-    url, state = server
-    up2 = cm.make_upscaler(tmp_path / "up2.onnx", 2).read_bytes()
-    up1 = cm.make_upscaler(tmp_path / "up1.onnx", 1).read_bytes()
-    big = _padded(tmp_path / "up2.onnx", 5 * CHUNK)  # several chunks: a cancel falls mid-file
-    state.files.update(
-        {"/big.onnx": big, "/up2.onnx": up2, "/up1.onnx": up1, "/new/moved.onnx": up2}
-    )
-    state.redirects["/old/moved.onnx"] = "/new/moved.onnx"
-    cards = {
-        "2x-Good": _card("Good", 2, "CC-BY-4.0", [f"{url}/up2.onnx"], up2),
-        "2x-Big": _card("Big", 2, "CC-BY-4.0", [f"{url}/big.onnx"], big),
-        "1x-Denoise": _card("Denoise", 1, "CC0-1.0", [f"{url}/up1.onnx"], up1),
-        "2x-Private": _card("Private", 2, "CC-BY-NC-SA-4.0", [f"{url}/up2.onnx"], up2),
-        "2x-BadHash": {
-            **_card("BadHash", 2, "MIT", [f"{url}/up2.onnx"], up2),
-        },
-        "2x-Gone": _card("Gone", 2, "MIT", [f"{url}/gone.onnx", f"{url}/up2.onnx"], up2),
-        "2x-Redirected": _card("Redirected", 2, "MIT", [f"{url}/old/moved.onnx"], up2),
-        "2x-Vanished": _card("Vanished", 2, "MIT", [f"{url}/nowhere.onnx"], up2),
-        "4x-Liar": _card("Liar", 4, "MIT", [f"{url}/up2.onnx"], up2),  # a ×2 file listed ×4
-        "2x-Zip": _card("Zip", 2, "MIT", [f"{url}/archive.zip"], up2),
-        "2x-Pytorch": {**_card("Pytorch", 2, "MIT", [], b""), "resources": []},
-    }
-    cards["2x-BadHash"]["resources"][1]["sha256"] = "1" * 64
-    models_dir = tmp_path / "models"
-    models_dir.mkdir()
-    snapshot = build(cards, {"span": {"name": "SPAN"}}, {"photo": {"name": "Photo"}}, "2025-02-03")
-    refreshed_snapshot_path(models_dir).write_text(json.dumps(snapshot))
-    return url, state, models_dir, big
 
 
 def test_the_shipped_catalogue_lists_openmodeldbs_onnx_models_with_checksums() -> None:
@@ -266,7 +193,7 @@ def test_refresh_reads_openmodeldbs_api_and_a_bad_answer_keeps_the_catalogue(
 ) -> None:
     url, state = server
     up = cm.make_upscaler(tmp_path / "up.onnx", 2).read_bytes()
-    cards = {"2x-Fresh": _card("Fresh", 2, "MIT", [f"{url}/up.onnx"], up)}
+    cards = {"2x-Fresh": card("Fresh", 2, "MIT", [f"{url}/up.onnx"], up)}
     state.files["/api/v1/models.json"] = json.dumps(cards).encode()
     state.files["/api/v1/architectures.json"] = b'{"span": {"name": "SPAN"}}'
     state.files["/api/v1/tags.json"] = b"{}"
@@ -291,10 +218,10 @@ def test_refresh_reads_openmodeldbs_api_and_a_bad_answer_keeps_the_catalogue(
 def test_the_script_regenerates_the_snapshot_from_a_checkout(tmp_path: Path) -> None:
     checkout = tmp_path / "omdb"
     (checkout / "data" / "models").mkdir(parents=True)
-    card = _card("Denoise", 1, "CC0-1.0", ["https://x/1x-Denoise.onnx"], b"abc")
-    (checkout / "data" / "models" / "1x-Denoise.json").write_text(json.dumps(card))
+    one = card("Denoise", 1, "CC0-1.0", ["https://x/1x-Denoise.onnx"], b"abc")
+    (checkout / "data" / "models" / "1x-Denoise.json").write_text(json.dumps(one))
     (checkout / "data" / "models" / "2x-Torch.json").write_text(
-        json.dumps({**card, "resources": []})
+        json.dumps({**one, "resources": []})
     )
     (checkout / "data" / "architectures.json").write_text('{"span": {"name": "SPAN"}}')
     (checkout / "data" / "tags.json").write_text('{"photo": {"name": "Photo"}}')
