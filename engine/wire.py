@@ -224,6 +224,16 @@ def for_sending(request: OperationRequest, cwd: Path | None = None) -> Operation
 
 
 # -- dataclasses ↔ JSON, by their annotations -----------------------------------------------
+def to_json(value: Any) -> Any:
+    """A frozen dataclass (or what it holds) as plain JSON values, as the wire sends it."""
+    return _dump(value)
+
+
+def from_json(tp: Any, data: Any) -> Any:
+    """`to_json`'s inverse for the type `tp`; TypeError or ValueError when it does not fit."""
+    return _load(tp, data)
+
+
 def _dump(value: Any) -> Any:
     if isinstance(value, Operation):
         return value.value  # a row of the operation table travels as its name

@@ -28,6 +28,7 @@ from gui.controllers.jobs import JobsController
 from gui.controllers.memory import MemoryController
 from gui.controllers.models import ModelsController
 from gui.controllers.preview import PreviewController
+from gui.controllers.queue_store import QueueStore
 from gui.controllers.results import ResultsController
 from gui.controllers.speed import SpeedBook
 from gui.controllers.view import ViewController
@@ -43,6 +44,7 @@ from gui.widgets.export_dialog import ExportDialog
 from gui.widgets.images import load_display_paths, make_thumbnail, read_clip_frame
 from gui.widgets.inputs_panel import THUMB
 from gui.widgets.job_list import confirm_quit
+from gui.widgets.model_browser import ModelBrowser, open_model_browser
 from gui.widgets.pictures_binding import PicturesBinding
 from gui.widgets.preview_binding import PreviewBinding
 from gui.widgets.version_strip import file_mime
@@ -94,6 +96,7 @@ class MainWindow(QMainWindow):
         self.speeds = SpeedBook(self.settings)
         self.jobs = JobsController(ws, self.engine, self.speeds, self)
         self.jobs.calibrator.enabled = calibrate
+        self.queue_store = QueueStore(self.data_dir, ws, self.jobs, self.tasks, self)
         self.models = ModelsController(self.tasks, self.models_dir, self)
         self.view = ViewController(ws, self.tasks, load_display_paths, self)
         self.preview = PreviewController(ws, self.engine, self.tasks, load_display_paths, self)
@@ -187,6 +190,7 @@ class MainWindow(QMainWindow):
         self.clip.failed.connect(self.viewer.clip_frame_failed)
         v.failed.connect(self.viewer.show_error)
         v.cleared.connect(self.viewer.clear)
+        self.queue_store.noticeRequested.connect(self.show_notice)
         m = self.models
         m.inventoryChanged.connect(self._on_inventory)
         m.noticeRequested.connect(self.show_notice)
@@ -197,6 +201,7 @@ class MainWindow(QMainWindow):
         self.intake.selectRequested.connect(self.inputs.select_keys)
         self.panel.runRequested.connect(self.run_selected)
         self.panel.fetchRequested.connect(self.fetch_models)
+        self.panel.browseRequested.connect(self.browse_models)
         self.panel.addModelRequested.connect(self.menus.add_model_dialog)
         self.inputs.currentChanged.connect(v.choose_input)
         self.inputs.addRequested.connect(self.menus.open_dialog)
@@ -244,6 +249,7 @@ class MainWindow(QMainWindow):
             self._read_pending = False
             self.models.refresh()
             self.memory.start()
+            self.queue_store.offer()  # a batch a crash, a kill or a reboot interrupted
 
     def drop_target(self) -> QWidget:
         return self
@@ -412,6 +418,9 @@ class MainWindow(QMainWindow):
             what = "the starter models" if entry is None else entry.name
             self.say(f"Getting {what}; the window stays usable meanwhile.")
 
+    def browse_models(self) -> ModelBrowser:
+        return open_model_browser(self.models, self.settings, self)
+
     def _on_fetch_status(self, line: str, running: bool) -> None:
         self.welcome.set_fetch_status(line, running)
         if line:
@@ -464,6 +473,7 @@ class MainWindow(QMainWindow):
         if self._closed:
             return
         self._closed = True
+        self.queue_store.close()  # before the jobs are cancelled: those stay to resume
         self.settings.save_window(self.saveGeometry(), self.saveState())
         self.settings.sync()
         self.memory.stop()

@@ -188,6 +188,17 @@ class AppSettings:
         self.store.setValue(f"panel/model/{operation}", model)
 
     @property
+    def catalogue_url(self) -> str:
+        """Where the model browser refreshes OpenModelDB's catalogue from (its API)."""
+        from engine.models.openmodeldb import DEFAULT_REFRESH_URL
+
+        return self._str("models/catalogue_url", DEFAULT_REFRESH_URL) or DEFAULT_REFRESH_URL
+
+    @catalogue_url.setter
+    def catalogue_url(self, value: str) -> None:
+        self.store.setValue("models/catalogue_url", value.strip())
+
+    @property
     def run_on_drop(self) -> bool:
         # Off until the person turns it on: a drop must not write files they did not ask for.
         return self._bool("panel/run_on_drop", False)

@@ -23,6 +23,7 @@ import onnxruntime as ort
 from PIL import Image
 
 from engine.api import Engine
+from engine.bench.browse_resume import measure_browse_resume
 from engine.bench.joined import measure_join
 from engine.bench.memory import measure_family_peaks, measure_frames, measure_held
 from engine.bench.peers import (
@@ -235,6 +236,7 @@ def run_cpu_bench(args: argparse.Namespace) -> int:
         batch_model = find_model(models_dir, "realesrgan-animevideov3-x2") or anime
         measure_batches(table, 200 if quick else 1000, batch_model, 3 if quick else 6)
         measure_resume_watch(table, work, quick)  # --resume's cost, a watch's latency (#34)
+        measure_browse_resume(table, 1000)  # the model browser's start, the queue journal (#34)
         # Overhead of the engine against a bare ORT loop over the same tiles.
         size = (256, 192) if quick else (512, 384)
         measure_overhead(

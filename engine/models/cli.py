@@ -1,4 +1,4 @@
-"""`python -m engine models list|download ID|add PATH|verify PATH|fetch-starter`.
+"""`python -m engine models list|download ID|add PATH|verify PATH|fetch-starter|browse|get ID`.
 
 Exit codes: 0 ok, 2 usage, 3 disk full, 4 bad model / hash mismatch / HTTP error,
 5 network unreachable, 130 interrupted (SIGINT), 143 terminated (SIGTERM).
@@ -12,15 +12,19 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from engine.cancel import Terminated
 from engine.errors import EngineError, ModelError
 from engine.models.catalog import CatalogEntry, Family, Source, sha256_file
 from engine.models.contracts import Contract
 from engine.models.inventory import ModelInventory, discover, install_model, resolve_model
+from engine.models.openmodeldb import DEFAULT_REFRESH_URL
 from engine.runtime.sessions import check_loads
 from engine.settings import default_models_dir, packages_dir
+
+if TYPE_CHECKING:
+    from engine.models.browse import BrowseEntry
 
 EXIT_OK, EXIT_USAGE, EXIT_MODEL, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 2, 4, 130, 143
 
@@ -69,6 +73,7 @@ def add_models_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("path", metavar="PATH|ID")
     p.add_argument("--family", choices=[f.value for f in Family], help="require this family")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_browse_parsers(sub, common)
     sub.add_parser(
         "fetch-starter",
         parents=[common],
@@ -87,7 +92,8 @@ def run_models_command(args: argparse.Namespace) -> int:
     command = getattr(args, "models_command", None)
     if command is None:
         print(
-            "error: give a models command: list, download ID, add PATH, verify PATH, fetch-starter",
+            "error: give a models command: list, download ID, add PATH, verify PATH, "
+            "fetch-starter, browse, get ID",
             file=sys.stderr,
         )
         return EXIT_USAGE
@@ -103,6 +109,10 @@ def run_models_command(args: argparse.Namespace) -> int:
             return _verify(args.path, models_dir, args.family, args.json)
         if command == "fetch-starter":
             return _fetch_starter(models_dir)
+        if command == "browse":
+            return _browse(args, models_dir)
+        if command == "get":
+            return _get(args.id, models_dir, args.accept_license, args.timeout)
     except KeyboardInterrupt as e:
         print("\nStopped.", file=sys.stderr)
         return EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED
@@ -256,6 +266,104 @@ def _download(entry_id: str, models_dir: Path, timeout: float) -> int:
     finally:
         bar.close()
     print(f"{entry_id}: {path}")
+    return EXIT_OK
+
+
+def _add_browse_parsers(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "browse",
+        parents=[common],
+        help="OpenModelDB's ONNX models (permissive licences first)",
+        description="The model browser's catalogue: a snapshot of OpenModelDB shipped with "
+        "Tessera, or your refreshed copy (--refresh).",
+    )
+    p.add_argument("--family", choices=[f.value for f in Family], help="only this family")
+    p.add_argument("--scale", type=int, help="only this scale (1: restore, no upscale)")
+    p.add_argument("--search", default="", help="words in the name, purpose, author or tags")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--refresh",
+        nargs="?",
+        const=DEFAULT_REFRESH_URL,
+        metavar="URL",
+        help=f"read the catalogue again from OpenModelDB first (default {DEFAULT_REFRESH_URL})",
+    )
+    p = sub.add_parser("get", parents=[common], help="download a model of `models browse`")
+    p.add_argument("id", metavar="ID", help="its id in `models browse`")
+    p.add_argument(
+        "--accept-license",
+        action="store_true",
+        help="accept a non-commercial (or missing) licence for this model",
+    )
+    p.add_argument(
+        "--timeout", type=_seconds, default=30.0, help="network timeout in seconds (up to 3600)"
+    )
+
+
+def _browse_json(entry: BrowseEntry) -> dict[str, Any]:
+    chosen = entry.file
+    return {
+        "id": entry.id,
+        "name": entry.name,
+        "author": entry.author,
+        "purpose": entry.purpose,
+        "what": entry.what,
+        "family": entry.family.value,
+        "scale": entry.scale,
+        "architecture": entry.architecture,
+        "licence": entry.licence,
+        "licence_kind": entry.licence_kind.value,
+        "needs_acceptance": entry.needs_acceptance,
+        "size": entry.size,
+        "sha256": chosen.sha256 if chosen else None,
+        "urls": list(chosen.urls) if chosen else [u for f in entry.files for u in f.urls],
+        "downloadable": chosen is not None,
+        "images": [{"before": i.before, "after": i.after} for i in entry.images],
+        "tags": list(entry.tags),
+        "date": entry.date,
+        "page": entry.page,
+    }
+
+
+def _browse(args: argparse.Namespace, models_dir: Path) -> int:
+    from engine.models.browse import browse, load_snapshot, refresh_snapshot
+
+    if args.refresh:
+        fresh = refresh_snapshot(models_dir, args.refresh, timeout=30.0)
+        print(
+            f"Catalogue refreshed: {len(fresh.entries)} ONNX models ({fresh.date})", file=sys.stderr
+        )
+    snapshot = load_snapshot(models_dir)
+    family = Family(args.family) if args.family else None
+    found = browse(snapshot, family=family, scale=args.scale, search=args.search)
+    if args.json:
+        out = {"date": snapshot.date, "source": snapshot.source, "count": len(found)}
+        print(json.dumps({**out, "models": [_browse_json(e) for e in found]}, indent=2))
+        return EXIT_OK
+    print(f"OpenModelDB ONNX models, catalogue of {snapshot.date}: {len(found)} shown")
+    for e in found:
+        mark = "" if not e.needs_acceptance else "  [licence to accept]"
+        print(
+            f"  {e.id:44} {e.what:11} {e.architecture:12} [{_mb(e.size)}]  {e.licence_text}{mark}"
+        )
+        if e.purpose:
+            print(f"      {e.purpose[:110]}")
+        print(f"      get it: {e.how_to_get(models_dir)}")
+    return EXIT_OK
+
+
+def _get(model_id: str, models_dir: Path, accept: bool, timeout: float) -> int:
+    from engine.models.browse import download_browsed, load_snapshot
+
+    entry = load_snapshot(models_dir).get(model_id)
+    bar = _ProgressBar(entry.id, sys.stderr)
+    try:
+        path = download_browsed(
+            entry, models_dir, accept_license=accept, progress=bar, timeout=timeout
+        )
+    finally:
+        bar.close()
+    print(f"{entry.id}: {path}")
     return EXIT_OK
 
 

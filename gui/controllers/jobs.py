@@ -111,6 +111,7 @@ class JobsController(QObject):
     noticeCleared = Signal(object)  # Topic: an earlier notice of it is stale
     showRequested = Signal(str, str)  # input key, version id ("" for its newest): show it
     addedLater = Signal(object)  # AddOutcome: a later part of a large add, now in the workspace
+    batchQueued = Signal(object, list)  # JobSettings, [(job id, input paths)]: kept on disk
 
     def __init__(
         self,
@@ -414,6 +415,7 @@ class JobsController(QObject):
         if not waiting:
             return []
         self.workspace.set_following(len(waiting) <= FOLLOW_AT_MOST)
+        self.batchQueued.emit(settings, [(w.job_id, w.start.paths) for w in waiting])
         self._waiting.extend(waiting)
         self._queue_some(RUN_CHUNK)
         if self._waiting:

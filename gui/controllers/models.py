@@ -10,6 +10,7 @@ rank — for upscaling the photo model, not whatever sorts first.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from gui.messages import Notice, NoticeLevel, Topic
 from gui.tasks import TaskOutcome, TaskThread
 
 if TYPE_CHECKING:  # the model list is read on the task thread: onnx is not loaded by the window
+    from engine.models.browse import BrowseEntry, Snapshot
     from engine.models.contracts import ModelSpec
     from engine.models.inventory import ModelInventory
 
@@ -37,6 +39,7 @@ FAMILY_PRODUCTS = {
     Family.GEOMETRY: "depth, a normal map, a mask, camera intrinsics and a 3-D point cloud (PLY)",
 }
 OWN_RANK = 1000
+_PERCENT = re.compile(r"(\d+(?:\.\d+)?)%")  # the engine's progress bar: "[###   ]  42.0% …"
 
 
 def fmt_size(size: int | None) -> str:
@@ -237,6 +240,8 @@ class ModelsController(QObject):
     noticeRequested = Signal(object)  # Notice
     fetchStatusChanged = Signal(str, bool)  # the latest line, and whether a fetch still runs
     fetchEnded = Signal(bool)
+    fetchPercentChanged = Signal(float)  # 0…100 of the running download, as its bar says
+    catalogueRefreshed = Signal(object)  # Snapshot, or an Exception the person reads
 
     def __init__(
         self, tasks: TaskThread, models_dir: Callable[[], Path], parent: QObject | None = None
@@ -246,7 +251,7 @@ class ModelsController(QObject):
         self.models_dir = models_dir
         self.inventory: ModelInventory | None = None
         self.fetcher = ModelFetcher(self)
-        self.fetcher.fetchProgressed.connect(lambda line: self.fetchStatusChanged.emit(line, True))
+        self.fetcher.fetchProgressed.connect(self._on_fetch_line)
         self.fetcher.fetchFinished.connect(self._on_fetch_finished)
         self._fetching: CatalogEntry | None = None  # the catalog model being downloaded
         self._closed = False
@@ -319,6 +324,50 @@ class ModelsController(QObject):
         self.fetchStatusChanged.emit(f"Getting {what}…", True)
         return True
 
+    def fetch_browsed(self, entry: BrowseEntry, accepted: bool) -> bool:
+        """Download a model of the browser (`models get ID`), its licence accepted when it
+        needs to be; the engine checks its SHA-256, its contract and its scale."""
+        if self.fetcher.is_running():
+            self.noticeRequested.emit(
+                Notice("A model download is already running.", NoticeLevel.INFO, Topic.MODELS)
+            )
+            return False
+        if entry.needs_acceptance and not accepted:
+            return False  # the dialog's checkbox says so; nothing is fetched
+        self._fetching = None
+        args = ["get", entry.id, *(["--accept-license"] if entry.needs_acceptance else [])]
+        self.fetcher.start(args, entry.name, self.models_dir())
+        self.fetchStatusChanged.emit(f"Getting {entry.name}…", True)
+        return True
+
+    def cancel_fetch(self) -> None:
+        """Stop the running download; its .part stays, so the next Get resumes it (Range)."""
+        if self.fetcher.is_running():
+            self.fetcher.kill()
+            self.fetchStatusChanged.emit("Cancelled; Get resumes where it stopped.", False)
+            self.fetchEnded.emit(False)
+
+    def _on_fetch_line(self, line: str) -> None:
+        self.fetchStatusChanged.emit(line, True)
+        match = _PERCENT.search(line)
+        if match is not None:
+            self.fetchPercentChanged.emit(float(match.group(1)))
+
+    def refresh_catalogue(self, url: str) -> None:
+        """Read OpenModelDB's catalogue again from `url` (on the task thread)."""
+        folder = self.models_dir()
+        self.tasks.submit(lambda: _refresh(folder, url), self._on_refreshed)
+
+    def _on_refreshed(self, outcome: TaskOutcome) -> None:
+        if not self._closed:
+            self.catalogueRefreshed.emit(outcome.error or outcome.value)
+
+    def snapshot(self) -> Snapshot:
+        """The browser's catalogue: the person's refreshed copy, else the shipped one."""
+        from engine.models.browse import load_snapshot
+
+        return load_snapshot(self.models_dir())
+
     def _on_fetch_finished(self, outcome: FetchOutcome) -> None:
         if outcome.ok:
             self.fetchStatusChanged.emit("", False)
@@ -353,6 +402,12 @@ def _discover(folder: Path) -> ModelInventory:
     from engine.models.inventory import discover
 
     return discover(folder)
+
+
+def _refresh(folder: Path, url: str) -> Snapshot:
+    from engine.models.browse import refresh_snapshot
+
+    return refresh_snapshot(folder, url)
 
 
 def _install(path: Path, folder: Path) -> ModelSpec:

@@ -105,6 +105,7 @@ def _section(title: str) -> QLabel:
 class OperationPanel(QWidget):
     runRequested = Signal()
     fetchRequested = Signal(object)  # CatalogEntry to download, or None for the starter models
+    browseRequested = Signal()  # the model browser (OpenModelDB's models)
     addModelRequested = Signal()
     choicesChanged = Signal()
     settingsChanged = Signal(object)  # JobSettings | None: what Run would start with now
@@ -444,9 +445,9 @@ class OperationPanel(QWidget):
             self.get_menu.addAction(act)
         if offers:
             self.get_menu.addSeparator()
-        add = QAction("Add a model file (.onnx)…", self.get_menu)
-        add.triggered.connect(self.addModelRequested)
-        self.get_menu.addAction(add)
+        if family is Family.UPSCALE:  # OpenModelDB's are all image-to-image (×1 restores)
+            self.get_menu.addAction("Browse more models (OpenModelDB)…", self.browseRequested.emit)
+        self.get_menu.addAction("Add a model file (.onnx)…", self.addModelRequested.emit)
 
     def _update_model_hint(self) -> None:
         choice = self.current_model()
