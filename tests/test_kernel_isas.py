@@ -39,9 +39,7 @@ ISAS = [
 
 
 def _load(path: Path) -> chain.ChainSession | chain.GraphSession | None:
-    i = FileIdentity.of(path)
-    ids = (i.size, i.mtime_ns, i.inode, i.ctime_ns)
-    return chain.load(path, ids, 2, lambda g: create_session(g, PLAN, threads=2))
+    return chain.load(path, FileIdentity.of(path), 2, lambda g: create_session(g, PLAN, threads=2))
 
 
 def _ort(path: Path, x: np.ndarray) -> np.ndarray:
