@@ -53,7 +53,7 @@ __all__ = [
 # sky output): their absence does not make an input undone.
 _OPTIONAL = frozenset({"depth-conf", "sky"})
 # The float maps that the output step's EXR also writes as float EXR (products.py).
-_FLOAT_MAPS = frozenset({"depth", "depth-conf", "geometry-depth"})
+_FLOAT_MAPS = frozenset({"depth", "depth-conf", "geometry-depth", "normal"})
 
 _MAX_COPIES = 100  # numbered names looked at for a whole copy of a product
 
