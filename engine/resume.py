@@ -180,7 +180,10 @@ def expand_batch(request: OperationRequest) -> OperationRequest:
     out = request.output_dir or folders[0] / SEQUENCE_PRODUCTS
     inputs: list[Path] = []
     for p in request.inputs:
-        inputs.extend(list_sequence(p) if p.is_dir() else [p])
+        images = list_sequence(p) if p.is_dir() else [p]
+        if not images:
+            raise UsageError(f"The folder {p} has no image files.")
+        inputs.extend(images)
     return replace(request, inputs=tuple(inputs), output_dir=out)
 
 

@@ -155,6 +155,12 @@ def test_a_folder_resumes_as_a_batch_of_its_images_into_its_tessera_folder(
     assert len(json.loads(other.stdout)["products"]) == 3
 
 
+def test_resume_of_a_folder_with_no_images_says_so(up2: Path, tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    done = engine_cli("run", "upscale", tmp_path / "empty", "--model", up2, "--resume")
+    assert done.returncode == 2 and "has no image files" in done.stderr
+
+
 def test_resume_refuses_a_sequence(up2: Path, tmp_path: Path) -> None:
     inputs = _batch(tmp_path / "in", 2)
     done = engine_cli(
