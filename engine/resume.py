@@ -22,6 +22,7 @@ on disk (the window's queue): `is_whole`, `expected_products`, `pending_inputs`.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -52,7 +53,7 @@ __all__ = [
 # sky output): their absence does not make an input undone.
 _OPTIONAL = frozenset({"depth-conf", "sky"})
 # The float maps that the output step's EXR also writes as float EXR (products.py).
-_FLOAT_MAPS = frozenset({"depth", "depth-conf", "geometry-depth"})
+_FLOAT_MAPS = frozenset({"depth", "depth-conf", "geometry-depth", "normal"})
 
 _MAX_COPIES = 100  # numbered names looked at for a whole copy of a product
 
@@ -127,6 +128,32 @@ def pending_inputs(
     ]
 
 
+_PROBE = re.compile(r"\.[0-9a-f]{6}")  # engine.io.publish.check_output_name's prefix
+
+
+def _sweep_probes(folder: Path, products: set[str]) -> int:
+    """Remove the name probes a killed run left: before a product is made, an empty hidden
+    file `.<6 hex><product name>` tests that the file system takes the name, and is removed at
+    once — unless the process is killed in between. Only empty files named exactly so for a
+    product of this batch are taken for one."""
+    removed = 0
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return 0
+    for entry in entries:
+        name = entry.name
+        if not (_PROBE.match(name) and name[7:] in products):
+            continue
+        try:
+            if entry.is_file(follow_symlinks=False) and entry.stat().st_size == 0:
+                os.unlink(entry.path)
+                removed += 1
+        except OSError:
+            continue
+    return removed
+
+
 @dataclass(frozen=True)
 class ResumePlan:
     request: OperationRequest | None  # what is left to run; None: nothing
@@ -153,7 +180,10 @@ def expand_batch(request: OperationRequest) -> OperationRequest:
     out = request.output_dir or folders[0] / SEQUENCE_PRODUCTS
     inputs: list[Path] = []
     for p in request.inputs:
-        inputs.extend(list_sequence(p) if p.is_dir() else [p])
+        images = list_sequence(p) if p.is_dir() else [p]
+        if not images:
+            raise UsageError(f"The folder {p} has no image files.")
+        inputs.extend(images)
     return replace(request, inputs=tuple(inputs), output_dir=out)
 
 
@@ -162,9 +192,13 @@ def plan_resume(request: OperationRequest, settings: EngineSettings) -> ResumePl
     (ModelError) as a run would give them."""
     batch = expand_batch(request)
     spec = resolve_model(batch.model, settings.resolved_models_dir())
+    names: dict[Path, set[str]] = {}
+    for source in batch.inputs:
+        for path, _required in expected_products(batch, spec, source):
+            names.setdefault(path.parent, set()).add(path.name)
     swept = 0
-    for folder in {output_folder(batch, p) for p in batch.inputs}:
-        swept += len(sweep_leftovers(folder))
+    for folder, products in names.items():
+        swept += len(sweep_leftovers(folder)) + _sweep_probes(folder, products)
     left = pending_inputs(batch, spec)
     pending = set(left)
     skipped = tuple(p for p in batch.inputs if p not in pending)

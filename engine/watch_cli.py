@@ -37,6 +37,24 @@ DEFAULT_INTERVAL_S = 0.5  # between looks at the folder; the parser is built at 
 # the watch's modules (numpy, Pillow, the operations) are imported only when it runs
 
 
+TILE_RANGE = (16, 65536)  # as `run --tile`
+
+
+def _tile(text: str) -> int | None:
+    if text.strip().lower() == "auto":
+        return None
+    low, high = TILE_RANGE
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = 0
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(
+            f"--tile takes a whole number of pixels from {low} to {high}, or auto; not {text!r}"
+        )
+    return value
+
+
 def add_watch_parser(sub: Any) -> None:
     watch = sub.add_parser("watch", help="run an operation on every image that lands in a folder")
     watch.add_argument("folder", type=Path, metavar="DIR", help="the folder to watch")
@@ -50,7 +68,9 @@ def add_watch_parser(sub: Any) -> None:
     watch.add_argument("--out", type=Path, default=None, help="output folder (default DIR/Tessera)")
     watch.add_argument("--device", default="cpu", help="cpu or gpu:N (default cpu)")
     watch.add_argument("--runtime", default="auto", help="as for run (default auto)")
-    watch.add_argument("--tile", type=int, default=None, help="tile edge in pixels (default auto)")
+    watch.add_argument(
+        "--tile", type=_tile, default=None, help="tile edge in pixels, or auto (default)"
+    )
     watch.add_argument(
         "--option", action="append", default=[], metavar="KEY=VALUE", help="as for run"
     )

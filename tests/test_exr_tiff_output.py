@@ -16,7 +16,7 @@ from engine.io.exr import picture_to_linear
 from engine.io.reading import load_image
 from engine.options import OutputFormat, OutputOptions, parse_output_options
 from engine.requests import Operation, OperationRequest, ProductKind
-from engine.samples.contract_models import make_da3, make_u2net, make_upscaler
+from engine.samples.contract_models import make_da3, make_moge, make_u2net, make_upscaler
 from engine.settings import EngineSettings
 from tests.engine_helpers import photo
 
@@ -27,6 +27,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     make_upscaler(folder / "up2.onnx", scale=2)
     make_u2net(folder / "u2netp.onnx")
     make_da3(folder / "da3.onnx")
+    make_moge(folder / "moge.onnx")
     return folder
 
 
@@ -130,6 +131,35 @@ def test_depth_asked_as_exr_writes_a_float_exr_beside_todays_files(
     assert z.dtype == np.float32
     np.testing.assert_array_equal(z, tifffile.imread(tif))
     assert float(z.std()) > 0
+
+
+def test_geometry_asked_as_exr_writes_float_depth_and_unit_normals_beside_its_files(
+    engine: Engine, tmp_path: Path
+) -> None:
+    image = photo(tmp_path / "room.png", 32, 24)
+    found = _run(engine, Operation.GEOMETRY, "moge", image, tmp_path / "g", "exr")
+    names = sorted(p.name for paths in found.values() for p in paths)
+    for name in ("room-geometry-depth.exr", "room-normal.exr", "room-normal.png"):
+        assert name in names
+    (tif,) = [p for p in found[ProductKind.DEPTH_FLOAT] if p.suffix == ".tif"]
+    (exr,) = [p for p in found[ProductKind.DEPTH_FLOAT] if p.suffix == ".exr"]
+    np.testing.assert_array_equal(_exr_channels(exr)["Z"], tifffile.imread(tif))
+    (png,) = [p for p in found[ProductKind.NORMAL] if p.suffix == ".png"]
+    (normal_exr,) = [p for p in found[ProductKind.NORMAL] if p.suffix == ".exr"]
+    normals = _exr_channels(normal_exr)["RGB"]
+    assert normals.dtype == np.float32 and normals.shape == (24, 32, 3)
+    encoded = np.asarray(Image.open(png)).astype(np.float32)  # the PNG's 8-bit coding of them
+    valid = encoded.any(axis=2)  # black in the PNG: no valid depth there
+    assert 0 < valid.sum() < valid.size
+    np.testing.assert_allclose(np.linalg.norm(normals[valid], axis=1), 1.0, atol=1e-4)
+    assert not normals[~valid].any()
+    np.testing.assert_allclose(normals[valid], encoded[valid] / 127.5 - 1, atol=1 / 127.5)
+
+
+def test_geometry_as_png_writes_no_exr(engine: Engine, tmp_path: Path) -> None:
+    image = photo(tmp_path / "room.png", 32, 24)
+    found = _run(engine, Operation.GEOMETRY, "moge", image, tmp_path / "g", "png")
+    assert not [p for paths in found.values() for p in paths if p.suffix == ".exr"]
 
 
 def test_animation_as_exr_is_one_numbered_file_per_frame(

@@ -115,13 +115,15 @@ def test_a_truncated_product_is_redone_and_a_killed_runs_temp_file_swept(
     with open(product, "r+b") as file:
         file.truncate(product.stat().st_size - 5)  # another program's copy, cut short
     (out / ".img002-up2.png.partial-999999999-0a0b0c0d").write_bytes(b"half")  # a dead pid's
+    (out / ".0a1b2cimg002-up2.png").touch()  # a name probe (engine/io/publish.py) left by a kill
+    (out / ".0a1b2cnotes.txt").touch()  # not a probe of this batch's products: kept
     first = engine_cli(*args, "--resume", "--json")
     assert first.returncode == 0, first.stderr
     assert [Path(p["path"]).name for p in json.loads(first.stdout)["products"]] == [
         "img001-up2-1.png"  # never overwrites: the truncated file keeps its name
     ]
-    assert "1 unfinished file of a stopped run removed" in first.stderr
-    assert not any(n.startswith(".") for n in os.listdir(out))
+    assert "2 unfinished files of a stopped run removed" in first.stderr
+    assert [n for n in os.listdir(out) if n.startswith(".")] == [".0a1b2cnotes.txt"]
     second = engine_cli(*args, "--resume", "--json")  # the whole copy counts: not redone again
     assert json.loads(second.stdout)["products"] == []
 
@@ -151,6 +153,12 @@ def test_a_folder_resumes_as_a_batch_of_its_images_into_its_tessera_folder(
     ]
     other = engine_cli(*args, "exr", "--json")  # another format: other products, all made
     assert len(json.loads(other.stdout)["products"]) == 3
+
+
+def test_resume_of_a_folder_with_no_images_says_so(up2: Path, tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    done = engine_cli("run", "upscale", tmp_path / "empty", "--model", up2, "--resume")
+    assert done.returncode == 2 and "has no image files" in done.stderr
 
 
 def test_resume_refuses_a_sequence(up2: Path, tmp_path: Path) -> None:

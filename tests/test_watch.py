@@ -225,3 +225,10 @@ def test_watching_something_that_is_not_a_folder_is_a_usage_error(
 
     done = engine_cli("watch", tmp_path / folder, "--model", "whatever")
     assert done.returncode == 2 and "is not a folder" in done.stderr
+
+
+def test_a_tile_out_of_range_is_refused_before_watching(tmp_path: Path) -> None:
+    from tests.test_cli import engine_cli
+
+    done = engine_cli("watch", tmp_path, "--model", "whatever", "--tile", "5")
+    assert done.returncode == 2 and "--tile takes a whole number" in done.stderr

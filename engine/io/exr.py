@@ -11,14 +11,15 @@ What is written:
 - pictures (`image_channels`): 8-bit frames as half floats, 16-bit frames as 32-bit floats
   (half has an 11-bit significand), in linear light (the sRGB curve undone), colour
   premultiplied by alpha, as compositing programs expect of EXR; channels R, G, B (A) or Y (A);
-- data (`data_channels`): float32 maps as they are (depth: channel `Z`), never premultiplied.
+- data (`data_channels`): float32 maps as they are (depth: channel `Z`; normals: `R G B` =
+  x y z, so any viewer shows them), never premultiplied.
 """
 
 from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import BinaryIO
@@ -55,8 +56,10 @@ def image_channels(channels: int, dtype: np.dtype[np.generic]) -> list[Channel]:
     return [Channel(n, kind) for n in names]
 
 
-def data_channels(name: str = "Z", kind: PixelType = PixelType.FLOAT) -> list[Channel]:
-    return [Channel(name, kind)]
+def data_channels(
+    names: Sequence[str] = ("Z",), kind: PixelType = PixelType.FLOAT
+) -> list[Channel]:
+    return [Channel(name, kind) for name in names]
 
 
 def srgb_to_linear(values: np.ndarray) -> np.ndarray:
@@ -189,9 +192,9 @@ def write_picture(out: BinaryIO, frame: FrameLike, check: Callable[[], None] | N
     writer.close()
 
 
-def write_data(out: BinaryIO, frame: FrameLike, name: str = "Z") -> None:
-    """A float map (H×W or H×W×1) as one float32 channel."""
+def write_data(out: BinaryIO, frame: FrameLike, names: Sequence[str] = ("Z",)) -> None:
+    """A float map (H×W, or H×W×C with a channel name each) as float32 channels."""
     height, width = int(frame.shape[0]), int(frame.shape[1])
-    writer = ExrWriter(out, width, height, data_channels(name))
+    writer = ExrWriter(out, width, height, data_channels(names))
     writer.write(frame)
     writer.close()

@@ -285,6 +285,13 @@ class _FullSize:
             n = n / np.maximum(np.linalg.norm(n, axis=-1, keepdims=True), np.float32(1e-12))
         return n.astype(np.float32, copy=False)
 
+    def exact_normal(self, start: int, stop: int) -> np.ndarray:
+        """The unit normals as float (the EXR product); zero where the depth is invalid, as
+        the PNG's black."""
+        n = self.normal(start, stop).copy()
+        n[np.isnan(self.depth(start, stop))] = 0
+        return n
+
     def normal_map(self, start: int, stop: int) -> np.ndarray:
         rgb = np.rint((np.clip(self.normal(start, stop), -1.0, 1.0) + 1.0) * 127.5)
         rgb = rgb.astype(np.uint8)
@@ -370,6 +377,7 @@ class Geometry(OperationBase):
             floats = products.float_product("geometry-depth", ProductKind.DEPTH_FLOAT)
             encoded = products.image_product("geometry-depth", ProductKind.DEPTH16, meta, text={})
             normals = products.image_product("normal", ProductKind.NORMAL, meta)
+            exact_normals = products.exr_product("normal", ProductKind.NORMAL, ("R", "G", "B"))
             masks = products.image_product("geometry-mask", ProductKind.MASK, meta)
             cameras = products.bytes_product("intrinsics", ".json", ProductKind.INTRINSICS)
             clouds = products.bytes_product(
@@ -393,6 +401,7 @@ class Geometry(OperationBase):
                 full = _FullSize(maps, height, width)
                 products.add(floats, Rows(one, _F32, _depth_rows(full)))
                 products.add(normals, Rows((height, width, 3), _U8, full.normal_map))
+                products.add(exact_normals, Rows((height, width, 3), _F32, full.exact_normal))
                 products.add(masks, Rows(one, _U8, full.mask_map))
                 products.add(cameras, _write_bytes(maps.intrinsics.as_json().encode()))
                 products.add(clouds, _write_cloud(full, frame))

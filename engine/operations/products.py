@@ -318,6 +318,22 @@ class _FloatWithExr(_Sink):
         self.exr.discard()
 
 
+class _ExrSink(_Sink):
+    """A float map that only the output step's EXR asks for (normals): one EXR per frame."""
+
+    def __init__(self, files: _BytesSink, names: tuple[str, ...]) -> None:
+        self.files, self.names = files, names
+
+    def add(self, frame: FrameLike) -> None:
+        self.files.add(lambda file: write_data(file, frame, self.names))
+
+    def publish(self) -> list[Product]:
+        return self.files.publish()
+
+    def discard(self) -> None:
+        self.files.discard()
+
+
 class _BytesSink(_Sink):
     """Products with no multi-frame form (PLY, JSON): numbered whenever there are several."""
 
@@ -462,6 +478,18 @@ class Products:
                 ),
             )
         return self._sink(f"{suffix}.tif", lambda: _FloatSink(self, suffix, kind))
+
+    def exr_product(
+        self, suffix: str, kind: ProductKind, names: tuple[str, ...]
+    ) -> _ExrSink | _NullSink:
+        """A float map written only when the output step asks for EXR (a still's or a
+        sequence's frames; a clip gets none): float32 channels `names`."""
+        if self.video or self.ctx.request.output.format is not OutputFormat.EXR:
+            return self._sink(f"{suffix}.exr", _NullSink)
+        return self._sink(
+            f"{suffix}.exr",
+            lambda: _ExrSink(_BytesSink(self, suffix, ".exr", kind), names),
+        )
 
     def bytes_product(
         self, suffix: str, ext: str, kind: ProductKind, *, clip_folder: bool = False
