@@ -114,16 +114,62 @@ def read_journal(path: Path, whole: Callable[[Path], bool] = is_whole) -> list[I
             log.info("queue journal %s line %d passed over: %r", path, number, e)
     out = []
     for label, settings, jobs in batches.values():
+        names = _product_names(jobs, ended, settings.output_dir)
         todo = []
         for job in jobs:
             end = ended.get(job.id)
             if end is None:
-                todo.append(job)
+                made = _expected(job, names)
+                if not made or not all(whole(p) for p in made):
+                    todo.append(job)  # (made: it ended as the window was killed, unheard)
             elif end[0] == "done" and not all(whole(p) for p in end[1]):
                 todo.append(job)  # its product is gone or half there: made again
         if todo:
             out.append(InterruptedBatch(label, settings, len(jobs), tuple(todo)))
     return out
+
+
+# How a batch names its products, learnt from its own done jobs: the product's folder relative
+# to the input's (or fixed, when the Run chose one) and what follows the input's stem.
+_Name = tuple[Path | None, str, str]  # (fixed folder | None, folder relative to input's, tail)
+
+
+def _product_names(
+    jobs: Sequence[StoredJob],
+    ended: dict[str, tuple[str, tuple[Path, ...]]],
+    fixed_dir: Path | None,
+) -> tuple[_Name, ...]:
+    for job in jobs:
+        end = ended.get(job.id)
+        if end is None or end[0] != "done" or len(job.inputs) != 1 or not end[1]:
+            continue
+        source = job.inputs[0]
+        names: list[_Name] = []
+        for product in end[1]:
+            if not product.name.startswith(source.stem):
+                return ()  # not named after its input: no rule to learn
+            tail = product.name[len(source.stem) :]
+            if fixed_dir is not None:  # the Run chose the folder: every product goes there
+                names.append((product.parent, "", tail))
+                continue
+            try:
+                names.append((None, os.path.relpath(product.parent, source.parent), tail))
+            except ValueError:  # another drive (Windows): a fixed folder
+                names.append((product.parent, "", tail))
+        return tuple(names)
+    return ()
+
+
+def _expected(job: StoredJob, names: tuple[_Name, ...]) -> list[Path]:
+    """The products a job that never said it ended would have, by its batch's rule: a job
+    killed in the instant between publishing them and the window hearing of it is done."""
+    if len(job.inputs) != 1 or not names:
+        return []
+    source = job.inputs[0]
+    return [
+        (fixed if fixed is not None else source.parent / relative) / (source.stem + tail)
+        for fixed, relative, tail in names
+    ]
 
 
 class QueueStore(QObject):
