@@ -11,8 +11,10 @@ from pathlib import Path
 from pytestqt.qtbot import QtBot
 
 from engine.models.browse import load_snapshot, refreshed_snapshot_path
+from engine.models.catalog import Family
 from engine.models.downloads import part_path
 from engine.requests import Operation
+from gui.controllers.models import model_groups
 from gui.main_window import MainWindow
 from gui.widgets.model_browser import ModelBrowser
 from tests.http_fixtures import ServerState, card, catalogue, server
@@ -105,6 +107,10 @@ def test_the_browser_downloads_with_progress_cancels_and_resumes_mid_file(
         lambda: win.inventory is not None and any(u.path == dest for u in win.inventory.unknown),
         timeout=10_000,
     )
+    # The picker names it as the browser did, with its purpose and licence.
+    group = next(g for g in model_groups(win.inventory, Family.UPSCALE) if "Big" in g.label)
+    assert group.text == "Big (OpenModelDB) ×2"
+    assert "A test model" in group.choices[0].purpose and "CC-BY-4.0" in group.choices[0].tip
     dialog.close()
 
 
