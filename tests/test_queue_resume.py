@@ -21,7 +21,7 @@ from pytestqt.qtbot import QtBot
 from engine.requests import Operation
 from engine.settings import EngineSettings
 from gui.controllers.queue_store import JOURNAL, read_journal, resume_text
-from gui.jobs import JobSettings, SaveTo
+from gui.jobs import JobSettings, JobState, SaveTo
 from gui.main_window import MainWindow
 from gui.settings import AppSettings
 from tests.slow_models import make_slow_upscaler
@@ -146,19 +146,43 @@ def test_a_killed_batch_is_offered_again_and_only_its_missing_jobs_run(
         label = win.queue_store.interrupted[0].label
         assert win.notice.action_button.text() == f"Resume {len(missing)} of {JOBS} ({label})"
         assert "not done" in win.notice.text()
+        gone = sorted(missing)[-1]
+        (home / "in" / f"{gone}.png").unlink()  # one input deleted since: said, the rest run
         win.notice.action_button.click()
         queued = win.workspace.jobs.values()
-        qtbot.waitUntil(lambda: len(win.workspace.jobs) == len(missing), timeout=10_000)
-        assert {j.request.inputs[0].stem for j in queued} == missing
+        qtbot.waitUntil(lambda: len(win.workspace.jobs) == len(missing) - 1, timeout=10_000)
+        assert {j.request.inputs[0].stem for j in queued} == missing - {gone}
+        assert "could not be queued again" in win.notice.text() and gone in win.notice.text()
         qtbot.waitUntil(
             lambda: all(j.state.ended for j in win.workspace.jobs.values()), timeout=120_000
         )
         # Every input has its one product now: none made twice, none left out.
-        assert {k: len(v) for k, v in _made(home).items()} == {f"img{n:03}": 1 for n in range(JOBS)}
+        counts = {k: len(v) for k, v in _made(home).items()}
+        assert counts == {f"img{n:03}": 1 for n in range(JOBS) if f"img{n:03}" != gone}
         qtbot.waitUntil(lambda: not journal.exists(), timeout=5_000)  # nothing left to resume
     finally:
         win.close()
     assert not win.engine.qthread.isRunning()
+
+
+def test_a_journal_that_cannot_be_written_is_said_once_and_the_batch_runs(
+    qtbot: QtBot, home: Path
+) -> None:
+    (home / "data").write_text("a file where the data folder should be")
+    win = _window(home)
+    try:
+        qtbot.waitUntil(lambda: win.inventory is not None, timeout=10_000)
+        win.panel.select_operation(Operation.UPSCALE)
+        assert win.panel.select_model(str(home / "models" / "slow.onnx"))
+        win.jobs.add_paths(sorted((home / "in").glob("*.png"))[:2])
+        win.jobs.run_selected(Operation.UPSCALE)
+        assert "cannot be resumed after a crash" in win.notice.text()
+        qtbot.waitUntil(
+            lambda: all(j.state.ended for j in win.workspace.jobs.values()), timeout=60_000
+        )
+        assert all(j.state is JobState.FINISHED for j in win.workspace.jobs.values())
+    finally:
+        win.close()
 
 
 def _settings(label: str = "Photo ×4") -> JobSettings:

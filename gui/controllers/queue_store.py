@@ -197,6 +197,7 @@ class QueueStore(QObject):
         self._ours: set[str] = set()  # the job ids of batches recorded by this window
         self._unsynced = False  # endings written but not synced yet
         self._closed = False
+        self._told_unwritable = False
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
         self._timer.setInterval(SYNC_MS)
@@ -239,16 +240,34 @@ class QueueStore(QObject):
             )
         )
 
-    def resume(self) -> list[str]:
+    def resume(self) -> None:
         """Queue the interrupted batches' jobs that are not done and whole, with their own
-        settings; inputs that are gone are said, the rest still run."""
+        settings; inputs that are gone are said, the rest still run. Their headers are read
+        on the task thread (a thousand take ~0.2 s), then they are queued as a Run is."""
         batches, self.interrupted = self.interrupted, []
+        singles = [[j.inputs[0] for j in b.todo if len(j.inputs) == 1] for b in batches]
+        self.tasks.submit(
+            lambda: [classify_paths(paths) for paths in singles],
+            lambda outcome: self._queue_resumed(batches, outcome),
+        )
+
+    def _queue_resumed(self, batches: list[InterruptedBatch], outcome: TaskOutcome) -> None:
+        if self._closed:
+            return
+        if outcome.error is not None:
+            self.interrupted = batches  # still there to resume
+            self.noticeRequested.emit(
+                Notice(
+                    f"The interrupted batch could not be read again: {outcome.error}",
+                    NoticeLevel.WARNING,
+                    Topic.JOBS,
+                )
+            )
+            return
         self._drop_journal()  # the resumed jobs are written again as a new batch
         ids: list[str] = []
         refused: list[str] = []
-        for batch in batches:
-            singles = [job.inputs[0] for job in batch.todo if len(job.inputs) == 1]
-            found = classify_paths(singles)
+        for batch, found in zip(batches, outcome.value, strict=True):
             refused.extend(found.refused)
             sources = list(found.sources)
             for job in batch.todo:
@@ -268,7 +287,6 @@ class QueueStore(QObject):
                 )
             )
         self.resumed.emit(ids)
-        return ids
 
     # -- the journal --------------------------------------------------------------------------
     def record_batch(self, settings: JobSettings, jobs: list[tuple[str, tuple[Path, ...]]]) -> None:
@@ -337,8 +355,18 @@ class QueueStore(QObject):
                     os.fsync(fd)
             finally:
                 os.close(fd)
-        except OSError as e:  # the batch runs on; only its resume is lost
+        except OSError as e:  # the batch runs on; only its resume is lost, and said once
             log.warning("cannot write the queue journal %s: %s", self.path, e)
+            if not self._told_unwritable:
+                self._told_unwritable = True
+                self.noticeRequested.emit(
+                    Notice(
+                        f"This batch runs, but cannot be resumed after a crash: "
+                        f"{self.path} cannot be written ({e.strerror or e}).",
+                        NoticeLevel.WARNING,
+                        Topic.FILES,  # not JOBS: queueing clears those as stale
+                    )
+                )
 
     def _drop_journal(self) -> None:
         self._timer.stop()
