@@ -242,3 +242,18 @@ def test_the_script_regenerates_the_snapshot_from_a_checkout(tmp_path: Path) -> 
     assert model["purpose"] == "A test model that denoises pictures."
     assert model["tags"] == ["Photo", "restoration"] and model["files"][0]["direct"]
     assert model["images"] == [{"before": "https://a/lr.webp", "after": "https://a/sr.webp"}]
+
+
+def test_browse_into_a_closed_pipe_ends_quietly() -> None:
+    """`models browse | head -1`: the reader goes away; no traceback, exit 0."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "engine", "models", "browse", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    assert child.stdout is not None and child.stderr is not None
+    child.stdout.close()  # before it writes: its first write finds no reader
+    with child.stderr:
+        err = child.stderr.read().decode()
+    assert child.wait(timeout=60) == 0 and "Traceback" not in err and "Error" not in err

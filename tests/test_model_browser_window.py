@@ -11,8 +11,10 @@ from pathlib import Path
 from pytestqt.qtbot import QtBot
 
 from engine.models.browse import load_snapshot, refreshed_snapshot_path
+from engine.models.catalog import Family
 from engine.models.downloads import part_path
 from engine.requests import Operation
+from gui.controllers.models import model_groups
 from gui.main_window import MainWindow
 from gui.widgets.model_browser import ModelBrowser
 from tests.http_fixtures import ServerState, card, catalogue, server
@@ -76,6 +78,9 @@ def test_the_browser_downloads_with_progress_cancels_and_resumes_mid_file(
     _, state, served_dir, data = catalogue
     shutil.copy(refreshed_snapshot_path(served_dir), refreshed_snapshot_path(models))
     win = make_window()
+    first = win.browse_models()
+    first.close()  # deleted on close: the next one's download must not reach it
+    qtbot.waitUntil(lambda: win.findChild(ModelBrowser) is None, timeout=5_000)
     dialog = win.browse_models()
     assert dialog.select("2x-Big") and dialog.get_button.isEnabled()
     dest = models / "2x-Big.onnx"
@@ -102,6 +107,10 @@ def test_the_browser_downloads_with_progress_cancels_and_resumes_mid_file(
         lambda: win.inventory is not None and any(u.path == dest for u in win.inventory.unknown),
         timeout=10_000,
     )
+    # The picker names it as the browser did, with its purpose and licence.
+    group = next(g for g in model_groups(win.inventory, Family.UPSCALE) if "Big" in g.label)
+    assert group.text == "Big (OpenModelDB) ×2"
+    assert "A test model" in group.choices[0].purpose and "CC-BY-4.0" in group.choices[0].tip
     dialog.close()
 
 
@@ -141,6 +150,6 @@ def test_refresh_reads_the_catalogue_from_the_address_in_the_settings(
     dialog.refresh_button.click()
     qtbot.waitUntil(lambda: dialog.table.rowCount() == 1, timeout=10_000)
     assert _rows(dialog)[0][:2] == ["Fresh", "Upscale ×4"]
-    assert "shipped" not in dialog.dated.text() and "1 ONNX models" in dialog.dated.text()
+    assert "your refreshed copy" in dialog.dated.text() and "1 ONNX models" in dialog.dated.text()
     assert window.settings.catalogue_url == f"{url}/api/"
     dialog.close()

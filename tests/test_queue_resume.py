@@ -21,13 +21,13 @@ from pytestqt.qtbot import QtBot
 from engine.requests import Operation
 from engine.settings import EngineSettings
 from gui.controllers.queue_store import JOURNAL, read_journal, resume_text
-from gui.jobs import JobSettings, SaveTo
+from gui.jobs import JobSettings, JobState, SaveTo
 from gui.main_window import MainWindow
 from gui.settings import AppSettings
 from tests.slow_models import make_slow_upscaler
 
 ROOT = Path(__file__).resolve().parent.parent
-JOBS, KILL_AFTER = 24, 9
+JOBS, KILL_AFTER = 200, 80
 
 # The first window, in a process of its own: it runs the batch and is killed with SIGKILL
 # (no clean exit, no Qt teardown) once KILL_AFTER jobs have ended.
@@ -45,7 +45,7 @@ CHILD = textwrap.dedent(
     from gui.main_window import MainWindow
     from gui.settings import AppSettings
 
-    home, kill_after = Path(sys.argv[1]), int(sys.argv[2])
+    home, kill_after, count = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     settings = AppSettings(QSettings(str(home / "settings.ini"), QSettings.Format.IniFormat))
     settings.save_to = SaveTo.BESIDE
     win = MainWindow(
@@ -71,6 +71,12 @@ CHILD = textwrap.dedent(
         win.panel.select_operation(Operation.UPSCALE)
         assert win.panel.select_model(str(home / "models" / "slow.onnx"))
         win.jobs.add_paths(sorted((home / "in").glob("*.png")))
+        run()
+
+    def run():
+        if len(win.workspace.sources) < count:  # a large add comes in parts
+            QTimer.singleShot(20, run)
+            return
         win.workspace.jobEnded.connect(ended)
         win.jobs.run_selected(Operation.UPSCALE)
 
@@ -121,11 +127,11 @@ def test_a_killed_batch_is_offered_again_and_only_its_missing_jobs_run(
 ) -> None:
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "PYTHONPATH": str(ROOT)}
     child = subprocess.run(
-        [sys.executable, "-c", CHILD, str(home), str(KILL_AFTER)],
+        [sys.executable, "-c", CHILD, str(home), str(KILL_AFTER), str(JOBS)],
         env=env,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=300,
     )
     assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
     made = _made(home)
@@ -140,19 +146,43 @@ def test_a_killed_batch_is_offered_again_and_only_its_missing_jobs_run(
         label = win.queue_store.interrupted[0].label
         assert win.notice.action_button.text() == f"Resume {len(missing)} of {JOBS} ({label})"
         assert "not done" in win.notice.text()
+        gone = sorted(missing)[-1]
+        (home / "in" / f"{gone}.png").unlink()  # one input deleted since: said, the rest run
         win.notice.action_button.click()
         queued = win.workspace.jobs.values()
-        qtbot.waitUntil(lambda: len(win.workspace.jobs) == len(missing), timeout=10_000)
-        assert {j.request.inputs[0].stem for j in queued} == missing
+        qtbot.waitUntil(lambda: len(win.workspace.jobs) == len(missing) - 1, timeout=10_000)
+        assert {j.request.inputs[0].stem for j in queued} == missing - {gone}
+        assert "could not be queued again" in win.notice.text() and gone in win.notice.text()
         qtbot.waitUntil(
             lambda: all(j.state.ended for j in win.workspace.jobs.values()), timeout=120_000
         )
         # Every input has its one product now: none made twice, none left out.
-        assert {k: len(v) for k, v in _made(home).items()} == {f"img{n:03}": 1 for n in range(JOBS)}
+        counts = {k: len(v) for k, v in _made(home).items()}
+        assert counts == {f"img{n:03}": 1 for n in range(JOBS) if f"img{n:03}" != gone}
         qtbot.waitUntil(lambda: not journal.exists(), timeout=5_000)  # nothing left to resume
     finally:
         win.close()
     assert not win.engine.qthread.isRunning()
+
+
+def test_a_journal_that_cannot_be_written_is_said_once_and_the_batch_runs(
+    qtbot: QtBot, home: Path
+) -> None:
+    (home / "data").write_text("a file where the data folder should be")
+    win = _window(home)
+    try:
+        qtbot.waitUntil(lambda: win.inventory is not None, timeout=10_000)
+        win.panel.select_operation(Operation.UPSCALE)
+        assert win.panel.select_model(str(home / "models" / "slow.onnx"))
+        win.jobs.add_paths(sorted((home / "in").glob("*.png"))[:2])
+        win.jobs.run_selected(Operation.UPSCALE)
+        assert "cannot be resumed after a crash" in win.notice.text()
+        qtbot.waitUntil(
+            lambda: all(j.state.ended for j in win.workspace.jobs.values()), timeout=60_000
+        )
+        assert all(j.state is JobState.FINISHED for j in win.workspace.jobs.values())
+    finally:
+        win.close()
 
 
 def _settings(label: str = "Photo ×4") -> JobSettings:
@@ -191,6 +221,41 @@ def test_the_journal_takes_a_done_job_whose_product_is_gone_or_torn_for_not_done
     assert [j.id for j in batch.todo] == ["j1", "j2", "j5"] and batch.total == 6
     assert batch.settings == _settings()
     assert resume_text([batch]) == "Resume 3 of 6 (Photo ×4)"
+
+
+def test_a_job_killed_before_its_end_was_heard_is_done_when_its_product_is_whole(
+    tmp_path: Path,
+) -> None:
+    """The batch's done jobs tell how it names products; a job that never said it ended but
+    whose product is there and whole is not run again (no second, numbered copy)."""
+    journal = tmp_path / JOURNAL
+    folder = tmp_path / "in"
+    (folder / "Tessera").mkdir(parents=True)
+    pixels = Image.fromarray(np.zeros((4, 4, 3), np.uint8))
+    for name in ("a", "b", "c"):
+        pixels.save(folder / f"{name}.png")
+    for name in ("a", "b"):
+        pixels.save(folder / "Tessera" / f"{name}-x4.png")
+    torn = folder / "Tessera" / "c-x4.png"
+    torn.write_bytes((folder / "Tessera" / "a-x4.png").read_bytes()[:30])
+    settings = JobSettings(Operation.UPSCALE, "/models/up.onnx", "Photo ×4")
+    from engine.wire import to_json
+
+    jobs = [[f"j{n}", [str(folder / f"{name}.png")]] for n, name in enumerate("abcd")]
+    lines = [
+        {
+            "t": "batch",
+            "id": "j0",
+            "label": "Photo ×4",
+            "settings": to_json(settings),
+            "jobs": jobs,
+        },
+        {"t": "end", "jobs": [["j0", "done", [str(folder / "Tessera" / "a-x4.png")]]]},
+    ]
+    journal.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    (batch,) = read_journal(journal)
+    # b: made, unheard → done; c: torn → again; d: no product → again
+    assert [j.id for j in batch.todo] == ["j2", "j3"]
 
 
 def test_several_interrupted_batches_are_offered_together() -> None:

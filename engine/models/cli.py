@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -113,6 +114,10 @@ def run_models_command(args: argparse.Namespace) -> int:
             return _browse(args, models_dir)
         if command == "get":
             return _get(args.id, models_dir, args.accept_license, args.timeout)
+    except BrokenPipeError:
+        # The reader went away (`| head`): the listing it wanted was printed; say nothing more.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except KeyboardInterrupt as e:
         print("\nStopped.", file=sys.stderr)
         return EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED

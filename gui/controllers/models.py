@@ -117,6 +117,7 @@ def model_groups(inventory: ModelInventory | None, family: Family) -> list[Model
         for _, c in items:  # two files of one scale (starter and download): the first wins
             unique.setdefault(c.scale, c)
         groups.append(ModelGroup(label, tuple(unique.values()), min(r for r, _ in items)))
+    browsed = _browsed_files(inventory.models_dir) if inventory.unknown else {}
     for u in inventory.unknown:
         if u.family is not family or u.contract is None:
             continue
@@ -124,8 +125,14 @@ def model_groups(inventory: ModelInventory | None, family: Family) -> list[Model
         label = f"{u.path.stem} (own model)"
         purpose = f"Your own model: {u.contract.describe()}"
         tip = f"{u.path} · {fmt_size(u.size)}"
-        short = f"{u.path.stem} ×{scale}" if scale else u.path.stem
-        choice = ModelChoice(str(u.path), short, u.path.stem, purpose, scale, tip)
+        name = u.path.stem
+        b = browsed.get(u.path.name)
+        if b is not None:  # got from the model browser: its name, purpose and licence
+            name, label = b.name, f"{b.name} (OpenModelDB)"
+            purpose = b.purpose or b.what
+            tip += f" · licence {b.licence_text}"
+        short = f"{name} ×{scale}" if scale else name
+        choice = ModelChoice(str(u.path), short, name, purpose, scale, tip)
         groups.append(ModelGroup(label, (choice,), OWN_RANK))
     groups.sort(key=lambda g: (g.rank, g.label.casefold()))
     return groups
@@ -402,6 +409,18 @@ def _discover(folder: Path) -> ModelInventory:
     from engine.models.inventory import discover
 
     return discover(folder)
+
+
+def _browsed_files(folder: Path) -> dict[str, BrowseEntry]:
+    """The model browser's entries by the file name a download gives them."""
+    from engine.errors import ModelError
+    from engine.models.browse import load_snapshot
+
+    try:
+        return {e.file_name: e for e in load_snapshot(folder).entries}
+    except ModelError as e:
+        log.warning("the model browser's catalogue: %s", e)
+        return {}
 
 
 def _refresh(folder: Path, url: str) -> Snapshot:

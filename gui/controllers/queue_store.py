@@ -114,16 +114,62 @@ def read_journal(path: Path, whole: Callable[[Path], bool] = is_whole) -> list[I
             log.info("queue journal %s line %d passed over: %r", path, number, e)
     out = []
     for label, settings, jobs in batches.values():
+        names = _product_names(jobs, ended, settings.output_dir)
         todo = []
         for job in jobs:
             end = ended.get(job.id)
             if end is None:
-                todo.append(job)
+                made = _expected(job, names)
+                if not made or not all(whole(p) for p in made):
+                    todo.append(job)  # (made: it ended as the window was killed, unheard)
             elif end[0] == "done" and not all(whole(p) for p in end[1]):
                 todo.append(job)  # its product is gone or half there: made again
         if todo:
             out.append(InterruptedBatch(label, settings, len(jobs), tuple(todo)))
     return out
+
+
+# How a batch names its products, learnt from its own done jobs: the product's folder relative
+# to the input's (or fixed, when the Run chose one) and what follows the input's stem.
+_Name = tuple[Path | None, str, str]  # (fixed folder | None, folder relative to input's, tail)
+
+
+def _product_names(
+    jobs: Sequence[StoredJob],
+    ended: dict[str, tuple[str, tuple[Path, ...]]],
+    fixed_dir: Path | None,
+) -> tuple[_Name, ...]:
+    for job in jobs:
+        end = ended.get(job.id)
+        if end is None or end[0] != "done" or len(job.inputs) != 1 or not end[1]:
+            continue
+        source = job.inputs[0]
+        names: list[_Name] = []
+        for product in end[1]:
+            if not product.name.startswith(source.stem):
+                return ()  # not named after its input: no rule to learn
+            tail = product.name[len(source.stem) :]
+            if fixed_dir is not None:  # the Run chose the folder: every product goes there
+                names.append((product.parent, "", tail))
+                continue
+            try:
+                names.append((None, os.path.relpath(product.parent, source.parent), tail))
+            except ValueError:  # another drive (Windows): a fixed folder
+                names.append((product.parent, "", tail))
+        return tuple(names)
+    return ()
+
+
+def _expected(job: StoredJob, names: tuple[_Name, ...]) -> list[Path]:
+    """The products a job that never said it ended would have, by its batch's rule: a job
+    killed in the instant between publishing them and the window hearing of it is done."""
+    if len(job.inputs) != 1 or not names:
+        return []
+    source = job.inputs[0]
+    return [
+        (fixed if fixed is not None else source.parent / relative) / (source.stem + tail)
+        for fixed, relative, tail in names
+    ]
 
 
 class QueueStore(QObject):
@@ -151,6 +197,7 @@ class QueueStore(QObject):
         self._ours: set[str] = set()  # the job ids of batches recorded by this window
         self._unsynced = False  # endings written but not synced yet
         self._closed = False
+        self._told_unwritable = False
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
         self._timer.setInterval(SYNC_MS)
@@ -193,16 +240,34 @@ class QueueStore(QObject):
             )
         )
 
-    def resume(self) -> list[str]:
+    def resume(self) -> None:
         """Queue the interrupted batches' jobs that are not done and whole, with their own
-        settings; inputs that are gone are said, the rest still run."""
+        settings; inputs that are gone are said, the rest still run. Their headers are read
+        on the task thread (a thousand take ~0.2 s), then they are queued as a Run is."""
         batches, self.interrupted = self.interrupted, []
+        singles = [[j.inputs[0] for j in b.todo if len(j.inputs) == 1] for b in batches]
+        self.tasks.submit(
+            lambda: [classify_paths(paths) for paths in singles],
+            lambda outcome: self._queue_resumed(batches, outcome),
+        )
+
+    def _queue_resumed(self, batches: list[InterruptedBatch], outcome: TaskOutcome) -> None:
+        if self._closed:
+            return
+        if outcome.error is not None:
+            self.interrupted = batches  # still there to resume
+            self.noticeRequested.emit(
+                Notice(
+                    f"The interrupted batch could not be read again: {outcome.error}",
+                    NoticeLevel.WARNING,
+                    Topic.JOBS,
+                )
+            )
+            return
         self._drop_journal()  # the resumed jobs are written again as a new batch
         ids: list[str] = []
         refused: list[str] = []
-        for batch in batches:
-            singles = [job.inputs[0] for job in batch.todo if len(job.inputs) == 1]
-            found = classify_paths(singles)
+        for batch, found in zip(batches, outcome.value, strict=True):
             refused.extend(found.refused)
             sources = list(found.sources)
             for job in batch.todo:
@@ -222,7 +287,6 @@ class QueueStore(QObject):
                 )
             )
         self.resumed.emit(ids)
-        return ids
 
     # -- the journal --------------------------------------------------------------------------
     def record_batch(self, settings: JobSettings, jobs: list[tuple[str, tuple[Path, ...]]]) -> None:
@@ -291,8 +355,18 @@ class QueueStore(QObject):
                     os.fsync(fd)
             finally:
                 os.close(fd)
-        except OSError as e:  # the batch runs on; only its resume is lost
+        except OSError as e:  # the batch runs on; only its resume is lost, and said once
             log.warning("cannot write the queue journal %s: %s", self.path, e)
+            if not self._told_unwritable:
+                self._told_unwritable = True
+                self.noticeRequested.emit(
+                    Notice(
+                        f"This batch runs, but cannot be resumed after a crash: "
+                        f"{self.path} cannot be written ({e.strerror or e}).",
+                        NoticeLevel.WARNING,
+                        Topic.FILES,  # not JOBS: queueing clears those as stale
+                    )
+                )
 
     def _drop_journal(self) -> None:
         self._timer.stop()

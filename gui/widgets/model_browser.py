@@ -8,6 +8,7 @@ reads it again from OpenModelDB's address in the settings.
 
 from __future__ import annotations
 
+import re
 from html import escape
 
 from PySide6.QtCore import Qt
@@ -35,6 +36,7 @@ from engine.models.catalog import Family
 from gui.controllers.models import ModelsController, fmt_size
 from gui.settings import AppSettings
 
+_BAR = re.compile(r"\[[# ]*\]\s*[\d.]+%")  # the command line's own text bar and share
 COLUMNS = ("Name", "Does", "Architecture", "Size", "Licence")
 _ANY = None
 
@@ -72,6 +74,7 @@ class ModelBrowser(QDialog):
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().hide()
         self.table.setAlternatingRowColors(True)
+        self.table.setWordWrap(False)  # one line a model: long names elide, rows stay even
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         for column in range(1, len(COLUMNS)):
@@ -97,8 +100,9 @@ class ModelBrowser(QDialog):
         self.status = QLabel()
         self.status.setWordWrap(True)
         actions = QHBoxLayout()
-        actions.addWidget(self.accept_box, 1)
-        actions.addWidget(self.progress)
+        actions.addWidget(self.accept_box)
+        actions.addStretch(1)
+        actions.addWidget(self.progress, 3)
         actions.addWidget(self.cancel_button)
         actions.addWidget(self.get_button)
 
@@ -106,6 +110,7 @@ class ModelBrowser(QDialog):
         self.refresh_button = QPushButton("Refresh from OpenModelDB")
         self.url = QLineEdit(settings.catalogue_url)
         self.url.setToolTip("The address of OpenModelDB's catalogue (its data API)")
+        self.url.setMinimumWidth(260)
         close = QPushButton("Close")
         close.clicked.connect(self.reject)
         footer = QHBoxLayout()
@@ -130,7 +135,8 @@ class ModelBrowser(QDialog):
         self.cancel_button.clicked.connect(models.cancel_fetch)
         self.refresh_button.clicked.connect(self.refresh)
         models.fetchStatusChanged.connect(self._on_status)
-        models.fetchPercentChanged.connect(lambda p: self.progress.setValue(round(p)))
+        # Bound methods only: Qt drops them with the dialog, the controller lives on.
+        models.fetchPercentChanged.connect(self._on_percent)
         models.fetchEnded.connect(self._on_ended)
         models.catalogueRefreshed.connect(self._on_refreshed)
         self._running(False)
@@ -152,7 +158,11 @@ class ModelBrowser(QDialog):
         self._refill_combo(
             self.scale, [(f"×{s}" + (" (restore)" if s == 1 else ""), s) for s in scales]
         )
-        shipped = " (shipped with Tessera)" if snapshot.path == bundled_snapshot_path() else ""
+        shipped = (
+            " (shipped with Tessera)"
+            if snapshot.path == bundled_snapshot_path()
+            else " (your refreshed copy)"
+        )
         self.dated.setText(
             f"OpenModelDB catalogue of {snapshot.date or 'unknown date'}: "
             f"{len(snapshot.entries)} ONNX models{shipped}"
@@ -242,7 +252,10 @@ class ModelBrowser(QDialog):
 
     def _on_status(self, line: str, running: bool) -> None:
         if self.getting is not None and line:
-            self.status.setText(line)
+            self.status.setText(_BAR.sub("", line).strip())  # the bar below shows the share
+
+    def _on_percent(self, percent: float) -> None:
+        self.progress.setValue(round(percent))
 
     def _on_ended(self, ok: bool) -> None:
         if self.getting is None:
@@ -323,7 +336,8 @@ def describe(e: BrowseEntry) -> str:
         links = []
         if pic.before:
             links.append(f"<a href='{escape(pic.before, quote=True)}'>before</a>")
-        links.append(f"<a href='{escape(pic.after, quote=True)}'>after</a>")
+        after = "after" if pic.before else "picture"
+        links.append(f"<a href='{escape(pic.after, quote=True)}'>{after}</a>")
         parts.append(f"<p>Sample {n}: {' / '.join(links)}</p>")
     if e.page:
         parts.append(f"<p><a href='{escape(e.page, quote=True)}'>Its OpenModelDB page</a></p>")
