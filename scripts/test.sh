@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 # setuptools warns about editable installs on every build; the warning is not for our users.
-PYTHONWARNINGS=ignore .venv/bin/python -m pip install -q -e '.[test]'
+# The OpenVINO extra too, so its runtime's tests run (a few seconds; they skip without it).
+PYTHONWARNINGS=ignore .venv/bin/python -m pip install -q -e '.[test,openvino]'
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy

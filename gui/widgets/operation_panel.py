@@ -57,6 +57,7 @@ RUNTIME_LABELS = {
     "tensorrt": "TensorRT",
     "directml": "DirectML",
     "coreml": "CoreML",
+    "openvino": "OpenVINO",
 }
 DATA = Qt.ItemDataRole.UserRole
 
