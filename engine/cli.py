@@ -725,6 +725,9 @@ def cmd_devices(args: argparse.Namespace) -> int:
         if r.detail:
             line += f"  ({r.detail})"
         print(line)
+    from engine.runtime.runtime_setup import gpu_lines
+
+    print("\nGPUs:\n" + "\n".join(f"  {line}" for line in gpu_lines()))
     return 0
 
 
