@@ -114,7 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--model", required=True, help="catalog id or path of an .onnx file")
     run.add_argument("--device", default="cpu", help="cpu or gpu:N (default cpu)")
     run.add_argument(
-        "--runtime", default="auto", help="auto, cpu, cuda, tensorrt, directml, coreml, openvino"
+        "--runtime",
+        default="auto",
+        help="auto, cpu, cuda, tensorrt, directml, coreml, openvino, migraphx",
     )
     run.add_argument(
         "--out", type=_folder, default=None, help="output folder (default: beside each input)"

@@ -267,6 +267,7 @@ def test_devices_lists_every_runtime() -> None:
         "directml",
         "coreml",
         "openvino",
+        "migraphx",
     }
     cpu = next(r for r in rows if r["runtime"] == "cpu")
     assert cpu["ok"] and cpu["provider"] == "CPUExecutionProvider"

@@ -247,3 +247,17 @@ def test_the_manifest_pins_every_wheel_with_its_sha256() -> None:
     # One ONNX Runtime per environment: only the plugin sits beside onnxruntime-gpu.
     assert data["runtimes"]["openvino"]["replaces"] is None
     assert data["runtimes"]["migraphx"]["replaces"] == "onnxruntime-gpu"
+
+
+def test_migraphx_is_a_gpu_runtime_whose_arena_takes_the_shrink() -> None:
+    from engine.runtime.providers import (
+        MIGRAPHX_EP,
+        Device,
+        Runtime,
+        provider_plan,
+        shrink_target,
+    )
+
+    plan = provider_plan(Device("gpu", 1), Runtime.parse("migraphx"))
+    assert plan.expected == MIGRAPHX_EP and plan.providers[0][1]["device_id"] == "1"
+    assert shrink_target(plan.names, {MIGRAPHX_EP: {"device_id": "1"}}) == "gpu:1"

@@ -65,6 +65,7 @@ def probe(gpu_indices: Sequence[int] | None = None) -> list[RuntimeReport]:
     for runtime in (
         Runtime.CUDA,
         Runtime.TENSORRT,
+        Runtime.MIGRAPHX,
         Runtime.DIRECTML,
         Runtime.COREML,
         Runtime.OPENVINO,

@@ -38,6 +38,7 @@ class Runtime(Enum):
     TENSORRT = "tensorrt"
     DIRECTML = "directml"
     COREML = "coreml"
+    MIGRAPHX = "migraphx"  # AMD on Linux with ROCm (onnxruntime-migraphx)
     OPENVINO = "openvino"  # a plugin EP: Intel CPUs, GPUs (engine/runtime/plugins.py)
 
     @classmethod
@@ -55,6 +56,7 @@ RUNTIME_PROVIDER: Mapping[Runtime, str] = {
     Runtime.TENSORRT: TENSORRT_EP,
     Runtime.DIRECTML: DIRECTML_EP,
     Runtime.COREML: COREML_EP,
+    Runtime.MIGRAPHX: MIGRAPHX_EP,
     Runtime.OPENVINO: OPENVINO_EP,
 }
 
@@ -132,7 +134,7 @@ def resolve_runtime(device: Device, runtime: Runtime) -> Runtime:
     if not device.is_gpu:
         return Runtime.CPU
     available = available_providers()
-    for candidate in (Runtime.CUDA, Runtime.DIRECTML, Runtime.COREML):
+    for candidate in (Runtime.CUDA, Runtime.MIGRAPHX, Runtime.DIRECTML, Runtime.COREML):
         if RUNTIME_PROVIDER[candidate] in available:
             return candidate
     return Runtime.CUDA  # nothing GPU-capable compiled in: fail later with the CUDA diagnosis
@@ -166,6 +168,8 @@ def provider_plan(
             "trt_max_workspace_size": str(gpu_mem_limit or 2 << 30),
         }
         return ProviderPlan(((TENSORRT_EP, trt), cuda, cpu), TENSORRT_EP)
+    if runtime is Runtime.MIGRAPHX:  # a BFC arena like CUDA's: the shrink applies (M3)
+        return ProviderPlan(((MIGRAPHX_EP, {"device_id": str(device.index)}), cpu), MIGRAPHX_EP)
     if runtime is Runtime.DIRECTML:
         return ProviderPlan(((DIRECTML_EP, {"device_id": str(device.index)}), cpu), DIRECTML_EP)
     return ProviderPlan(((COREML_EP, {}), cpu), COREML_EP)

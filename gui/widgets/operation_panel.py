@@ -58,6 +58,7 @@ RUNTIME_LABELS = {
     "directml": "DirectML",
     "coreml": "CoreML",
     "openvino": "OpenVINO",
+    "migraphx": "MIGraphX",
 }
 DATA = Qt.ItemDataRole.UserRole
 
