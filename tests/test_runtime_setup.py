@@ -261,3 +261,19 @@ def test_migraphx_is_a_gpu_runtime_whose_arena_takes_the_shrink() -> None:
     plan = provider_plan(Device("gpu", 1), Runtime.parse("migraphx"))
     assert plan.expected == MIGRAPHX_EP and plan.providers[0][1]["device_id"] == "1"
     assert shrink_target(plan.names, {MIGRAPHX_EP: {"device_id": "1"}}) == "gpu:1"
+
+
+def test_engine_devices_names_every_gpu_and_what_tessera_does_with_it(tmp_path: Path) -> None:
+    root = _root(tmp_path)
+    _card(root, 0, 0x8086, 0x56A0, "i915")
+    _card(root, 1, 0x1002, 0x747E, "amdgpu")
+    nvml = FakeNvml([("NVIDIA GeForce GTX 1080", (6, 1), 0x1B80)])
+    lines = runtime_setup.gpu_lines(_linux(root, nvml))
+    assert [line.split(":")[0] for line in lines] == [
+        "NVIDIA GeForce GTX 1080 (compute 6.1)",
+        "DG2 [Arc A770]",
+        "Navi 32 [Radeon RX 7700 XT / 7800 XT]",
+    ]
+    assert "CUDA 13 build does not support it" in lines[0]
+    assert "OpenVINO" in lines[1] and "ROCm" in lines[2]
+    assert runtime_setup.gpu_lines(_linux(_root(tmp_path / "empty"))) == ["no GPU found"]
