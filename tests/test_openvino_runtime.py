@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
+from pytestqt.qtbot import QtBot
 
 from engine.errors import DeviceUnavailable
 from engine.runtime import plugins
@@ -138,7 +139,7 @@ def test_an_openvino_run_is_cancelled_by_the_terminate_flag(tmp_path: Path) -> N
         session.run(None, {"input": _image(16, 16)}, options)
 
 
-def test_the_window_lists_openvino_among_the_cpu_runtimes(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_the_window_lists_openvino_among_the_cpu_runtimes(qtbot: QtBot, tmp_path: Path) -> None:
     from PySide6.QtCore import QSettings
 
     from engine.runtime.devices import RuntimeReport
@@ -163,3 +164,40 @@ def test_the_window_lists_openvino_among_the_cpu_runtimes(qtbot, tmp_path: Path)
     assert items == {"auto": "Automatic", "cpu": "CPU", "openvino": "OpenVINO"}
     panel.runtime.setCurrentIndex(panel.runtime.findData("openvino", DATA))
     assert panel.current_runtime() == "openvino"
+
+
+def test_the_memory_panel_says_unload_is_what_frees_an_openvino_session(
+    qtbot: QtBot,
+    tmp_path: Path,
+) -> None:
+    """M3 in the window: a runtime whose arena takes no shrink is named, with Unload."""
+    from engine.runtime.sessions import SessionInfo
+    from gui.widgets.memory_panel import MemoryPanel
+
+    model = make_compact_upscaler(tmp_path / "c.onnx", scale=2)
+    cache = SessionCache(threads=1, cpu_kernels=False)
+    cache.get(SessionKey.make(model, Device("cpu"), Runtime.CPU))
+    (cpu,) = cache.snapshot()
+    assert cpu.shrinkable
+    ov = SessionInfo(
+        SessionKey.make(model, Device("cpu"), Runtime.OPENVINO),
+        "c.onnx",
+        "cpu",
+        "openvino",
+        OPENVINO_EP,
+        1,
+        1,
+        0.0,
+        0,
+        0,
+        shrinkable=False,
+    )
+    panel = MemoryPanel()
+    qtbot.addWidget(panel)
+    panel.set_sessions((cpu,))
+    assert "Unload hands it back" not in panel.diagnosis()
+    panel.set_sessions((cpu, ov))
+    assert "c.onnx on openvino: this runtime cannot hand its working memory back" in (
+        panel.diagnosis()
+    )
+    cache.release_all()

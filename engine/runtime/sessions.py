@@ -38,6 +38,7 @@ from engine.runtime.arena import (
     register_gpu_arena,
 )
 from engine.runtime.providers import (
+    CPU_EP,
     CUDA_EP,
     SHRINK_CAPABLE,
     SHRINK_KEY,
@@ -135,6 +136,9 @@ class SessionInfo:
     last_used: float
     runs: int
     shrinks: int
+    # Whether its runtime's arena takes the shrink (M2/M3); if not, only Unload hands its
+    # working memory back (OpenVINO, DirectML, CoreML).
+    shrinkable: bool = True
 
 
 def create_session(
@@ -576,6 +580,7 @@ class SessionCache:
                 last_used=e.last_used,
                 runs=e.runs,
                 shrinks=e.shrinks,
+                shrinkable=e.providers[0] in SHRINK_CAPABLE | {CPU_EP},
             )
             for e in sorted(self._entries.values(), key=lambda e: e.created_at)
         )
