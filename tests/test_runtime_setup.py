@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -33,6 +34,8 @@ PCI_IDS = """\
 
 
 def _card(root: Path, n: int, vendor: int, device: int, driver: str) -> None:
+    if sys.platform == "win32":
+        pytest.skip("a fake /sys tree needs symbolic links")
     dev = root / "sys" / "devices" / f"pci0000:00/0000:0{n}:00.0"
     (dev / "drm").mkdir(parents=True)
     (dev / "vendor").write_text(f"0x{vendor:04x}\n")
@@ -92,7 +95,7 @@ NO_NVML = FakeNvml(None)
 
 
 def _linux(root: Path, nvml: FakeNvml = NO_NVML) -> Machine:
-    return Machine(root=root, system="linux", nvml=nvml)
+    return Machine(root=root, system="linux", arch="x86_64", nvml=nvml)
 
 
 def test_a_turing_or_newer_nvidia_card_gets_the_cuda_13_wheels(
@@ -144,7 +147,7 @@ def test_an_intel_arc_gets_openvino_named_from_pci_ids(tmp_path: Path) -> None:
     assert (gpu.name, gpu.pci_id, gpu.driver) == ("DG2 [Arc A770]", "8086:56a0", "i915")
     assert choose([gpu], machine).runtime == "openvino"
     line = describe(gpu, machine)
-    if runtime_setup.is_installed(load_pin("openvino")):
+    if runtime_setup.is_installed(load_pin("openvino", "linux-x86_64")):
         assert line == "DG2 [Arc A770]: OpenVINO runtime, installed"
     else:
         assert "no runtime installed" in line and "--runtime openvino" in line
@@ -154,7 +157,7 @@ def test_a_second_start_installs_nothing_again(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     pytest.importorskip("onnxruntime_ep_openvino")
-    if not runtime_setup.is_installed(load_pin("openvino")):
+    if not runtime_setup.is_installed(load_pin("openvino", "linux-x86_64")):
         pytest.skip("another onnxruntime-ep-openvino than the pinned one is installed")
     assert main(["--runtime", "openvino"], _linux(_root(tmp_path))) == 0
     assert "openvino: installed already (onnxruntime-ep-openvino==1.8.1)" in capsys.readouterr().out
@@ -194,7 +197,7 @@ def _windows(output: str, wmic: str = "") -> Machine:
             return output
         return wmic
 
-    return Machine(system="win32", run=run)
+    return Machine(system="win32", arch="AMD64", run=run)
 
 
 def test_windows_amd_gets_directml_from_the_adapter_list() -> None:

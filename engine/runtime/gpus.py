@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import platform
 import re
 import subprocess
 import sys
@@ -66,6 +67,7 @@ class Machine:
 
     root: Path = Path("/")
     system: str = sys.platform
+    arch: str = field(default_factory=platform.machine)  # x86_64, AMD64, arm64, aarch64
     nvml: Any = None  # a module with pynvml's functions; None: import pynvml
     run: Callable[[Sequence[str]], str] = field(default=_run)
 

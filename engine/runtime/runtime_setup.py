@@ -39,10 +39,11 @@ def manifest_path() -> Path:
     return root / "resources" / "runtimes.json"
 
 
-def platform_key(system: str = sys.platform) -> str:
+def platform_key(system: str = sys.platform, machine: str | None = None) -> str:
+    """The manifest's name for a platform: linux-x86_64, windows-x86_64, macos-arm64…"""
     import platform
 
-    machine = platform.machine().lower()
+    machine = (machine or platform.machine()).lower()
     arch = "arm64" if machine in ("arm64", "aarch64") else "x86_64"
     if system.startswith("win"):
         return f"windows-{arch}"
@@ -179,7 +180,7 @@ def install(pin: RuntimePin, *, dry_run: bool = False) -> str:
     if pin.runtime == "cpu":
         return "CPU only: no GPU runtime installed"
     if not pin.wheels:
-        return f"{pin.runtime}: no pinned wheels for {platform_key()} ({pin.serves})"
+        return f"{pin.runtime}: no pinned wheels for this platform ({pin.serves})"
     if is_installed(pin):
         return f"{pin.runtime}: installed already ({pin.requirement})"
     with tempfile.TemporaryDirectory() as tmp:
@@ -221,7 +222,7 @@ def describe(gpu: Gpu, machine: Machine, manifest: Path | None = None) -> str:
     runtime, why = serves(gpu, machine)
     if runtime is None:
         return f"{gpu.label}: not used — {why}"
-    pin = load_pin(runtime, platform_key(machine.system), manifest)
+    pin = load_pin(runtime, platform_key(machine.system, machine.arch), manifest)
     fix = f"./scripts/start.sh --runtime {runtime} installs it"
     if runtime == "cuda12":
         if is_installed(pin):
@@ -260,7 +261,7 @@ def main(argv: list[str] | None = None, machine: Machine | None = None) -> int:
     if runtime == "cpu":
         print("CPU only: no GPU runtime installed")
         return 0
-    pin = load_pin(runtime, platform_key(machine.system), args.manifest)
+    pin = load_pin(runtime, platform_key(machine.system, machine.arch), args.manifest)
     print(install(pin, dry_run=args.dry_run))
     return 0
 
