@@ -114,7 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--model", required=True, help="catalog id or path of an .onnx file")
     run.add_argument("--device", default="cpu", help="cpu or gpu:N (default cpu)")
     run.add_argument(
-        "--runtime", default="auto", help="auto, cpu, cuda, tensorrt, directml, coreml"
+        "--runtime",
+        default="auto",
+        help="auto, cpu, cuda, tensorrt, directml, coreml, openvino, migraphx",
     )
     run.add_argument(
         "--out", type=_folder, default=None, help="output folder (default: beside each input)"
@@ -746,6 +748,9 @@ def cmd_devices(args: argparse.Namespace) -> int:
         print(line)
         if r.cpu_kernel is not None:
             print(f"{'':<16} convolutions: {r.cpu_kernel}  ({r.cpu_kernel_note})")
+    from engine.runtime.runtime_setup import gpu_lines
+
+    print("\nGPUs:\n" + "\n".join(f"  {line}" for line in gpu_lines()))
     return 0
 
 

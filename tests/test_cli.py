@@ -260,7 +260,15 @@ def test_devices_lists_every_runtime() -> None:
     p = engine_cli("devices", "--json")
     assert p.returncode == 0, p.stderr
     rows = json.loads(p.stdout)
-    assert {r["runtime"] for r in rows} == {"cpu", "cuda", "tensorrt", "directml", "coreml"}
+    assert {r["runtime"] for r in rows} == {
+        "cpu",
+        "cuda",
+        "tensorrt",
+        "directml",
+        "coreml",
+        "openvino",
+        "migraphx",
+    }
     cpu = next(r for r in rows if r["runtime"] == "cpu")
     assert cpu["ok"] and cpu["provider"] == "CPUExecutionProvider"
     assert all(r["ok"] or r["detail"] for r in rows)

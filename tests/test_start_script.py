@@ -120,3 +120,42 @@ def test_12_the_deb_depends_on_every_xcb_library_the_plugin_loads(tmp_path: Path
     packages = done.stderr.split("sudo apt-get install ", 1)[1].split()
     declared = {p.strip() for p in deb_depends.split(",")}
     assert set(packages) <= declared, set(packages) - declared
+
+
+def test_the_start_script_passes_the_runtime_on_and_a_second_start_installs_nothing(
+    tmp_path: Path,
+) -> None:
+    """`start.sh --runtime X` hands X to the set-up and the rest to the app; Tessera itself
+    is installed again only when pyproject.toml changes (the set-up's own check keeps the
+    runtime's wheels from being installed twice: tests/test_runtime_setup.py)."""
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    (repo / "scripts" / "start.sh").write_bytes((ROOT / "scripts" / "start.sh").read_bytes())
+    (repo / "scripts" / "start.sh").chmod(0o755)
+    qt = repo / "scripts" / "check_qt_libs.sh"
+    qt.write_text("#!/bin/sh\nexit 0\n")
+    qt.chmod(0o755)
+    (repo / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    log = tmp_path / "calls.log"
+    python = repo / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f'#!/bin/sh\necho "$*" >>"{log}"\n')
+    python.chmod(0o755)
+
+    def start(*args: str) -> list[str]:
+        log.write_text("")
+        done = subprocess.run(
+            [str(repo / "scripts" / "start.sh"), *args], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        return log.read_text().splitlines()
+
+    first = start("--runtime", "openvino", "photo one.png")
+    assert "-m pip install -q -e ." in first
+    assert "-m engine.runtime.runtime_setup --runtime openvino" in first
+    assert first[-1] == "-m gui photo one.png"
+    second = start("--runtime=cpu")
+    assert not any("pip install" in line for line in second)
+    assert "-m engine.runtime.runtime_setup --runtime cpu" in second and second[-1] == "-m gui"
+    (repo / "pyproject.toml").write_text("[project]\nname = 'y'\n")
+    assert "-m pip install -q -e ." in start()

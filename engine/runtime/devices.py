@@ -69,11 +69,20 @@ def probe(gpu_indices: Sequence[int] | None = None) -> list[RuntimeReport]:
     model = _probe_model()
     reports: list[RuntimeReport] = []
     targets: list[tuple[Runtime, Device]] = [(Runtime.CPU, Device("cpu"))]
-    for runtime in (Runtime.CUDA, Runtime.TENSORRT, Runtime.DIRECTML, Runtime.COREML):
+    # OpenVINO runs on the CPU too (Intel CPUs: the plugin offers no other).
+    targets.append((Runtime.OPENVINO, Device("cpu")))
+    for runtime in (
+        Runtime.CUDA,
+        Runtime.TENSORRT,
+        Runtime.MIGRAPHX,
+        Runtime.DIRECTML,
+        Runtime.COREML,
+        Runtime.OPENVINO,
+    ):
         for index in gpu_indices:
             targets.append((runtime, Device("gpu", index)))
     for runtime, device in targets:
-        reason = missing_requirement(runtime)
+        reason = missing_requirement(runtime, device)
         if reason is not None:
             reports.append(RuntimeReport(runtime.value, str(device), False, None, reason))
             continue
@@ -96,7 +105,7 @@ def probe(gpu_indices: Sequence[int] | None = None) -> list[RuntimeReport]:
                     str(device),
                     False,
                     actual[0] if actual else None,
-                    f"falls back to {actual[0] if actual else 'nothing'}: {diagnose(runtime)}",
+                    f"falls back to {actual[0] if actual else 'nothing'}: {diagnose(runtime, device)}",
                 )
             )
     if reports and reports[0].runtime == Runtime.CPU.value:

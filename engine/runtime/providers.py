@@ -16,6 +16,7 @@ from enum import Enum
 from typing import Any
 
 from engine.errors import UsageError
+from engine.runtime.plugins import OPENVINO_EP, PluginTarget, openvino_target
 
 CPU_EP = "CPUExecutionProvider"
 CUDA_EP = "CUDAExecutionProvider"
@@ -37,6 +38,8 @@ class Runtime(Enum):
     TENSORRT = "tensorrt"
     DIRECTML = "directml"
     COREML = "coreml"
+    MIGRAPHX = "migraphx"  # AMD on Linux with ROCm (onnxruntime-migraphx)
+    OPENVINO = "openvino"  # a plugin EP: Intel CPUs, GPUs (engine/runtime/plugins.py)
 
     @classmethod
     def parse(cls, text: str) -> Runtime:
@@ -53,7 +56,12 @@ RUNTIME_PROVIDER: Mapping[Runtime, str] = {
     Runtime.TENSORRT: TENSORRT_EP,
     Runtime.DIRECTML: DIRECTML_EP,
     Runtime.COREML: COREML_EP,
+    Runtime.MIGRAPHX: MIGRAPHX_EP,
+    Runtime.OPENVINO: OPENVINO_EP,
 }
+
+# Runtimes that also run on the CPU device (the others need a GPU).
+CPU_DEVICE_RUNTIMES = frozenset({Runtime.CPU, Runtime.OPENVINO})
 
 
 @dataclass(frozen=True, order=True)
@@ -91,6 +99,9 @@ class ProviderPlan:
 
     providers: tuple[tuple[str, Mapping[str, str]], ...]
     expected: str
+    # A plugin EP is asked for through the devices it offers, not by name (plugins.py); the
+    # session then falls back to the CPU provider only for nodes the plugin does not take.
+    plugin: PluginTarget | None = None
 
     @property
     def names(self) -> list[str]:
@@ -123,7 +134,7 @@ def resolve_runtime(device: Device, runtime: Runtime) -> Runtime:
     if not device.is_gpu:
         return Runtime.CPU
     available = available_providers()
-    for candidate in (Runtime.CUDA, Runtime.DIRECTML, Runtime.COREML):
+    for candidate in (Runtime.CUDA, Runtime.MIGRAPHX, Runtime.DIRECTML, Runtime.COREML):
         if RUNTIME_PROVIDER[candidate] in available:
             return candidate
     return Runtime.CUDA  # nothing GPU-capable compiled in: fail later with the CUDA diagnosis
@@ -140,6 +151,9 @@ def provider_plan(
                 f"The cpu runtime cannot run on {device}; choose device cpu or a GPU runtime."
             )
         return ProviderPlan((cpu,), CPU_EP)
+    if runtime is Runtime.OPENVINO:
+        target = openvino_target("gpu" if device.is_gpu else "cpu", device.index)
+        return ProviderPlan(((OPENVINO_EP, target.option_dict), cpu), OPENVINO_EP, target)
     if not device.is_gpu:
         raise UsageError(
             f"The {runtime.value} runtime needs a GPU device (for example --device gpu:0), not cpu."
@@ -154,6 +168,8 @@ def provider_plan(
             "trt_max_workspace_size": str(gpu_mem_limit or 2 << 30),
         }
         return ProviderPlan(((TENSORRT_EP, trt), cuda, cpu), TENSORRT_EP)
+    if runtime is Runtime.MIGRAPHX:  # a BFC arena like CUDA's: the shrink applies (M3)
+        return ProviderPlan(((MIGRAPHX_EP, {"device_id": str(device.index)}), cpu), MIGRAPHX_EP)
     if runtime is Runtime.DIRECTML:
         return ProviderPlan(((DIRECTML_EP, {"device_id": str(device.index)}), cpu), DIRECTML_EP)
     return ProviderPlan(((COREML_EP, {}), cpu), COREML_EP)
@@ -204,12 +220,17 @@ def _can_load(names: Sequence[str]) -> str | None:
     return None
 
 
-def missing_requirement(runtime: Runtime) -> str | None:
-    """A definite reason the runtime cannot start here, checked before asking ORT.
+def missing_requirement(runtime: Runtime, device: Device | None = None) -> str | None:
+    """A definite reason the runtime cannot start here (on `device`), checked before asking ORT.
 
     Checking first keeps ORT from printing its own load errors (and, for TensorRT, from
     rebuilding the session on other providers) when a library is plainly absent.
     """
+    if runtime is Runtime.OPENVINO:
+        from engine.runtime import plugins
+
+        dev = device or Device("cpu")
+        return plugins.missing(openvino_target("gpu" if dev.is_gpu else "cpu", dev.index))
     compiled = available_providers()
     provider = RUNTIME_PROVIDER.get(runtime)
     if provider and provider not in compiled:
@@ -273,9 +294,9 @@ def _preload_cuda_wheels() -> None:
         pass
 
 
-def diagnose(runtime: Runtime) -> str:
+def diagnose(runtime: Runtime, device: Device | None = None) -> str:
     """Why a runtime did not come up on this machine, as far as can be told without ORT's log."""
     return (
-        missing_requirement(runtime)
+        missing_requirement(runtime, device)
         or "the provider failed to start (see the log for ONNX Runtime's message)"
     )

@@ -39,6 +39,7 @@ from engine.runtime.arena import (
 )
 from engine.runtime.identity import FileIdentity
 from engine.runtime.providers import (
+    CPU_EP,
     CUDA_EP,
     SHRINK_CAPABLE,
     SHRINK_KEY,
@@ -119,6 +120,9 @@ class SessionInfo:
     shrinks: int
     cpu_kernel: str | None = None  # SessionEntry.cpu_kernel
     cpu_kernel_note: str = ""
+    # Whether its runtime's arena takes the shrink (M2/M3); if not, only Unload hands its
+    # working memory back (OpenVINO, DirectML, CoreML).
+    shrinkable: bool = True
 
 
 def create_session(
@@ -157,11 +161,17 @@ def create_session(
         # device when their session is destroyed, and the arena holds only what runs need.
         so.add_session_config_entry(DEVICE_ALLOCATOR_FOR_INITIALIZERS, "1")
     source: str | bytes = model if isinstance(model, bytes) else str(model)
+    names, options = plan.names, plan.options
+    if plan.plugin is not None:  # a plugin EP comes through the devices it offers (plugins.py)
+        from engine.runtime.plugins import ep_devices
+
+        so.add_provider_for_devices(ep_devices(plan.plugin), plan.plugin.option_dict)
+        names, options = [], []
     try:
         # enable_fallback=0 at construction (M7): otherwise, on a provider error, ORT rebuilds
         # the session without provider options (device 0, no memory limit) before we can say no.
         session = ort.InferenceSession(
-            source, so, providers=plan.names, provider_options=plan.options, enable_fallback=0
+            source, so, providers=names or None, provider_options=options or None, enable_fallback=0
         )
     except Exception as e:  # ORT's exceptions are not RuntimeError subclasses
         text = str(e)
@@ -231,6 +241,13 @@ def _shrinker_model() -> bytes:
     return bytes(model.SerializeToString())
 
 
+def _elsewhere(key: SessionKey) -> str:
+    """What to choose instead when a runtime does not come up: never a silent fallback."""
+    if key.device.is_gpu:
+        return "Tessera does not run a GPU request on the CPU; choose device cpu to run there."
+    return "Tessera does not switch runtimes by itself; choose runtime cpu to run there."
+
+
 def env_allocators(plan: ProviderPlan) -> tuple[bool, bool]:
     """(use the environment's arenas, among them a shared GPU arena) for a session of `plan`.
 
@@ -238,6 +255,8 @@ def env_allocators(plan: ProviderPlan) -> tuple[bool, bool]:
     `session.use_env_allocators` takes every environment arena or none, and its own limit
     must hold (M9). It keeps ORT's own arenas, which its shrink target still names.
     """
+    if plan.plugin is not None:  # a plugin's own allocators; the shared arenas are not its
+        return False, False
     shares = [
         gpu_arena_shares(int(opts.get("device_id", "0")), int(opts.get("gpu_mem_limit", 0)))
         for name, opts in plan.providers
@@ -365,11 +384,11 @@ class SessionCache:
             raise ModelError(f"The model file {path.name} does not exist.")
         plan = provider_plan(key.device, key.runtime, self._gpu_mem_limit)
         if self._wrap is None:
-            reason = missing_requirement(key.runtime)
+            reason = missing_requirement(key.runtime, key.device)
             if reason is not None:
                 raise DeviceUnavailable(
                     f"{key.runtime.value} on {key.device} is not available: {reason}. "
-                    "Tessera does not run a GPU request on the CPU; choose device cpu to run there."
+                    + _elsewhere(key)
                 )
         for name, options in plan.providers:
             if name == CUDA_EP:  # one arena per device, shared by all its sessions (M6)
@@ -383,9 +402,9 @@ class SessionCache:
             del session
             gc.collect()
             raise DeviceUnavailable(
-                f"{key.runtime.value} on {key.device} is not available: {diagnose(key.runtime)}. "
-                f"ONNX Runtime could only start {actual[0] if actual else 'nothing'}; "
-                "Tessera does not run a GPU request on the CPU. Choose device cpu to run there."
+                f"{key.runtime.value} on {key.device} is not available: {diagnose(key.runtime, key.device)}. "
+                f"ONNX Runtime could only start {actual[0] if actual else 'nothing'}. "
+                + _elsewhere(key)
             )
         target = shrink_target(
             actual,
@@ -571,6 +590,7 @@ class SessionCache:
                 shrinks=e.shrinks,
                 cpu_kernel=e.cpu_kernel,
                 cpu_kernel_note=e.cpu_kernel_note,
+                shrinkable=e.providers[0] in SHRINK_CAPABLE | {CPU_EP},
             )
             for e in sorted(self._entries.values(), key=lambda e: e.created_at)
         )

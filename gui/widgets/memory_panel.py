@@ -193,6 +193,12 @@ class MemoryPanel(QWidget):
             else "No model is loaded. Models load at their first job and stay loaded for the next."
         ]
         lines.append(self.pictures_line())
+        for info in self.sessions:
+            if not info.shrinkable:
+                lines.append(
+                    f"{info.model_name} on {info.runtime}: this runtime cannot hand its working "
+                    "memory back after a job (no arena shrink); Unload hands it back."
+                )
         last = self.last
         if last is not None:
             held = last.rss_after - last.rss_after_load

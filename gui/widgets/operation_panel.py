@@ -57,6 +57,8 @@ RUNTIME_LABELS = {
     "tensorrt": "TensorRT",
     "directml": "DirectML",
     "coreml": "CoreML",
+    "openvino": "OpenVINO",
+    "migraphx": "MIGraphX",
 }
 DATA = Qt.ItemDataRole.UserRole
 

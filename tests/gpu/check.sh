@@ -18,7 +18,9 @@
 #   OUT            results folder
 #   GPU_VENV       where to create the venv (default ${TMPDIR:-/tmp}/tessera-gpu-venv)
 #   PYTHON         interpreter that creates the venv (default python3; needs 3.11+)
-#   WHEELS         a folder of wheels: install offline from it (--no-index --find-links)
+#   WHEELS         a folder of wheels: install offline from it (--no-index --find-links); a
+#                  wheel too large to carry whole may be there in parts (NAME.whl.part-aa…,
+#                  from `split -b 90M NAME.whl NAME.whl.part-`): they are joined first
 #   SKIP_INSTALL=1 use $PYTHON as it is (an environment already holding onnxruntime-gpu)
 #   FETCH_STARTER=1  fetch the real starter models first, so bench uses animevideov3 ×4
 #   TIME_LIMIT     seconds for the whole check (default 570)
@@ -64,6 +66,10 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
 fi
 
 PYTHON="${PYTHON:-python3}"
+if [ -n "${WHEELS:-}" ] && compgen -G "$WHEELS/*.part-*" >/dev/null; then
+  JOINED="${TMPDIR:-/tmp}/tessera-gpu-wheels"
+  step join-wheels 120 tests/gpu/join_wheels.sh "$WHEELS" "$JOINED" && WHEELS="$JOINED"
+fi
 if [ "${SKIP_INSTALL:-0}" = "1" ]; then
   PY="$PYTHON"
 else
@@ -103,6 +109,8 @@ if [ "${FETCH_STARTER:-0}" = "1" ]; then
 fi
 
 step devices 60 "$PY" -m engine devices --json && cp "$OUT/devices.out" "$OUT/devices.json"
+# The GPUs as the set-up sees them (NVML, the driver's files) and the runtime it would install.
+step runtime-setup 60 "$PY" -m engine.runtime.runtime_setup --dry-run
 
 step gpu-tests 240 "$PY" -m pytest -q -m gpu tests/gpu -rA -p no:cacheprovider \
   --junitxml="$OUT/gpu-tests.xml"
@@ -122,5 +130,8 @@ cat "$OUT/bench-gpu.txt"
 
 rm -rf "$MODELS"
 echo "results in $OUT"
+held=$(grep -c "rc=0 " "$SUMMARY" || true)
+failed=$(grep -vc "rc=0 " "$SUMMARY" || true)
+echo "summary: $held steps held, $failed did not" | tee -a "$SUMMARY"
 cat "$SUMMARY"
 exit "$status"
