@@ -4,6 +4,7 @@ choice exported (available_isas, active_isa); a set the CPU lacks refused with e
 
 from __future__ import annotations
 
+import importlib.machinery
 import io
 import os
 import shutil
@@ -204,3 +205,14 @@ def test_the_bench_has_a_kernel_row_per_set(tmp_path: Path) -> None:
         assert isinstance(row.value, float) and row.value > 0
     assert rows["Tessera ÷ ncnn per instruction set"].value == "skipped"
     assert os.environ.get(winograd.ISA_ENV) is None  # the bench put the settings back
+
+
+def test_a_kernel_that_cannot_be_used_says_why(tmp_path: Path) -> None:
+    """Not built (the optional build failed), or a file that is no library: a sentence for
+    the person, not a silent fallback."""
+    lib, problem = winograd.load_from(tmp_path)
+    assert lib is None and problem is not None and "not built" in problem
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    (tmp_path / f"_winograd{suffix}").write_bytes(b"not a library")
+    lib, problem = winograd.load_from(tmp_path)
+    assert lib is None and problem is not None and "did not load" in problem
