@@ -4,6 +4,8 @@ choice exported (available_isas, active_isa); a set the CPU lacks refused with e
 
 from __future__ import annotations
 
+import importlib.machinery
+import io
 import os
 import shutil
 import subprocess
@@ -15,11 +17,14 @@ import onnxruntime as ort
 import pytest
 from PIL import Image
 
+from engine.bench.kernel_isas import measure_kernel_isas
+from engine.bench.table import Table
 from engine.errors import CpuIsaError
 from engine.runtime import chain, winograd
 from engine.runtime.providers import Device, Runtime, provider_plan
 from engine.runtime.sessions import FileIdentity, create_session
 from engine.samples.contract_models import make_compact_upscaler, make_rrdb_upscaler
+from engine.settings import EngineSettings
 
 pytestmark = pytest.mark.skipif(
     not winograd.available(), reason="the kernel is not built (no C compiler at install)"
@@ -180,3 +185,32 @@ def test_an_avx2_only_cpu_takes_the_avx2_path(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert "picked by itself: avx2" in done.stdout
     assert "avx512" not in done.stdout
+
+
+def test_the_bench_has_a_kernel_row_per_set(tmp_path: Path) -> None:
+    """`bench --quick`'s rows: one "kernel ÷ ORT" per set this CPU has, each a ratio of two
+    real requests; without ncnn's originals one row says why."""
+    models = tmp_path / "models"
+    make_compact_upscaler(models / "realesrgan-animevideov3-x4.onnx", 4, features=16, convs=4)
+    work = tmp_path / "work"
+    work.mkdir()
+    table = Table(out=io.StringIO())
+    settings = EngineSettings(models_dir=models)
+    measure_kernel_isas(table, settings, models, tmp_path / "no-packages", work, quick=True)
+    rows = {r.name: r for r in table.rows}
+    for isa in winograd.available_isas():
+        row = rows[f"realesrgan-animevideov3-x4: kernel ÷ ORT, {isa}, 256×192"]
+        assert isinstance(row.value, float) and row.value > 0
+    assert rows["Tessera ÷ ncnn per instruction set"].value == "skipped"
+    assert os.environ.get(winograd.ISA_ENV) is None  # the bench put the settings back
+
+
+def test_a_kernel_that_cannot_be_used_says_why(tmp_path: Path) -> None:
+    """Not built (the optional build failed), or a file that is no library: a sentence for
+    the person, not a silent fallback."""
+    lib, problem = winograd.load_from(tmp_path)
+    assert lib is None and problem is not None and "not built" in problem
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    (tmp_path / f"_winograd{suffix}").write_bytes(b"not a library")
+    lib, problem = winograd.load_from(tmp_path)
+    assert lib is None and problem is not None and "did not load" in problem

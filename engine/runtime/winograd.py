@@ -45,8 +45,11 @@ def padded(channels: int) -> int:
 
 @functools.cache
 def _load() -> tuple[ctypes.CDLL | None, str | None]:
-    """The library, or None and why not (a sentence for a person)."""
-    here = Path(__file__).parent
+    return load_from(Path(__file__).parent)
+
+
+def load_from(here: Path) -> tuple[ctypes.CDLL | None, str | None]:
+    """The library built into folder `here`, or None and why not (a sentence for a person)."""
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         path = here / f"_winograd{suffix}"
         if path.is_file():
@@ -60,9 +63,9 @@ def _load() -> tuple[ctypes.CDLL | None, str | None]:
         lib = ctypes.CDLL(str(path))
         if lib.tw_version() != KERNEL_VERSION:
             return None, f"{path.name} is of another version; rebuild it (`pip install .`)"
+        return _declare(lib), None
     except (OSError, AttributeError) as e:
         return None, f"{path.name} did not load ({e}); ONNX Runtime's kernels run"
-    return _declare(lib), None
 
 
 def _library() -> ctypes.CDLL | None:
