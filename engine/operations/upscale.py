@@ -484,7 +484,10 @@ class Upscale(OperationBase):
             finished = growing
 
             def whole() -> None:
-                write(finished)
+                try:
+                    write(finished)
+                finally:
+                    finished.let_go()
 
             writer = BackgroundWrite(behind.after_previous(whole) if behind else whole, growing)
         try:
@@ -571,7 +574,15 @@ class _FinishedRows(GrowingFrame):
 
     def advance(self, rows: int) -> None:
         # Final when every pass's assembler has finished the rows.
-        super().advance(min(a.final_rows for a in self.assemblers))
+        assemblers = self.assemblers
+        if assemblers:  # none once the writer let go (a tile blended after a failed write)
+            super().advance(min(a.final_rows for a in assemblers))
+
+    def let_go(self) -> None:
+        """Drops the assemblers once the write has ended: they and this frame refer to each
+        other, and the cycle held each frame's rows until a garbage collection — a frame more
+        of peak for every few frames of a sequence."""
+        self.assemblers = []
 
 
 def _growing(height: int, width: int, channels: int, dtype: np.dtype[Any]) -> _FinishedRows:
