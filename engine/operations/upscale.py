@@ -35,6 +35,7 @@ from engine.operations.base import (
     model_id,
 )
 from engine.operations.products import Products
+from engine.operations.write_behind import WriteBehind, abandoned_on_error
 from engine.options import OperationOptions, UpscaleConfig, UpscaleOptions, of_type, settle
 from engine.previews import PreviewPatch, PreviewRequest, PreviewResult, Region
 from engine.requests import Operation, Product, ProductKind, ProgressKind
@@ -408,7 +409,9 @@ class Upscale(OperationBase):
                 tile = auto_tile(ctx, self.config, image.size, self.requested_max_tile)
         n = len(image.frames)
         band_write = ctx.settings.overlap_tiles
-        with Products(ctx, image) as products:
+        # A frame's write goes on behind the next frame's runs (engine/operations/write_behind.py).
+        behind = WriteBehind() if band_write else None
+        with Products(ctx, image) as products, abandoned_on_error(behind):
             sink = products.image_product(model_id(ctx.spec), ProductKind.IMAGE, image.meta)
             for index, frame in enumerate(image.frames):
                 while True:
@@ -417,7 +420,7 @@ class Upscale(OperationBase):
                     # (Not with `overlap_tiles` off: then all the engine's own work is on its thread.)
                     early = sink.add if band_write and sink.encodes_rows_as_read() else None
                     try:
-                        out = self._frame(frame, c, tile, index, n, ctx, early)
+                        out = self._frame(frame, c, tile, index, n, ctx, early, behind)
                     except ResourceError as e:
                         failure = e  # the handle has already released the failed session (M5)
                     if failure is None:
@@ -438,6 +441,9 @@ class Upscale(OperationBase):
                 del out
                 ctx.emit(ctx.progress(ProgressKind.FRAME_FINISHED))
             ctx.used_tile = None if c.fixed_size is None and tile >= max(image.size) else tile
+            if behind is not None:
+                with products.timed():
+                    behind.finish()  # the last frame's rows after its last run
             return products.publish()
 
     def _frame(
@@ -449,6 +455,7 @@ class Upscale(OperationBase):
         count: int,
         ctx: RunContext,
         write: Callable[[FrameLike], None] | None = None,
+        behind: WriteBehind | None = None,
     ) -> np.ndarray | None:
         """The frame upscaled; or, given `write` (the product's writer), None once `write` has
         taken the whole frame: it is handed the frame at the start and encodes its rows on a
@@ -474,13 +481,26 @@ class Upscale(OperationBase):
         writer: BackgroundWrite | None = None
         if growing is not None and write is not None:
             growing.bind(assemblers)
-            writer = BackgroundWrite(lambda: write(growing), growing)
+            finished = growing
+
+            def whole() -> None:
+                try:
+                    write(finished)
+                finally:
+                    finished.let_go()
+
+            writer = BackgroundWrite(behind.after_previous(whole) if behind else whole, growing)
         try:
             self._run_tiles(ctx, prep, assemblers, reuse, key, writer)
         except BaseException:
             if writer is not None:
                 writer.abandon()  # it removes its temp file; the frame's own error is raised
             raise
+        if writer is not None and behind is not None:
+            waited = time.perf_counter()
+            behind.hand(writer)  # written while the next frame runs; waited on by `finish`
+            ctx.io_seconds += time.perf_counter() - waited
+            return None
         if writer is not None:
             waited = time.perf_counter()
             writer.result()  # the rows after the last run, and the writer's own errors
@@ -554,7 +574,15 @@ class _FinishedRows(GrowingFrame):
 
     def advance(self, rows: int) -> None:
         # Final when every pass's assembler has finished the rows.
-        super().advance(min(a.final_rows for a in self.assemblers))
+        assemblers = self.assemblers
+        if assemblers:  # none once the writer let go (a tile blended after a failed write)
+            super().advance(min(a.final_rows for a in assemblers))
+
+    def let_go(self) -> None:
+        """Drops the assemblers once the write has ended: they and this frame refer to each
+        other, and the cycle held each frame's rows until a garbage collection — a frame more
+        of peak for every few frames of a sequence."""
+        self.assemblers = []
 
 
 def _growing(height: int, width: int, channels: int, dtype: np.dtype[Any]) -> _FinishedRows:
