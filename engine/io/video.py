@@ -359,6 +359,7 @@ def _decode_ahead(
                     done += 1
                     continue
                 for frame in frames:
+                    _check_size(path, meta, frame, done + 1)
                     last = layout.array(frame)
                     if not _put(q, last, stop):
                         return
@@ -374,6 +375,19 @@ def _decode_ahead(
         _put(q, _Failure(_damaged(path, e)), stop)
         return
     _put(q, _END, stop)
+
+
+def _check_size(path: Path, meta: VideoMeta, frame: Any, number: int) -> None:
+    """Refuse a frame whose size is not the clip's before it is converted: a clip is checked
+    and sized from its header, so a larger later frame would pass every limit, and a smaller
+    one would be squeezed into the product's size."""
+    size = (int(frame.width), int(frame.height))
+    if size != meta.stored_size:
+        width, height = meta.stored_size
+        raise BadInputError(
+            f"{path.name}: frame {number} is {size[0]}×{size[1]}, the clip is {width}×{height}; "
+            "a clip whose frames change size cannot be run. Convert it to one frame size first."
+        )
 
 
 def _upright(meta: VideoMeta) -> tuple[int, int]:
@@ -533,6 +547,7 @@ def read_frame(
             raise _damaged(path, e) from e
         if best is None:
             raise BadInputError(f"{path.name}: frame {index + 1} cannot be decoded.")
+        _check_size(path, meta, best, index + 1)
         return layout.array(best)
 
 

@@ -1,0 +1,67 @@
+"""Clips that go wrong while they run: frames that change size, a full disk, limits of codecs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.api import Engine
+from engine.errors import ErrorKind
+from engine.io.video import read_frame
+from engine.options import OutputOptions, VideoOptions
+from engine.requests import Operation, OperationRequest
+from engine.samples.contract_models import make_upscaler
+from engine.settings import EngineSettings
+from tests.video_clips import make_resizing_clip
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("models")
+    make_upscaler(folder / "up2.onnx", scale=2)
+    return folder
+
+
+def _engine_run(models: Path, inputs: list[Path], out: Path, **video: object) -> object:
+    engine = Engine(EngineSettings(models_dir=models, overlap=8))
+    request = OperationRequest(
+        Operation.UPSCALE,
+        str(models / "up2.onnx"),
+        tuple(inputs),
+        output_dir=out,
+        output=OutputOptions(video=VideoOptions(**video)),  # type: ignore[arg-type]
+    )
+    return engine.run(request)
+
+
+def _cli(*args: str, limit: int = 120, **popen: object) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "engine", "run", *args]
+    return subprocess.run(  # type: ignore[call-overload]
+        command, capture_output=True, text=True, env=env, timeout=limit, **popen
+    )
+
+
+def test_a_frame_of_another_size_fails_the_clip_with_its_number_and_sizes(
+    models: Path, tmp_path: Path
+) -> None:
+    clip = make_resizing_clip(tmp_path / "grows.mkv", [(64, 48), (64, 48), (200, 150), (64, 48)])
+    result = _engine_run(models, [clip], tmp_path / "o")
+    (failure,) = result.failures  # type: ignore[attr-defined]
+    assert failure.kind is ErrorKind.BAD_INPUT
+    assert "frame 3 is 200×150, the clip is 64×48" in failure.message
+    assert not (tmp_path / "o").exists() or list((tmp_path / "o").iterdir()) == []
+    with pytest.raises(Exception, match="frame 3 is 200×150"):
+        read_frame(clip, 2, 10**8)
+    done = _cli(
+        "upscale", str(clip), "--model", str(models / "up2.onnx"), "--out", str(tmp_path / "c")
+    )
+    assert done.returncode == 4, done.stderr
+    assert "frame 3 is 200×150, the clip is 64×48" in done.stderr
+    assert "Traceback" not in done.stderr
