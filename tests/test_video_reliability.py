@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import resource
+import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,7 +19,7 @@ from engine.options import OutputOptions, VideoOptions
 from engine.requests import Operation, OperationRequest
 from engine.samples.contract_models import make_upscaler
 from engine.settings import EngineSettings
-from tests.video_clips import make_resizing_clip
+from tests.video_clips import make_clip, make_resizing_clip
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,3 +68,38 @@ def test_a_frame_of_another_size_fails_the_clip_with_its_number_and_sizes(
     assert done.returncode == 4, done.stderr
     assert "frame 3 is 200×150, the clip is 64×48" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def _file_size_limit(limit: int) -> Callable[[], None]:
+    """For a child process: writes past `limit` bytes fail with EFBIG (SIGXFSZ ignored), as
+    the engine's real write path meets a full disk, with no disk to fill or mount."""
+
+    def apply() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+@pytest.mark.parametrize("codec", ["ffv1", "png"])
+def test_a_full_disk_while_a_clip_is_encoded_is_exit_3_and_leaves_nothing(
+    models: Path, tmp_path: Path, codec: str
+) -> None:
+    clip = make_clip(tmp_path / "clip.mp4", 6, size=(320, 240), audio=None)
+    out = tmp_path / "o"
+    done = _cli(
+        "upscale",
+        str(clip),
+        "--model",
+        str(models / "up2.onnx"),
+        "--out",
+        str(out),
+        "--video-codec",
+        codec,
+        preexec_fn=_file_size_limit(20_000),
+    )
+    assert done.returncode == 3, done.stderr
+    assert f"the disk holding {out} is full" in done.stderr
+    assert "Traceback" not in done.stderr and "unexpected error" not in done.stderr
+    assert "out of memory" not in done.stderr  # no retry at a smaller tile
+    assert not out.exists() or list(out.iterdir()) == []  # nothing half written

@@ -10,6 +10,7 @@ leaves nothing.
 
 from __future__ import annotations
 
+import errno
 import io
 import logging
 import os
@@ -27,7 +28,7 @@ import numpy as np
 
 from engine.errors import BadInputError, ResourceError
 from engine.io.image import VideoMeta
-from engine.io.publish import PendingOutput, open_output
+from engine.io.publish import EFBIG_OR_FULL, PendingOutput, open_output, write_error
 from engine.options import VideoCodec, VideoOptions
 
 log = logging.getLogger(__name__)
@@ -347,8 +348,13 @@ class VideoWriter:
             self._encode()
         except BaseException as e:  # handed to the engine thread at its next add or publish
             log.info("encoding %s failed: %s", self.path.name, e)
-            if isinstance(e, av.error.FFmpegError):
-                error: BaseException = _encode_error(self.path, e)
+            if isinstance(e, OSError) and e.errno in EFBIG_OR_FULL:
+                # PyAV's writes into the temp file raise the file's own OSError (a full disk
+                # through an FFmpeg error keeps its errno): said as the disk it is.
+                error: BaseException = write_error(self.path, e)
+                error.__cause__ = e
+            elif isinstance(e, av.error.FFmpegError):
+                error = _encode_error(self.path, e)
                 error.__cause__ = e
             elif isinstance(e, MemoryError):
                 error = ResourceError(f"{self.path.name}: not enough memory to encode the clip.")
@@ -508,6 +514,6 @@ def _copied_packets(source: Any, indices: list[int]) -> Iterator[Any]:
 
 def _encode_error(path: Path, e: av.error.FFmpegError) -> Exception:
     text = str(e.strerror or e)
-    if "No space" in text:
-        return ResourceError(f"{path.name}: the disk is full; free some space.")
+    if "No space" in text or "too large" in text:
+        return write_error(path, OSError(errno.ENOSPC if "No space" in text else errno.EFBIG, text))
     return BadInputError(f"{path.name}: the clip could not be encoded ({text}).")
