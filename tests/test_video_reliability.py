@@ -15,7 +15,7 @@ import pytest
 from engine.api import Engine
 from engine.errors import ErrorKind
 from engine.io.video import read_frame
-from engine.options import OutputOptions, VideoOptions
+from engine.options import OutputOptions, VideoOptions, parse_video_options
 from engine.requests import Operation, OperationRequest
 from engine.samples.contract_models import make_upscaler
 from engine.settings import EngineSettings
@@ -103,3 +103,19 @@ def test_a_full_disk_while_a_clip_is_encoded_is_exit_3_and_leaves_nothing(
     assert "Traceback" not in done.stderr and "unexpected error" not in done.stderr
     assert "out of memory" not in done.stderr  # no retry at a smaller tile
     assert not out.exists() or list(out.iterdir()) == []  # nothing half written
+
+
+def test_a_crf_past_what_the_codec_takes_is_refused_naming_the_range(
+    models: Path, tmp_path: Path
+) -> None:
+    clip = make_clip(tmp_path / "clip.mp4", 2, audio=None)
+    model = str(models / "up2.onnx")
+    done = _cli("upscale", str(clip), "--model", model, "--video-codec", "h264", "--crf", "63")
+    assert done.returncode == 2, done.stderr
+    assert "--crf 63" in done.stderr and "h264 0 to 51" in done.stderr
+    assert parse_video_options("vp9", "63").crf == 63  # libvpx goes to 63
+    # Left to the input's codec (H.264 here), the same refusal, before anything is written.
+    result = _engine_run(models, [clip], tmp_path / "o", crf=63)
+    (failure,) = result.failures  # type: ignore[attr-defined]
+    assert failure.kind is ErrorKind.USAGE and "h264 0 to 51" in failure.message
+    assert not (tmp_path / "o").exists() or list((tmp_path / "o").iterdir()) == []

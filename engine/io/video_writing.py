@@ -29,7 +29,7 @@ import numpy as np
 from engine.errors import BadInputError, ResourceError
 from engine.io.image import VideoMeta
 from engine.io.publish import EFBIG_OR_FULL, PendingOutput, open_output, write_error
-from engine.options import VideoCodec, VideoOptions
+from engine.options import VideoCodec, VideoOptions, check_crf
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +136,7 @@ def plan_output(
     if alpha and codec not in (VideoCodec.PRORES, VideoCodec.FFV1):
         codec = VideoCodec.VP9
     encoder = _ENCODERS[codec]
+    check_crf(options.crf, codec.value)  # the input's codec (auto) or VP9 (alpha) is known here
     grey = channels in (1, 2)
     opts: dict[str, str] = {}
     rgb = False
