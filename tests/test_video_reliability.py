@@ -19,7 +19,7 @@ from engine.options import OutputOptions, VideoOptions, parse_video_options
 from engine.requests import Operation, OperationRequest
 from engine.samples.contract_models import make_upscaler
 from engine.settings import EngineSettings
-from tests.video_clips import make_clip, make_resizing_clip
+from tests.video_clips import make_clip, make_resizing_clip, with_stated_size
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -119,3 +119,15 @@ def test_a_crf_past_what_the_codec_takes_is_refused_naming_the_range(
     (failure,) = result.failures  # type: ignore[attr-defined]
     assert failure.kind is ErrorKind.USAGE and "h264 0 to 51" in failure.message
     assert not (tmp_path / "o").exists() or list((tmp_path / "o").iterdir()) == []
+
+
+def test_a_frame_too_large_for_ffmpeg_is_refused_for_its_size_not_as_damaged(
+    models: Path, tmp_path: Path
+) -> None:
+    small = make_clip(tmp_path / "s.mkv", 2, size=(256, 256), codec="ffv1", audio=None)
+    huge = with_stated_size(small, tmp_path / "huge.mkv", 17000)
+    result = _engine_run(models, [huge], tmp_path / "o")
+    (failure,) = result.failures  # type: ignore[attr-defined]
+    assert failure.kind is ErrorKind.BAD_INPUT
+    assert "17000×17000 pixels" in failure.message and "larger than FFmpeg" in failure.message
+    assert "damaged?" not in failure.message

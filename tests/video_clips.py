@@ -193,3 +193,17 @@ def make_resizing_clip(path: Path, sizes: Sequence[tuple[int, int]], rate: int =
             out.mux(packet)
     out.close()
     return path
+
+
+def with_stated_size(clip: Path, path: Path, side: int) -> Path:
+    """`clip` (an FFV1 Matroska clip of 256×256 frames) with its header stating side×side:
+    what a clip too large for FFmpeg looks like, with no need to encode one (EBML PixelWidth
+    0xB0 and PixelHeight 0xBA, two bytes each)."""
+    data = clip.read_bytes()
+    value = side.to_bytes(2, "big")
+    for element in (b"\xb0", b"\xba"):
+        old = element + b"\x82\x01\x00"
+        assert data.count(old) == 1, "the clip must be 256×256"
+        data = data.replace(old, element + b"\x82" + value)
+    path.write_bytes(data)
+    return path

@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import logging
 import queue
+import re
 import stat
 import threading
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from typing import Any
 
 import av
 import av.error
+import av.logging
 import numpy as np
 
 from engine.errors import BadInputError, ResourceError
@@ -50,7 +52,49 @@ _POLL_S = 0.1  # how often a side thread blocked on its queue looks for a stop
 # Errors
 
 
+_INVALID_SIZE = re.compile(r"Picture size (\d+)x(\d+) is invalid")
+
+
+def _refused_size(path: Path) -> tuple[int, int] | None:
+    """The frame size FFmpeg refused while opening `path` (frames it cannot hold: about 260
+    megapixels and up). FFmpeg says so only in its log, so the file is opened again with the
+    log captured; only on a failure, as the log level is the whole process's."""
+    previous = av.logging.get_level()
+    av.logging.set_level(av.logging.ERROR)
+    try:
+        with av.logging.Capture() as logs:
+            try:
+                with av.open(str(path), metadata_errors="replace") as container:
+                    for stream in container.streams.video[:1]:
+                        for _ in container.decode(stream):
+                            break
+            except (av.error.FFmpegError, OSError, ValueError):
+                pass
+    finally:
+        av.logging.set_level(previous)
+    for _level, _name, text in logs:
+        match = _INVALID_SIZE.search(text)
+        if match:
+            return int(match[1]), int(match[2])
+    return None
+
+
+def _too_large(path: Path) -> BadInputError | None:
+    size = _refused_size(path)
+    if size is None:
+        return None
+    width, height = size
+    return BadInputError(
+        f"{path.name}: its frames are {width}×{height} pixels ({_fmt_pixels(width * height)}), "
+        "larger than FFmpeg can decode (about 260 megapixels a frame); the file is not "
+        "necessarily damaged. Scale the clip down with another tool first."
+    )
+
+
 def _damaged(path: Path, exc: BaseException) -> BadInputError:
+    too_large = _too_large(path)
+    if too_large is not None:
+        return too_large
     detail = str(getattr(exc, "strerror", None) or exc).strip()
     if isinstance(exc, EOFError) or "End of file" in detail:
         return BadInputError(
@@ -157,6 +201,9 @@ def probe_video(path: Path, max_pixels: int, *, count_frames: bool = True) -> Vi
             )
         width, height = int(ctx.width or 0), int(ctx.height or 0)
         if width <= 0 or height <= 0:
+            too_large = _too_large(path)  # FFmpeg drops a size it cannot hold
+            if too_large is not None:
+                raise too_large
             raise BadInputError(f"{path.name}: the video stream states no frame size; damaged?")
         if width * height > max_pixels:
             raise BadInputError(
