@@ -15,8 +15,6 @@ from __future__ import annotations
 import itertools
 import logging
 import queue
-import re
-import stat
 import threading
 from dataclasses import dataclass
 from fractions import Fraction
@@ -25,10 +23,13 @@ from typing import Any
 
 import av
 import av.error
-import av.logging
 import numpy as np
 
 from engine.errors import BadInputError, ResourceError
+from engine.io.clip_errors import damaged as _damaged
+from engine.io.clip_errors import fmt_pixels as _fmt_pixels
+from engine.io.clip_errors import open_clip as _open
+from engine.io.clip_errors import too_large as _too_large
 from engine.io.image import VIDEO_SUFFIXES, DecodedImage, ImageMeta, LazyFrames, VideoMeta, is_video
 
 log = logging.getLogger(__name__)
@@ -46,101 +47,6 @@ __all__ = [
 VIDEO_TEXT = "MP4, MOV, MKV, WebM, AVI, MPEG-TS, WMV, FLV, OGV, 3GP, MXF"
 QUEUE_FRAMES = 3  # frames decoded ahead and waiting to be encoded: memory stays flat
 _POLL_S = 0.1  # how often a side thread blocked on its queue looks for a stop
-
-
-# ---------------------------------------------------------------------------------------------
-# Errors
-
-
-_INVALID_SIZE = re.compile(r"Picture size (\d+)x(\d+) is invalid")
-
-
-def _refused_size(path: Path) -> tuple[int, int] | None:
-    """The frame size FFmpeg refused while opening `path` (frames it cannot hold: about 260
-    megapixels and up). FFmpeg says so only in its log, so the file is opened again with the
-    log captured; only on a failure, as the log level is the whole process's."""
-    previous = av.logging.get_level()
-    av.logging.set_level(av.logging.ERROR)
-    try:
-        with av.logging.Capture() as logs:
-            try:
-                with av.open(str(path), metadata_errors="replace") as container:
-                    for stream in container.streams.video[:1]:
-                        for _ in container.decode(stream):
-                            break
-            except (av.error.FFmpegError, OSError, ValueError):
-                pass
-    finally:
-        av.logging.set_level(previous)
-    for _level, _name, text in logs:
-        match = _INVALID_SIZE.search(text)
-        if match:
-            return int(match[1]), int(match[2])
-    return None
-
-
-def _too_large(path: Path) -> BadInputError | None:
-    size = _refused_size(path)
-    if size is None:
-        return None
-    width, height = size
-    return BadInputError(
-        f"{path.name}: its frames are {width}×{height} pixels ({_fmt_pixels(width * height)}), "
-        "larger than FFmpeg can decode (about 260 megapixels a frame); the file is not "
-        "necessarily damaged. Scale the clip down with another tool first."
-    )
-
-
-def _damaged(path: Path, exc: BaseException) -> BadInputError:
-    too_large = _too_large(path)
-    if too_large is not None:
-        return too_large
-    detail = str(getattr(exc, "strerror", None) or exc).strip()
-    if isinstance(exc, EOFError) or "End of file" in detail:
-        return BadInputError(
-            f"{path.name}: the file ends before its first frame: the clip has no frames, or it "
-            "is truncated (not copied or downloaded completely)."
-        )
-    if "moov atom not found" in detail:
-        return BadInputError(
-            f"{path.name}: the video file is truncated (it ends before its data does); it may "
-            "not have been copied or downloaded completely."
-        )
-    return BadInputError(
-        f"{path.name}: this is not a video FFmpeg can read, or the file is damaged"
-        + (f" ({detail})." if detail else ".")
-    )
-
-
-def _check_file(path: Path) -> None:
-    try:
-        info = path.stat()
-    except FileNotFoundError as e:
-        raise BadInputError(
-            f"{path.name}: the file does not exist (looked in {path.parent})."
-        ) from e
-    except PermissionError as e:
-        raise BadInputError(f"{path.name}: permission denied; Tessera may not read it.") from e
-    except OSError as e:
-        raise BadInputError(f"{path.name}: the file cannot be read ({e.strerror or e}).") from e
-    if stat.S_ISDIR(info.st_mode):
-        raise BadInputError(f"{path.name}: this is a folder, not a video file.")
-    if info.st_size == 0:
-        raise BadInputError(f"{path.name}: the file is empty (0 bytes).")
-
-
-def _open(path: Path) -> Any:
-    _check_file(path)
-    try:
-        return av.open(str(path), metadata_errors="replace")
-    except av.error.FFmpegError as e:
-        raise _damaged(path, e) from e
-    except OSError as e:
-        raise BadInputError(f"{path.name}: the file cannot be read ({e.strerror or e}).") from e
-
-
-def _fmt_pixels(count: int) -> str:
-    return f"{count / 1e6:.1f} megapixels" if count >= 1_000_000 else f"{count} pixels"
 
 
 # ---------------------------------------------------------------------------------------------
