@@ -57,6 +57,11 @@ class ResourceError(EngineError):
     kind = ErrorKind.RESOURCE
 
 
+class DiskFullError(ResourceError):
+    """A disk is full, over its quota, or refuses a file that large: never a memory problem,
+    so no smaller tile is tried."""
+
+
 class BadInputError(EngineError):
     """An input file cannot be read as an image, or is refused (too large, empty...)."""
 

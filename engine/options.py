@@ -283,6 +283,18 @@ class VideoCodec(StrEnum):
 
 
 CRF_RANGE = (0, 63)
+# x264 and x265 stop at 51 (a higher CRF was taken without a word); libvpx and SVT-AV1 at 63.
+CRF_HIGHEST = {"h264": 51, "hevc": 51, "vp9": 63, "av1": 63}
+
+
+def check_crf(crf: int | None, codec: str) -> None:
+    """UsageError (exit 2) when `crf` is past what the encoder of `codec` takes."""
+    high = CRF_HIGHEST.get(codec)
+    if crf is not None and high is not None and crf > high:
+        ranges = "; ".join(f"{name} 0 to {top}" for name, top in CRF_HIGHEST.items())
+        raise UsageError(f"--crf {crf} is past what {codec} takes ({ranges}).")
+
+
 # x264/x265 preset names; SVT-AV1 and libvpx take a number (0 slowest … 13 / 8 fastest).
 VIDEO_PRESETS = (
     "ultrafast",
@@ -318,6 +330,7 @@ class VideoOptions:
             or not low <= self.crf <= high
         ):
             raise UsageError(f"--crf takes a whole number from {low} to {high}, not {self.crf!r}.")
+        check_crf(self.crf, self.codec.value)
         if self.preset is not None and not (
             self.preset in VIDEO_PRESETS or (self.preset.isdigit() and int(self.preset) <= 13)
         ):

@@ -181,3 +181,16 @@ def test_a_models_folder_whose_name_is_not_utf8(
     assert code == 2, line
     assert "has bytes that are not UTF-8 text" in line and "mod\\xffels" in line, line
     assert not out.exists()
+
+
+def test_a_models_folder_in_a_loop_of_links_is_warned_about_not_listed_as_empty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    monkeypatch.setenv("TESSERA_MODELS_DIR", str(tmp_path / "a"))
+    code = main(["models", "list"])
+    err = capsys.readouterr().err
+    assert code == 0
+    assert "warning: the models folder" in err and "a loop of symbolic links" in err, err
+    assert "TESSERA_MODELS_DIR" in err

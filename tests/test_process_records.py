@@ -392,3 +392,34 @@ def test_a_finaliser_that_lets_go_during_a_write_does_not_hang_the_process(
     assert not worker.is_alive(), "hold() waited for its own lock"
     assert [s.model for s in this.record().sessions] == ["m"]  # cache 2 still holds it
     this.withdraw()
+
+
+def test_a_fifo_or_a_record_that_is_not_an_object_is_skipped_and_swept(
+    runtime_dir: Path,
+) -> None:
+    """Only regular files are read, without blocking: a FIFO hung `engine memory` for good,
+    and valid JSON that is not an object crashed it; the memory panel reads the same."""
+    runtime_dir.parent.mkdir(mode=0o700)
+    runtime_dir.mkdir(mode=0o700)
+    live = os.getppid()  # a live pid: what is not a record is swept whatever its pid
+    fifo = runtime_dir / f"{live}.json"
+    os.mkfifo(fifo, 0o600)
+    listed = runtime_dir / f"{os.getpid()}.json"
+    listed.write_text("[]")
+    huge = runtime_dir / "999999998.json"
+    huge.write_bytes(b" " * (2 << 20))  # no record is that large
+    done = subprocess.run(
+        [sys.executable, "-m", "engine", "memory"],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert not fifo.exists() and not listed.exists() and not huge.exists()
+    os.mkfifo(fifo, 0o600)
+    listed.write_text('"a string"')
+    assert census.take(scan_cpu=False).processes == ()
+    assert not fifo.exists() and not listed.exists()

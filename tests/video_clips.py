@@ -172,3 +172,38 @@ def decoded(path: Path, fmt: str = "rgb24") -> tuple[list[np.ndarray], list[Any]
 
 def times(frames: Sequence[Any]) -> list[float]:
     return [float(f.pts * f.time_base) for f in frames]
+
+
+def make_resizing_clip(path: Path, sizes: Sequence[tuple[int, int]], rate: int = 25) -> Path:
+    """An MJPEG Matroska clip whose frames have the given sizes: each frame is encoded on its
+    own (an encoder keeps one size) and muxed into the one stream the header sizes as the first."""
+    out: Any = av.open(str(path), "w", format="matroska")
+    video: Any = out.add_stream("mjpeg", rate=rate)
+    video.width, video.height, video.pix_fmt = *sizes[0], "yuvj420p"
+    step = Fraction(1, rate)
+    for i, (width, height) in enumerate(sizes):
+        encoder: Any = av.CodecContext.create("mjpeg", "w")
+        encoder.width, encoder.height, encoder.pix_fmt = width, height, "yuvj420p"
+        encoder.time_base = step
+        frame = av.VideoFrame.from_ndarray(picture(i, width, height), format="rgb24")
+        frame = frame.reformat(format="yuvj420p")
+        frame.pts, frame.time_base = i, step
+        for packet in [*encoder.encode(frame), *encoder.encode(None)]:
+            packet.stream, packet.pts, packet.dts, packet.time_base = video, i, i, step
+            out.mux(packet)
+    out.close()
+    return path
+
+
+def with_stated_size(clip: Path, path: Path, side: int) -> Path:
+    """`clip` (an FFV1 Matroska clip of 256×256 frames) with its header stating side×side:
+    what a clip too large for FFmpeg looks like, with no need to encode one (EBML PixelWidth
+    0xB0 and PixelHeight 0xBA, two bytes each)."""
+    data = clip.read_bytes()
+    value = side.to_bytes(2, "big")
+    for element in (b"\xb0", b"\xba"):
+        old = element + b"\x82\x01\x00"
+        assert data.count(old) == 1, "the clip must be 256×256"
+        data = data.replace(old, element + b"\x82" + value)
+    path.write_bytes(data)
+    return path

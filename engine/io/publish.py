@@ -17,12 +17,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-from engine.errors import BadInputError, ResourceError
+from engine.errors import BadInputError, DiskFullError
 from engine.files import LIVE, ReplacedError, name_limits, partial_name, sweep_leftovers
 
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "EFBIG_OR_FULL",
     "PendingOutput",
     "atomic_output",
     "check_output_name",
@@ -51,17 +52,19 @@ def unique_path(path: Path) -> Path:
 
 
 FULL = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
+EFBIG_OR_FULL = FULL | {errno.EFBIG}  # every write that fails for want of room
 
 
 def write_error(path: Path, exc: OSError) -> Exception:
     """The sentence for a failed write of `path`; every writer maps its OSErrors here."""
     folder = path.parent
     if exc.errno in FULL:
-        return ResourceError(f"{path.name}: the disk holding {folder} is full; free some space.")
+        return DiskFullError(f"{path.name}: the disk holding {folder} is full; free some space.")
     if exc.errno == errno.EFBIG:
-        return ResourceError(
-            f"{path.name}: the file is larger than the file system of {folder} allows (FAT "
-            "holds at most 4 GB a file). Choose an output folder on another disk."
+        return DiskFullError(
+            f"{path.name}: the disk holding {folder} is full for a file this large: it is "
+            "larger than the file system allows (FAT holds at most 4 GB a file) or than this "
+            "process may write. Choose an output folder on another disk."
         )
     if isinstance(exc, PermissionError) or exc.errno in (errno.EACCES, errno.EPERM):
         return BadInputError(

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.errors import ResourceError
+from engine.errors import DiskFullError, ResourceError
 
 
 def _save(path: Path, array: np.ndarray) -> None:
@@ -51,7 +51,7 @@ class FrameSpill:
                 folder = self._folder.parent if self._folder else Path(tempfile.gettempdir())
                 self.close()
                 if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-                    raise ResourceError(
+                    raise DiskFullError(
                         f"the disk holding the temporary folder {folder} is full; free some "
                         "space (or set TMPDIR to a folder on a larger disk)."
                     ) from e

@@ -15,7 +15,6 @@ from __future__ import annotations
 import itertools
 import logging
 import queue
-import stat
 import threading
 from dataclasses import dataclass
 from fractions import Fraction
@@ -27,6 +26,10 @@ import av.error
 import numpy as np
 
 from engine.errors import BadInputError, ResourceError
+from engine.io.clip_errors import damaged as _damaged
+from engine.io.clip_errors import fmt_pixels as _fmt_pixels
+from engine.io.clip_errors import open_clip as _open
+from engine.io.clip_errors import too_large as _too_large
 from engine.io.image import VIDEO_SUFFIXES, DecodedImage, ImageMeta, LazyFrames, VideoMeta, is_video
 
 log = logging.getLogger(__name__)
@@ -44,59 +47,6 @@ __all__ = [
 VIDEO_TEXT = "MP4, MOV, MKV, WebM, AVI, MPEG-TS, WMV, FLV, OGV, 3GP, MXF"
 QUEUE_FRAMES = 3  # frames decoded ahead and waiting to be encoded: memory stays flat
 _POLL_S = 0.1  # how often a side thread blocked on its queue looks for a stop
-
-
-# ---------------------------------------------------------------------------------------------
-# Errors
-
-
-def _damaged(path: Path, exc: BaseException) -> BadInputError:
-    detail = str(getattr(exc, "strerror", None) or exc).strip()
-    if isinstance(exc, EOFError) or "End of file" in detail:
-        return BadInputError(
-            f"{path.name}: the file ends before its first frame: the clip has no frames, or it "
-            "is truncated (not copied or downloaded completely)."
-        )
-    if "moov atom not found" in detail:
-        return BadInputError(
-            f"{path.name}: the video file is truncated (it ends before its data does); it may "
-            "not have been copied or downloaded completely."
-        )
-    return BadInputError(
-        f"{path.name}: this is not a video FFmpeg can read, or the file is damaged"
-        + (f" ({detail})." if detail else ".")
-    )
-
-
-def _check_file(path: Path) -> None:
-    try:
-        info = path.stat()
-    except FileNotFoundError as e:
-        raise BadInputError(
-            f"{path.name}: the file does not exist (looked in {path.parent})."
-        ) from e
-    except PermissionError as e:
-        raise BadInputError(f"{path.name}: permission denied; Tessera may not read it.") from e
-    except OSError as e:
-        raise BadInputError(f"{path.name}: the file cannot be read ({e.strerror or e}).") from e
-    if stat.S_ISDIR(info.st_mode):
-        raise BadInputError(f"{path.name}: this is a folder, not a video file.")
-    if info.st_size == 0:
-        raise BadInputError(f"{path.name}: the file is empty (0 bytes).")
-
-
-def _open(path: Path) -> Any:
-    _check_file(path)
-    try:
-        return av.open(str(path), metadata_errors="replace")
-    except av.error.FFmpegError as e:
-        raise _damaged(path, e) from e
-    except OSError as e:
-        raise BadInputError(f"{path.name}: the file cannot be read ({e.strerror or e}).") from e
-
-
-def _fmt_pixels(count: int) -> str:
-    return f"{count / 1e6:.1f} megapixels" if count >= 1_000_000 else f"{count} pixels"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -157,6 +107,9 @@ def probe_video(path: Path, max_pixels: int, *, count_frames: bool = True) -> Vi
             )
         width, height = int(ctx.width or 0), int(ctx.height or 0)
         if width <= 0 or height <= 0:
+            too_large = _too_large(path)  # FFmpeg drops a size it cannot hold
+            if too_large is not None:
+                raise too_large
             raise BadInputError(f"{path.name}: the video stream states no frame size; damaged?")
         if width * height > max_pixels:
             raise BadInputError(
@@ -359,6 +312,7 @@ def _decode_ahead(
                     done += 1
                     continue
                 for frame in frames:
+                    _check_size(path, meta, frame, done + 1)
                     last = layout.array(frame)
                     if not _put(q, last, stop):
                         return
@@ -374,6 +328,19 @@ def _decode_ahead(
         _put(q, _Failure(_damaged(path, e)), stop)
         return
     _put(q, _END, stop)
+
+
+def _check_size(path: Path, meta: VideoMeta, frame: Any, number: int) -> None:
+    """Refuse a frame whose size is not the clip's before it is converted: a clip is checked
+    and sized from its header, so a larger later frame would pass every limit, and a smaller
+    one would be squeezed into the product's size."""
+    size = (int(frame.width), int(frame.height))
+    if size != meta.stored_size:
+        width, height = meta.stored_size
+        raise BadInputError(
+            f"{path.name}: frame {number} is {size[0]}×{size[1]}, the clip is {width}×{height}; "
+            "a clip whose frames change size cannot be run. Convert it to one frame size first."
+        )
 
 
 def _upright(meta: VideoMeta) -> tuple[int, int]:
@@ -533,6 +500,7 @@ def read_frame(
             raise _damaged(path, e) from e
         if best is None:
             raise BadInputError(f"{path.name}: frame {index + 1} cannot be decoded.")
+        _check_size(path, meta, best, index + 1)
         return layout.array(best)
 
 

@@ -10,6 +10,7 @@ leaves nothing.
 
 from __future__ import annotations
 
+import errno
 import io
 import logging
 import os
@@ -27,8 +28,8 @@ import numpy as np
 
 from engine.errors import BadInputError, ResourceError
 from engine.io.image import VideoMeta
-from engine.io.publish import PendingOutput, open_output
-from engine.options import VideoCodec, VideoOptions
+from engine.io.publish import EFBIG_OR_FULL, PendingOutput, open_output, write_error
+from engine.options import VideoCodec, VideoOptions, check_crf
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +136,7 @@ def plan_output(
     if alpha and codec not in (VideoCodec.PRORES, VideoCodec.FFV1):
         codec = VideoCodec.VP9
     encoder = _ENCODERS[codec]
+    check_crf(options.crf, codec.value)  # the input's codec (auto) or VP9 (alpha) is known here
     grey = channels in (1, 2)
     opts: dict[str, str] = {}
     rgb = False
@@ -347,8 +349,13 @@ class VideoWriter:
             self._encode()
         except BaseException as e:  # handed to the engine thread at its next add or publish
             log.info("encoding %s failed: %s", self.path.name, e)
-            if isinstance(e, av.error.FFmpegError):
-                error: BaseException = _encode_error(self.path, e)
+            if isinstance(e, OSError) and e.errno in EFBIG_OR_FULL:
+                # PyAV's writes into the temp file raise the file's own OSError (a full disk
+                # through an FFmpeg error keeps its errno): said as the disk it is.
+                error: BaseException = write_error(self.path, e)
+                error.__cause__ = e
+            elif isinstance(e, av.error.FFmpegError):
+                error = _encode_error(self.path, e)
                 error.__cause__ = e
             elif isinstance(e, MemoryError):
                 error = ResourceError(f"{self.path.name}: not enough memory to encode the clip.")
@@ -508,6 +515,6 @@ def _copied_packets(source: Any, indices: list[int]) -> Iterator[Any]:
 
 def _encode_error(path: Path, e: av.error.FFmpegError) -> Exception:
     text = str(e.strerror or e)
-    if "No space" in text:
-        return ResourceError(f"{path.name}: the disk is full; free some space.")
+    if "No space" in text or "too large" in text:
+        return write_error(path, OSError(errno.ENOSPC if "No space" in text else errno.EFBIG, text))
     return BadInputError(f"{path.name}: the clip could not be encoded ({text}).")

@@ -167,6 +167,7 @@ def contract_json(contract: Contract) -> dict[str, Any]:
 def inventory_json(inv: ModelInventory) -> dict[str, Any]:
     return {
         "models_dir": str(inv.models_dir),
+        "problem": inv.problem,
         "installed": [
             {**_entry_json(m.entry), "path": str(m.path), "size": m.size, "problem": m.problem}
             for m in inv.installed
@@ -197,6 +198,8 @@ def inventory_json(inv: ModelInventory) -> dict[str, Any]:
 
 def _list(models_dir: Path, as_json: bool) -> int:
     inv = discover(models_dir)
+    if inv.problem:
+        print(f"warning: {inv.problem}", file=sys.stderr)
     if as_json:
         print(json.dumps(inventory_json(inv), indent=2))
         return EXIT_OK

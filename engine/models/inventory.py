@@ -176,6 +176,24 @@ class ModelInventory:
     installed: tuple[InstalledModel, ...]
     missing: tuple[CatalogEntry, ...]  # each says where to get it: entry.how_to_get / .url
     unknown: tuple[UnknownModel, ...]
+    problem: str | None = None  # why the folder could not be read (then every model is missing)
+
+
+def _folder_problem(models_dir: Path) -> str | None:
+    """Why the models folder cannot be listed, when it is there but unusable (a symlink loop,
+    a link to nothing, no permission): every model would show as missing without a word."""
+    try:
+        info = models_dir.stat()
+    except FileNotFoundError:
+        if os.path.islink(models_dir):
+            return f"the models folder {models_dir} is a link to nothing; {_CHOOSE}"
+        return None  # not made yet: the first install creates it
+    except OSError as e:
+        reason = "a loop of symbolic links" if e.errno == errno.ELOOP else e.strerror or str(e)
+        return f"the models folder {models_dir} cannot be read ({reason}). {_CHOOSE}"
+    if not stat.S_ISDIR(info.st_mode):
+        return f"the models folder {models_dir} is a file, not a folder. {_CHOOSE}"
+    return None
 
 
 def discover(models_dir: Path) -> ModelInventory:
@@ -183,10 +201,14 @@ def discover(models_dir: Path) -> ModelInventory:
     (each validated: its family, or why it was refused). Only the folder's top level."""
     catalog = load_catalog()
     files: dict[str, Path] = {}
-    if models_dir.is_dir():
-        for p in sorted(models_dir.iterdir()):
-            if p.suffix.lower() == ".onnx" and not p.name.startswith(".") and p.is_file():
-                files[p.name] = p
+    problem = _folder_problem(models_dir)
+    if problem is None and models_dir.is_dir():
+        try:
+            for p in sorted(models_dir.iterdir()):
+                if p.suffix.lower() == ".onnx" and not p.name.startswith(".") and p.is_file():
+                    files[p.name] = p
+        except OSError as e:
+            problem = f"the models folder {models_dir} cannot be read ({e.strerror or e})."
     installed: list[InstalledModel] = []
     missing: list[CatalogEntry] = []
     bundled = bundled_models_dir()
@@ -211,7 +233,7 @@ def discover(models_dir: Path) -> ModelInventory:
             unknown.append(UnknownModel(path, path.stat().st_size, validate_model(path)))
         except ModelError as e:
             unknown.append(UnknownModel(path, path.stat().st_size, None, str(e)))
-    return ModelInventory(models_dir, tuple(installed), tuple(missing), tuple(unknown))
+    return ModelInventory(models_dir, tuple(installed), tuple(missing), tuple(unknown), problem)
 
 
 def _same_content(a: Path, b: Path) -> bool:

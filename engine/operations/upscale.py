@@ -20,7 +20,7 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from engine.errors import InferenceError, ModelError, ResourceError
+from engine.errors import DiskFullError, InferenceError, ModelError, ResourceError
 from engine.io.image import DecodedImage, to_float
 from engine.io.png import FrameLike
 from engine.io.writing import BackgroundWrite, GrowingFrame
@@ -421,6 +421,8 @@ class Upscale(OperationBase):
                     early = sink.add if band_write and sink.encodes_rows_as_read() else None
                     try:
                         out = self._frame(frame, c, tile, index, n, ctx, early, behind)
+                    except DiskFullError:
+                        raise  # a smaller tile frees no disk
                     except ResourceError as e:
                         failure = e  # the handle has already released the failed session (M5)
                     if failure is None:

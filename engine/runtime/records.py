@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import os
+import stat
 import threading
 from dataclasses import asdict, dataclass
 from enum import Enum
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 
 SCHEMA = 1
 START_SLACK_S = 1.0  # create_time is derived from clock ticks since boot: equal within this
+MAX_RECORD_BYTES = 1 << 20  # a record is a few hundred bytes per session: more is not one
 
 
 class ProcessKind(Enum):
@@ -88,8 +90,10 @@ class ProcessRecord:
         return data
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ProcessRecord:
+    def from_json(cls, data: Any) -> ProcessRecord:
         """Raises ValueError (or KeyError/TypeError) for anything that is not a record."""
+        if not isinstance(data, dict):
+            raise TypeError(f"a record is a JSON object, not {type(data).__name__}")
         if data.get("schema") != SCHEMA:
             raise ValueError(f"record schema {data.get('schema')!r}")
         sessions = tuple(
@@ -284,8 +288,16 @@ def read_all(*, sweep: bool = True) -> tuple[ProcessRecord, ...]:
         if not name.endswith(".json"):
             continue
         try:
-            record = ProcessRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError, KeyError, TypeError) as e:
+            data = _read_record(path)
+        except _NotARecord as e:  # no writer of ours made it: swept whatever its pid
+            log.info("ignoring %s, which is not a process record: %s", name, e)
+            if sweep:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+            continue
+        try:
+            record = ProcessRecord.from_json(data)
+        except (OSError, ValueError, KeyError, TypeError, OverflowError) as e:
             log.info("ignoring the unreadable process record %s: %s", name, e)
             pid = _pid_in(name[: -len(".json")])
             if sweep and pid is not None and process_start(pid) is None:
@@ -299,6 +311,40 @@ def read_all(*, sweep: bool = True) -> tuple[ProcessRecord, ...]:
             with contextlib.suppress(OSError):
                 path.unlink()
     return tuple(sorted(out, key=lambda r: (r.started, r.pid)))
+
+
+class _NotARecord(Exception):
+    """A file in the records folder that no Tessera process wrote as its record."""
+
+
+def _read_record(path: Path) -> Any:
+    """The JSON in `path`, read without ever waiting: a FIFO or a device would block an open
+    or a read for good (`engine memory` hung), so the file is opened non-blocking, without
+    following a link, and read only when it is a regular file under `MAX_RECORD_BYTES`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        raise _NotARecord(e.strerror or str(e)) from e
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _NotARecord("not a regular file")
+        if info.st_size > MAX_RECORD_BYTES:
+            raise _NotARecord(f"{info.st_size} bytes")
+        data = os.read(fd, MAX_RECORD_BYTES + 1)
+    except OSError as e:
+        raise _NotARecord(e.strerror or str(e)) from e
+    finally:
+        os.close(fd)
+    if len(data) > MAX_RECORD_BYTES:
+        raise _NotARecord("too large")
+    try:
+        parsed = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+        raise _NotARecord(f"not JSON ({e})") from e
+    if not isinstance(parsed, dict):
+        raise _NotARecord(f"JSON {type(parsed).__name__}, not an object")
+    return parsed
 
 
 def _pid_in(text: str) -> int | None:
