@@ -576,6 +576,7 @@ def test_the_app_quits_cleanly_on_a_stop_signal(tmp_path: Path, signum: int) -> 
         HOME=str(tmp_path / "home"), XDG_DATA_HOME="", XDG_CONFIG_HOME="", TMPDIR=str(temp),
         QT_QPA_PLATFORM="offscreen", PYTHONPATH=str(ROOT),
         TESSERA_INSTANCE_NAME=f"stop-{os.getpid()}-{signum}",
+        TESSERA_STARTUP_PROBE="0",  # prints "shown" once the window is up
     )  # fmt: skip
     with subprocess.Popen(
         [sys.executable, "-m", "gui"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
@@ -586,7 +587,8 @@ def test_the_app_quits_cleanly_on_a_stop_signal(tmp_path: Path, signum: int) -> 
             while not _sockets(temp) and app.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.1)
             assert _sockets(temp), "the app never listened"
-            time.sleep(0.5)  # while the window is being built, or already up
+            assert app.stdout is not None
+            assert app.stdout.readline().strip() == "shown"  # the window is up
             app.send_signal(signum)
             _, err = app.communicate(timeout=60)
         finally:
