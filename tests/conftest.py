@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -83,3 +84,12 @@ def models_dir(
     path = tmp_path_factory.mktemp("models")
     monkeypatch.setenv("TESSERA_MODELS_DIR", str(path))
     yield path
+
+
+@pytest.fixture
+def models(models_dir: os.PathLike[str], request: pytest.FixtureRequest) -> Path:
+    """This test's models folder with the models its module declares in `MODELS` (file name →
+    maker, tests/model_files.py), else the window's set (`WINDOW_MODELS`)."""
+    from tests.model_files import WINDOW_MODELS, build_models
+
+    return build_models(Path(models_dir), getattr(request.module, "MODELS", WINDOW_MODELS))

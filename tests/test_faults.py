@@ -41,8 +41,8 @@ from engine.samples.contract_models import make_upscaler
 from engine.settings import EngineSettings
 from gui.engine_thread import EngineThread
 from tests.engine_helpers import photo
+from tests.model_files import slow, upscaler
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
-from tests.slow_models import make_slow_upscaler
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_MS = 60_000
@@ -191,12 +191,7 @@ def test_out_of_memory_releases_the_session_and_the_next_request_works(
 # --------------------------------------------------------------------------- the engine thread
 
 
-@pytest.fixture
-def models(models_dir: Path) -> Path:
-    folder = Path(models_dir)
-    make_upscaler(folder / "up2.onnx", scale=2)
-    make_slow_upscaler(folder / "slow.onnx", layers=150)
-    return folder
+MODELS = {"up2.onnx": upscaler(2), "slow.onnx": slow(150)}
 
 
 class Terminals:

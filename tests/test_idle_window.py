@@ -19,9 +19,9 @@ from pytestqt.qtbot import QtBot
 
 from engine.runtime import records
 from engine.runtime.sessions import SessionInfo
-from engine.samples.contract_models import make_upscaler
 from gui.main_window import MainWindow
 from tests.engine_helpers import photo
+from tests.model_files import upscaler
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
 from tests.window_fixtures import WindowFactory
 
@@ -29,11 +29,7 @@ JOB_MS = 60_000
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture
-def models(models_dir: Path) -> Path:
-    folder = Path(models_dir)
-    make_upscaler(folder / "realesrgan-x4plus.onnx", scale=4)  # offered as Photo ×4
-    return folder
+MODELS = {"realesrgan-x4plus.onnx": upscaler(4)}  # offered as Photo ×4
 
 
 def loaded(qtbot: QtBot, win: MainWindow) -> tuple[SessionInfo, ...]:
