@@ -93,3 +93,18 @@ def models(models_dir: os.PathLike[str], request: pytest.FixtureRequest) -> Path
     from tests.model_files import WINDOW_MODELS, build_models
 
     return build_models(Path(models_dir), getattr(request.module, "MODELS", WINDOW_MODELS))
+
+
+@pytest.fixture
+def runtime_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private XDG_RUNTIME_DIR (mode 0700) for this test and the processes it starts."""
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(folder))
+    return folder
+
+
+@pytest.fixture
+def processes_dir(runtime_dir: Path) -> Path:
+    """Where the Tessera processes of `runtime_dir` keep their records."""
+    return runtime_dir / "tessera" / "processes"

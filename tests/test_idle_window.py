@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from engine.runtime.sessions import SessionInfo
 from gui.main_window import MainWindow
 from tests.engine_helpers import photo
 from tests.model_files import upscaler
+from tests.processes import end_process
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
 from tests.window_fixtures import WindowFactory
 
@@ -100,13 +100,7 @@ def _started_app(
     try:
         yield app
     finally:
-        if app.poll() is None:
-            app.send_signal(signal.SIGTERM)
-        try:
-            app.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            app.kill()
-            app.communicate()
+        end_process(app)
 
 
 def test_the_started_app_process_holds_no_model_as_engine_memory_says(

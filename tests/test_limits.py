@@ -38,6 +38,7 @@ from engine.samples.contract_models import (
 )
 from engine.settings import EngineSettings
 from tests.engine_helpers import photo
+from tests.processes import engine_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -218,14 +219,7 @@ def noise(path: Path, width: int, height: int, frames: int = 1) -> Path:
 
 
 def cli(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "engine", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
-    )
+    return engine_cli(*args, timeout=300, env=env)
 
 
 def _leftovers(folder: Path) -> list[str]:
