@@ -28,8 +28,8 @@ from PySide6.QtWidgets import (
 )
 
 from engine.models.catalog import CatalogEntry, Family
-from engine.operation_specs import operations
-from engine.options import GeometryOptions, OutputOptions
+from engine.operation_specs import operations, takes_option
+from engine.options import OutputOptions
 from engine.requests import Operation
 from gui.controllers.models import (
     ModelChoice,
@@ -50,6 +50,8 @@ if TYPE_CHECKING:  # the model list is read on the task thread: onnx is not load
     from engine.runtime.devices import RuntimeReport
 
 
+# The option a clip's per-frame point clouds are asked by (an operation whose options have it).
+POINT_CLOUDS = "point_clouds"
 RUNTIME_LABELS = {
     "auto": "Automatic",
     "cpu": "CPU",
@@ -317,7 +319,9 @@ class OperationPanel(QWidget):
         self.settings.run_on_drop = checked
 
     def _update_tile_enabled(self) -> None:
-        self.form.setRowVisible(self.point_clouds, self.current_operation() is Operation.GEOMETRY)
+        self.form.setRowVisible(
+            self.point_clouds, takes_option(self.current_operation(), POINT_CLOUDS)
+        )
         upscale = is_tiled(self.current_operation())
         self.tile.setEnabled(upscale)
         self.tile.setToolTip(
@@ -339,7 +343,7 @@ class OperationPanel(QWidget):
 
     def current_operation(self) -> Operation:
         data = self.operation.currentData()
-        return data if isinstance(data, Operation) else Operation.UPSCALE
+        return data if isinstance(data, Operation) else operations()[0]
 
     def current_family(self) -> Family:
         return self.current_operation().family
@@ -489,8 +493,8 @@ class OperationPanel(QWidget):
             tile=self.current_tile() if is_tiled(operation) else None,
             output_dir=self.output_dir(),
             output=self.output_options(),
-            options=GeometryOptions(point_clouds=True)
-            if operation is Operation.GEOMETRY and self.point_clouds.isChecked()
+            options=operation.options_type(**{POINT_CLOUDS: True})
+            if takes_option(operation, POINT_CLOUDS) and self.point_clouds.isChecked()
             else None,
             save_to=self.save_to.choice(),
         )
