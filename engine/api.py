@@ -23,9 +23,9 @@ from engine.errors import (
     ModelError,
     UsageError,
 )
-from engine.io.image import DecodedImage, is_video
-from engine.io.reading import image_size, load_image
-from engine.io.sequences import SEQUENCE_PRODUCTS, list_sequence, load_sequence
+from engine.io.image import is_video
+from engine.io.inputs import input_groups, load_input, output_folder
+from engine.io.reading import image_size
 from engine.models.contracts import ModelSpec
 from engine.models.inventory import resolve_model
 from engine.operations.base import OperationBase, RegionDraw, RunContext
@@ -189,7 +189,7 @@ class Engine:
         op.configure(options, spec)
         if cancel is not None:
             cancel.check()
-        groups = self._groups(request)
+        groups = input_groups(request.inputs, request.sequence)
         self._check_before_loading(op, spec, request, groups)
         with memory.RssPeak() as peak:
             emit(Progress(request.id, ProgressKind.STARTED, input_count=len(groups)))
@@ -315,11 +315,16 @@ class Engine:
             # input's failure, not the batch's.
             ctx.spec = spec = self._complete(op, spec, session)
             decode_start = time.perf_counter()
-            image = self._load(group, cancel, request)
+            image = load_input(
+                group,
+                self.settings.max_pixels,
+                cancel.check if cancel is not None else None,
+                skip_broken=request.output.video.skip_broken_frames,
+            )
             if not self.settings.keep_cpu_arena:
                 memory.trim_heap()  # the decoder's freed buffers go back before the model runs
             ctx.io_seconds += time.perf_counter() - decode_start
-            ctx.out_dir = self._out_dir(request, source)
+            ctx.out_dir = output_folder(request.output_dir, source)
             op.check_output_names(image, ctx)  # a name the folder refuses: before inference
             work.products.extend(op.process(image, ctx))
             if ctx.used_tile is not None:
@@ -395,23 +400,6 @@ class Engine:
         if not self.settings.keep_cpu_arena:
             memory.trim_heap()
 
-    def _groups(self, request: OperationRequest) -> list[list[Path]]:
-        groups: list[list[Path]] = []
-        if request.sequence:
-            frames: list[Path] = []
-            for p in request.inputs:
-                frames.extend(list_sequence(p) if p.is_dir() else [p])
-            if not frames:
-                raise UsageError("The sequence has no image files.")
-            return [frames]
-        for p in request.inputs:
-            if p.is_dir():
-                frames = list_sequence(p)
-                groups.append(frames if frames else [p])
-            else:
-                groups.append([p])
-        return groups
-
     def _check_before_loading(
         self,
         op: OperationBase,
@@ -435,41 +423,6 @@ class Engine:
             op.check_product_size(
                 name, (width, height), spec, request.output, self.settings.max_pixels
             )
-
-    def _load(
-        self, group: list[Path], cancel: CancelToken | None, request: OperationRequest
-    ) -> DecodedImage:
-        check = cancel.check if cancel is not None else None
-        if len(group) == 1 and is_video(group[0]) and not group[0].is_dir():
-            from engine.io.video import load_video  # PyAV: imported when a clip comes
-
-            video = request.output.video  # a clip: its frames decoded ahead as they are used
-            return load_video(
-                group[0], self.settings.max_pixels, skip_broken=video.skip_broken_frames
-            )
-        clips = [p for p in group if is_video(p)] if len(group) > 1 else []
-        if clips:
-            raise BadInputError(
-                f"{clips[0].name}: a clip cannot be a frame of a sequence; run clips on their "
-                "own (without --sequence), each is a sequence of its frames already."
-            )
-        if len(group) == 1 and not group[0].is_dir():
-            return load_image(group[0], self.settings.max_pixels, check, stream=True)
-        return load_sequence(group, self.settings.max_pixels, check, stream=True)
-
-    def _out_dir(self, request: OperationRequest, source: Path) -> Path:
-        # A sequence's products go into a `Tessera` folder inside its own folder, never among
-        # its frames: the next run of that folder must not take them as frames.
-        out = request.output_dir or (
-            source / SEQUENCE_PRODUCTS if source.is_dir() else source.parent
-        )
-        if request.output_dir is not None and out.exists() and not out.is_dir():
-            raise UsageError(f"The output folder {out} is a file; give a folder with --out.")
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise BadInputError(f"The output folder {out} cannot be created ({e.strerror}).") from e
-        return out
 
 
 class _Preview:

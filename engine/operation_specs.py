@@ -14,7 +14,7 @@ else names the operations one by one.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import Enum
 from typing import Any, ClassVar
 
@@ -49,6 +49,12 @@ class Operation:
     # The first of `products` is the main image, which the request's output step shapes: its
     # format's extension, its size (checked against the pixel limit) and the size tag.
     main_image: bool = False
+    # For the output step's notes: the main image's name where it always has transparency
+    # ("the cut-out": JPEG flattens it on white), and what keeps its own format whatever the
+    # output step says ({clips} becomes what a clip's such products are, or nothing; {exr}
+    # what EXR adds beside them when the output step asks for it).
+    main_with_alpha: str = ""
+    kept_formats: str = ""
 
     # The built-in rows, set below.
     UPSCALE: ClassVar[Operation]
@@ -96,6 +102,11 @@ def operation_named(value: str) -> Operation:
     return found
 
 
+def takes_option(operation: Operation, name: str) -> bool:
+    """Whether the operation's options have a field `name` (the GUI shows its widget then)."""
+    return any(f.name == name for f in fields(operation.options_type))
+
+
 def for_family(family: Family) -> Operation:
     """The first operation that runs `family`'s models: whose options a catalog entry of that
     family presets."""
@@ -129,6 +140,8 @@ Operation.REMOVE_BACKGROUND = register(
         products=("cutout.png", "mask.png"),
         writes="a cut-out with a transparent background, and its mask",
         main_image=True,
+        main_with_alpha="the cut-out",
+        kept_formats="The mask stays PNG.",
     )
 )
 Operation.DEPTH = register(
@@ -140,6 +153,7 @@ Operation.DEPTH = register(
         "engine.operations.depth:Depth",
         products=("depth.tif", "depth.png", "depth-preview.png", "depth-conf.tif", "sky.png"),
         writes="a depth map (16-bit PNG, float TIFF and a coloured preview)",
+        kept_formats="Depth, normals and masks are always written as PNG/TIFF{clips}.{exr}",
     )
 )
 Operation.GEOMETRY = register(
@@ -158,5 +172,6 @@ Operation.GEOMETRY = register(
             "points.ply",
         ),
         writes="depth, a normal map, a mask, camera intrinsics and a 3-D point cloud (PLY)",
+        kept_formats="Depth, normals and masks are always written as PNG/TIFF{clips}.{exr}",
     )
 )

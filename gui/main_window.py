@@ -101,7 +101,7 @@ class MainWindow(QMainWindow):
         self.view = ViewController(ws, self.tasks, load_display_paths, self)
         self.preview = PreviewController(ws, self.engine, self.tasks, load_display_paths, self)
         self.clip = ClipController(self.tasks, read_clip_frame, self)  # type: ignore[arg-type]
-        self.preview.frame_of = lambda: self.viewer.clip_frame
+        self.preview.frame_of = lambda: ws.clip_frame
         self.results = ResultsController(
             ws, self.tasks, lambda path: self.open_url(QUrl.fromLocalFile(str(path))), self
         )
@@ -115,9 +115,9 @@ class MainWindow(QMainWindow):
             self.tasks,
             self.settings,
             lambda path: make_thumbnail(path, THUMB).image,
-            self.panel.run_on_drop.isChecked,
+            lambda: ws.run_on_drop,
             self.panel.run_button.text,
-            self.panel.current_operation,
+            lambda: ws.operation,
             self,
         )
         self._build_menus()
@@ -186,6 +186,11 @@ class MainWindow(QMainWindow):
             lambda n: self.clip.request(self.viewer.before, self.viewer.after, n)
         )
         self.clip.frameRead.connect(self.viewer.show_clip_frame)
+        # The frame on screen is the workspace's: a new picture starts at its first frame (a
+        # frame still being read for the old one is dropped by `forget`).
+        self.clip.frameRead.connect(lambda index, *_: ws.set_clip_frame(index))
+        for shown in (v.loaded, v.cleared, v.failed):
+            shown.connect(lambda *_: ws.set_clip_frame(0))
         self.clip.frameRead.connect(lambda *_: self.preview.refresh())  # Preview: this frame
         self.clip.failed.connect(self.viewer.clip_frame_failed)
         v.failed.connect(self.viewer.show_error)
@@ -308,12 +313,12 @@ class MainWindow(QMainWindow):
     # After Run (and Save as…), no button keeps the keyboard: a second Space must not queue
     # the same minutes-long job again (gui/widgets/window_layout.py, focus_viewer).
     def run_selected(self) -> list[str]:
-        queued = self.jobs.run_selected(self.panel.current_operation())
+        queued = self.jobs.run_selected(self.workspace.operation)
         self.layout_.focus_viewer()
         return queued
 
     def run_one(self, key: str) -> list[str]:
-        queued = self.jobs.run_one(key, self.panel.current_operation())
+        queued = self.jobs.run_one(key, self.workspace.operation)
         self.layout_.focus_viewer()
         return queued
 
@@ -384,7 +389,7 @@ class MainWindow(QMainWindow):
             return
         source = self.workspace.source(version.input_key)
         job = self.workspace.jobs.get(version.job_id or "")
-        operation = job.request.operation if job else self.panel.current_operation()
+        operation = job.request.operation if job else self.workspace.operation
         size = (source.width, source.height) if source else (0, 0)
         options = self.panel.output_options()
         self.export_dialog = ExportDialog(version.path, size, operation, None, options, self)
@@ -410,7 +415,7 @@ class MainWindow(QMainWindow):
         self.welcome.set_inventory(inventory)
         waiting = self.jobs.take_deferred()
         if waiting:
-            self.jobs.queue_jobs(waiting, self.panel.current_operation())
+            self.jobs.queue_jobs(waiting, self.workspace.operation)
         self._update_run()
 
     def fetch_models(self, entry: CatalogEntry | None) -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from engine.operation_specs import Operation, operations
 from engine.previews import Region
 from engine.requests import Progress, Result
 from gui.inputs import InputSource
@@ -75,7 +76,10 @@ class Workspace(QObject):
         self.viewing: tuple[str | None, str | None] = (None, None)  # (input key, version id)
         self.following = True  # the view may move to new results for the person
         self.pairs: dict[str, tuple[str, str]] = {}  # input key → (left, right) version ids
-        self.settings: JobSettings | None = None
+        self.settings: JobSettings | None = None  # None: no model chosen
+        self.operation: Operation = operations()[0]  # the operation the panel shows
+        self.run_on_drop = False  # dropped files start their jobs at once
+        self.clip_frame = 0  # the frame of the viewed clip on screen (0: none viewed)
         self.preview_on = False
         self.region: Region | None = None
         self.dirty: set[str] = set()  # job rows whose progress is not drawn yet
@@ -414,6 +418,16 @@ class Workspace(QObject):
         if settings != self.settings:
             self.settings = settings
             self.settingsChanged.emit()
+
+    def set_operation(self, operation: Operation) -> None:
+        self.operation = operation
+
+    def set_run_on_drop(self, on: bool) -> None:
+        self.run_on_drop = on
+
+    def set_clip_frame(self, index: int) -> None:
+        """Frame `index` of the viewed clip is on screen (what Preview runs on)."""
+        self.clip_frame = index
 
     def set_preview(self, on: bool) -> None:
         if on != self.preview_on:

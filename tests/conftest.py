@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -86,3 +87,27 @@ def models_dir(
     path = tmp_path_factory.mktemp("models")
     monkeypatch.setenv("TESSERA_MODELS_DIR", str(path))
     yield path
+
+
+@pytest.fixture
+def models(models_dir: os.PathLike[str], request: pytest.FixtureRequest) -> Path:
+    """This test's models folder with the models its module declares in `MODELS` (file name →
+    maker, tests/model_files.py), else the window's set (`WINDOW_MODELS`)."""
+    from tests.model_files import WINDOW_MODELS, build_models
+
+    return build_models(Path(models_dir), getattr(request.module, "MODELS", WINDOW_MODELS))
+
+
+@pytest.fixture
+def runtime_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private XDG_RUNTIME_DIR (mode 0700) for this test and the processes it starts."""
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(folder))
+    return folder
+
+
+@pytest.fixture
+def processes_dir(runtime_dir: Path) -> Path:
+    """Where the Tessera processes of `runtime_dir` keep their records."""
+    return runtime_dir / "tessera" / "processes"

@@ -4,9 +4,6 @@ for their products. Used by test_background.py, test_depth.py and test_geometry.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +17,7 @@ from engine.requests import Operation, OperationRequest, ProductKind, Result
 from engine.runtime.providers import CUDA_EP
 from engine.settings import EngineSettings
 from tests.engine_helpers import Recorder, SessionProxy, cuda_shrink
+from tests.processes import engine_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 GIF_DURATIONS = (80, 120, 200)
@@ -158,18 +156,6 @@ def check_gif_gives_animated_products(result: Result, kinds: set[ProductKind]) -
         decoded = read(path)
         assert len(decoded.frames) == 3, path.name
         assert decoded.meta.durations == GIF_DURATIONS, path.name
-
-
-def engine_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run(
-        [sys.executable, "-m", "engine", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=ROOT,
-    )
 
 
 def check_cli(operation: str, image: Path, model: Path, out: Path, expected: set[str]) -> None:

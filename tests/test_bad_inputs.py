@@ -20,7 +20,6 @@ import io
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -44,6 +43,7 @@ from engine.samples.contract_models import (
     make_upscaler,
 )
 from tests.engine_helpers import photo
+from tests.processes import drop_root_override
 from tests.test_cli import png_header_only  # the header-only PNG bomb
 from tests.test_limits import big_icc_png, gif_with_a_growing_frame, tiff_with_a_larger_page
 
@@ -345,16 +345,6 @@ def test_one_batch_per_family(
 # ----------------------------------------------------------------- folders that cannot be written
 
 
-def _drop_root_override() -> tuple[str, ...]:
-    """A command prefix under which a folder's mode binds this user (root included)."""
-    if os.geteuid() != 0:
-        return ()
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        pytest.skip("root ignores folder modes and setpriv is missing to drop that privilege")
-    return (setpriv, "--inh-caps=-all", "--bounding-set=-dac_override,-dac_read_search")
-
-
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_read_only_output_folder(family: str, tmp_path: Path) -> None:
     fam = FAMILIES[family]
@@ -365,7 +355,7 @@ def test_read_only_output_folder(family: str, tmp_path: Path) -> None:
     out.chmod(0o555)
     try:
         p = engine_cli(
-            "run", family, *inputs, "--model", model, "--out", out, prefix=_drop_root_override()
+            "run", family, *inputs, "--model", model, "--out", out, prefix=drop_root_override()
         )
     finally:
         out.chmod(0o755)

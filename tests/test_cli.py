@@ -15,6 +15,7 @@ from PIL import Image
 
 from engine.samples.contract_models import make_upscaler
 from tests.engine_helpers import photo
+from tests.processes import engine_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,20 +38,6 @@ def png_header_only(path: Path, width: int, height: int) -> Path:
         + chunk(b"IEND", b"")
     )
     return path
-
-
-def engine_cli(
-    *args: str | Path, cwd: Path | None = None, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run(
-        [sys.executable, "-m", "engine", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        cwd=cwd or ROOT,
-    )
 
 
 @pytest.fixture(scope="module")

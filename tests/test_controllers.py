@@ -34,6 +34,7 @@ from gui.settings import AppSettings
 from gui.tasks import TaskThread
 from gui.workspace import Workspace
 from tests.engine_helpers import photo
+from tests.model_files import upscaler
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,11 +46,7 @@ def settings(tmp_path: Path) -> AppSettings:
     return AppSettings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
 
 
-@pytest.fixture
-def models(models_dir: Path) -> Path:
-    folder = Path(models_dir)
-    make_upscaler(folder / "up2.onnx", scale=2)
-    return folder
+MODELS = {"up2.onnx": upscaler(2)}
 
 
 @pytest.fixture

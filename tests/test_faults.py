@@ -41,8 +41,8 @@ from engine.samples.contract_models import make_upscaler
 from engine.settings import EngineSettings
 from gui.engine_thread import EngineThread
 from tests.engine_helpers import photo
+from tests.model_files import slow, upscaler
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
-from tests.slow_models import make_slow_upscaler
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_MS = 60_000
@@ -191,12 +191,7 @@ def test_out_of_memory_releases_the_session_and_the_next_request_works(
 # --------------------------------------------------------------------------- the engine thread
 
 
-@pytest.fixture
-def models(models_dir: Path) -> Path:
-    folder = Path(models_dir)
-    make_upscaler(folder / "up2.onnx", scale=2)
-    make_slow_upscaler(folder / "slow.onnx", layers=150)
-    return folder
+MODELS = {"up2.onnx": upscaler(2), "slow.onnx": slow(150)}
 
 
 class Terminals:
@@ -393,18 +388,27 @@ def test_stop_mid_job_returns_and_leaves_no_partial_file(
 def test_stop_while_a_product_is_being_written_leaves_it_whole_or_absent(
     qtbot: QtBot, models: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    from engine.cancel import CancelToken
     from engine.io.png import PngWriter
 
     writing = threading.Event()
+    cancelled = threading.Event()
     add = PngWriter.add
+    cancel = CancelToken.cancel
 
     def slow_add(self: PngWriter, *args: object, **kwargs: object) -> None:
         writing.set()
-        time.sleep(0.5)  # stop() is called from the GUI thread meanwhile
+        # stop() is called from the GUI thread meanwhile: the write goes on once it cancelled.
+        assert cancelled.wait(TIMEOUT_MS / 1000), "stop() never cancelled the job"
         add(self, *args, **kwargs)  # type: ignore[arg-type]
 
-    # Products are encoded frame by frame as they are made: slow down the PNG encoder there.
+    def cancel_seen(self: CancelToken) -> None:
+        cancel(self)
+        cancelled.set()
+
+    # Products are encoded frame by frame as they are made: hold the PNG encoder there.
     monkeypatch.setattr(PngWriter, "add", slow_add)
+    monkeypatch.setattr(CancelToken, "cancel", cancel_seen)
     engine = EngineThread(EngineSettings(models_dir=models))
     ends = Terminals(engine)
     engine.start(probe_runtimes=False)

@@ -7,7 +7,6 @@ import itertools
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -43,64 +42,19 @@ from gui.main_window import MainWindow
 from gui.settings import AppSettings
 from gui.widgets.vram_gauge import VramGauge
 from tests.engine_helpers import gif3, photo
+from tests.model_files import slow, upscaler
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
-from tests.slow_models import make_slow_upscaler
+from tests.window_fixtures import WindowFactory, use_model
 
 GB = 1024**3
 MB = 1024**2
 JOB_TIMEOUT_MS = 60_000
 
-WindowFactory = Callable[..., MainWindow]
+
+MODELS = {"up2.onnx": upscaler(2), "slow.onnx": slow(300)}
 
 
-@pytest.fixture
-def models(models_dir: Path) -> Path:
-    folder = Path(models_dir)
-    make_upscaler(folder / "up2.onnx", scale=2)
-    make_slow_upscaler(folder / "slow.onnx", layers=300)
-    return folder
-
-
-@pytest.fixture
-def make_window(qtbot: QtBot, models: Path, tmp_path: Path) -> Iterator[WindowFactory]:
-    windows: list[MainWindow] = []
-
-    def make(*, run_on_drop: bool = True, **kwargs: object) -> MainWindow:
-        store = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-        settings = AppSettings(store)
-        if not store.contains("panel/run_on_drop"):
-            # These tests are about running jobs: they drop with run-on-drop on (off by default).
-            settings.run_on_drop = run_on_drop
-        settings.pasted_dir = tmp_path / "Pictures"
-        win = MainWindow(
-            settings,
-            engine_settings=EngineSettings(models_dir=models),
-            data_dir=tmp_path / "data",
-            calibrate=False,  # the speed measurement has tests of its own
-            **kwargs,  # type: ignore[arg-type]
-        )
-        win.confirm_close = False
-        windows.append(win)
-        win.show()
-        qtbot.waitUntil(lambda: win.inventory is not None, timeout=10_000)
-        return win
-
-    yield make
-    for win in windows:
-        win.close()
-        assert not win.engine.qthread.isRunning()
-        assert not win.tasks.qthread.isRunning()
-
-
-@pytest.fixture
-def window(make_window: WindowFactory) -> MainWindow:
-    return make_window()
-
-
-def use_model(win: MainWindow, models: Path, name: str, tile: int = 0) -> None:
-    win.panel.select_operation(Operation.UPSCALE)
-    assert win.panel.select_model(str(models / name)), f"{name} is not offered"
-    win.panel.tile.setValue(tile)
+RUN_ON_DROP = True  # these tests are about running jobs: dropped files run at once
 
 
 def drop(win: MainWindow, paths: list[Path]) -> QDropEvent:
@@ -250,7 +204,7 @@ def test_a_pasted_image_is_saved_in_the_pictures_folder(
     image.fill(QColor(200, 40, 40))
     QGuiApplication.clipboard().setImage(image)
     window.paste()
-    pasted = list((tmp_path / "Pictures").glob("pasted-*.png"))
+    pasted = list((tmp_path / "Pictures" / "Tessera").glob("pasted-*.png"))
     assert len(pasted) == 1
     assert list(window.inputs.sources) == [str(pasted[0])]
     assert window.workspace.jobs == {}

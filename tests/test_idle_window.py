@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -19,9 +18,10 @@ from pytestqt.qtbot import QtBot
 
 from engine.runtime import records
 from engine.runtime.sessions import SessionInfo
-from engine.samples.contract_models import make_upscaler
 from gui.main_window import MainWindow
 from tests.engine_helpers import photo
+from tests.model_files import upscaler
+from tests.processes import end_process
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
 from tests.window_fixtures import WindowFactory
 
@@ -29,11 +29,7 @@ JOB_MS = 60_000
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture
-def models(models_dir: Path) -> Path:
-    folder = Path(models_dir)
-    make_upscaler(folder / "realesrgan-x4plus.onnx", scale=4)  # offered as Photo ×4
-    return folder
+MODELS = {"realesrgan-x4plus.onnx": upscaler(4)}  # offered as Photo ×4
 
 
 def loaded(qtbot: QtBot, win: MainWindow) -> tuple[SessionInfo, ...]:
@@ -49,9 +45,9 @@ def test_the_idle_window_holds_no_model_at_start_nor_after_unload(
     win = make_window(calibrate=True)  # as the app starts: speed measuring on
     settings = win.panel.job_settings()
     assert settings is not None and settings.model == "realesrgan-x4plus"
-    qtbot.wait(1500)  # time for anything started at start-up to get going
-    qtbot.waitUntil(lambda: not win.jobs.calibrator.busy, timeout=JOB_MS)
-    assert not win.engine.is_busy()
+    # Start-up's own work ends when the task thread (model list, thumbnails) has nothing left
+    # and the engine thread is idle; only then is "holds no model" meaningful.
+    qtbot.waitUntil(lambda: win.tasks.pending() == 0 and not win.engine.is_busy(), timeout=JOB_MS)
     assert loaded(qtbot, win) == ()
     assert records.THIS.record().sessions == ()
     assert win.models_button.text() == "0 models loaded"
@@ -104,13 +100,7 @@ def _started_app(
     try:
         yield app
     finally:
-        if app.poll() is None:
-            app.send_signal(signal.SIGTERM)
-        try:
-            app.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            app.kill()
-            app.communicate()
+        end_process(app)
 
 
 def test_the_started_app_process_holds_no_model_as_engine_memory_says(
@@ -122,13 +112,11 @@ def test_the_started_app_process_holds_no_model_as_engine_memory_says(
     run = Path(env["XDG_RUNTIME_DIR"])
     records_dir = run / "tessera" / "processes"
     with _started_app(env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as app:
-        deadline = time.monotonic() + 60
-        while not (records_dir / f"{app.pid}.json").exists():
-            assert app.poll() is None, app.communicate()
-            assert time.monotonic() < deadline, "the app wrote no record"
-            time.sleep(0.1)
-        time.sleep(6)  # the old start-up loaded Photo ×4 within a second or two of this
-        assert app.poll() is None, app.communicate()
+        _wait_for(lambda: (records_dir / f"{app.pid}.json").exists(), app, "the app's record")
+        # The child probe of the runtimes is start-up's last step (after the window and its
+        # model list, where the old start-up loaded Photo ×4): once it is logged, start-up is over.
+        log_file = Path(env["XDG_DATA_HOME"]) / "tessera" / "logs" / "tessera.log"
+        _wait_for(lambda: "runtimes probed" in _read(log_file), app, "the runtime probe")
         done = subprocess.run(
             [sys.executable, "-m", "engine", "memory", "--json"],
             capture_output=True,
@@ -145,6 +133,22 @@ def test_the_started_app_process_holds_no_model_as_engine_memory_says(
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
     records.read_all()  # the app's own exit removes it; if a signal ended it, this sweeps it
     assert not (records_dir / f"{app.pid}.json").exists()
+
+
+def _read(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
+def _wait_for(
+    happened: Callable[[], bool], app: subprocess.Popen[str], what: str, timeout: float = 60
+) -> None:
+    """Wait until `happened()` (checked every 50 ms) while the app runs, at most `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not happened():
+        assert app.poll() is None, f"the app ended before {what}: {app.communicate()}"
+        assert time.monotonic() < deadline, f"no {what} within {timeout:.0f} s"
+        time.sleep(0.05)
+    assert app.poll() is None, f"the app ended: {app.communicate()}"
 
 
 def _mapped(pid: int, marker: str) -> bool:
@@ -165,14 +169,8 @@ def test_the_idle_app_has_not_imported_onnxruntime_and_still_shows_the_probed_ru
     with _started_app(env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as app:
         assert app.stdout is not None
         assert app.stdout.readline().strip() == "shown", app.communicate()
-        deadline = time.monotonic() + 20
-        while "runtimes probed" not in (log_file.read_text() if log_file.exists() else ""):
-            assert app.poll() is None, "the app ended"
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        time.sleep(2)  # idle: the window and its model list are done
-        assert app.poll() is None
+        # The probe is start-up's last step: logged, the window and its model list are done.
+        _wait_for(lambda: "runtimes probed" in _read(log_file), app, "the runtime probe")
         assert not _mapped(app.pid, "onnxruntime"), "the idle window loaded ONNX Runtime"
         assert not _mapped(app.pid, "onnx_cpp2py_export"), "the idle window loaded onnx"
         assert "runtimes probed in a child process: cpu/cpu ok" in log_file.read_text()

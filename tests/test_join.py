@@ -38,6 +38,7 @@ from gui.controllers.joined import JoinedRequests
 from gui.jobs import JobState
 from gui.main_window import MainWindow
 from tests.engine_helpers import photo
+from tests.processes import end_process
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
 from tests.window_fixtures import JOB_MS
 
@@ -131,13 +132,7 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[App]:
             time.sleep(0.1)
         yield app
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.communicate(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.communicate()
+        end_process(process)
 
 
 def _products(data: dict[str, object]) -> list[bytes]:

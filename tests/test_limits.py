@@ -38,6 +38,7 @@ from engine.samples.contract_models import (
 )
 from engine.settings import EngineSettings
 from tests.engine_helpers import photo
+from tests.processes import engine_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -218,14 +219,7 @@ def noise(path: Path, width: int, height: int, frames: int = 1) -> Path:
 
 
 def cli(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "engine", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
-    )
+    return engine_cli(*args, timeout=300, env=env)
 
 
 def _leftovers(folder: Path) -> list[str]:
@@ -577,6 +571,7 @@ def test_the_app_quits_cleanly_on_a_stop_signal(tmp_path: Path, signum: int) -> 
         HOME=str(tmp_path / "home"), XDG_DATA_HOME="", XDG_CONFIG_HOME="", TMPDIR=str(temp),
         QT_QPA_PLATFORM="offscreen", PYTHONPATH=str(ROOT),
         TESSERA_INSTANCE_NAME=f"stop-{os.getpid()}-{signum}",
+        TESSERA_STARTUP_PROBE="0",  # prints "shown" once the window is up
     )  # fmt: skip
     with subprocess.Popen(
         [sys.executable, "-m", "gui"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
@@ -587,7 +582,8 @@ def test_the_app_quits_cleanly_on_a_stop_signal(tmp_path: Path, signum: int) -> 
             while not _sockets(temp) and app.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.1)
             assert _sockets(temp), "the app never listened"
-            time.sleep(0.5)  # while the window is being built, or already up
+            assert app.stdout is not None
+            assert app.stdout.readline().strip() == "shown"  # the window is up
             app.send_signal(signum)
             _, err = app.communicate(timeout=60)
         finally:

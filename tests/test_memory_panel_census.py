@@ -7,10 +7,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from pytestqt.qtbot import QtBot
 
 from gui.main_window import MainWindow
@@ -27,14 +25,6 @@ records.THIS.hold(1, (HeldSession("photo-x4", sys.argv[1], 1, 1, 1, "cpu", "cpu"
 print("ready", flush=True)
 sys.stdin.read()
 """
-
-
-@pytest.fixture
-def runtime_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    folder = tmp_path / "run"
-    folder.mkdir(mode=0o700)
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(folder))
-    yield folder
 
 
 def _holder(model: str) -> subprocess.Popen[str]:

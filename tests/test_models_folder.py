@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from engine.cli import main
 from engine.models import starter
 from engine.samples.contract_models import make_upscaler
 from tests.engine_helpers import photo
+from tests.processes import drop_root_override
 from tests.starter_fixtures import starter_cache_dir
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,15 +51,6 @@ def test_a_models_folder_that_is_a_file(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["models", "src"]
 
 
-def _drop_root_override() -> tuple[str, ...]:
-    if os.geteuid() != 0:
-        return ()
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        pytest.skip("root ignores folder modes and setpriv is missing to drop that privilege")
-    return (setpriv, "--inh-caps=-all", "--bounding-set=-dac_override,-dac_read_search")
-
-
 def test_a_models_folder_that_cannot_be_written(tmp_path: Path) -> None:
     model = make_upscaler(tmp_path / "up2.onnx", scale=2)
     folder = tmp_path / "models"
@@ -68,7 +59,7 @@ def test_a_models_folder_that_cannot_be_written(tmp_path: Path) -> None:
     try:
         add = ["models", "add", str(model), "--models-dir", str(folder)]
         p = subprocess.run(
-            [*_drop_root_override(), sys.executable, "-m", "engine", *add],
+            [*drop_root_override(), sys.executable, "-m", "engine", *add],
             capture_output=True,
             text=True,
             timeout=120,

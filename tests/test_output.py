@@ -18,7 +18,7 @@ from engine.requests import Operation, OperationRequest, ProductKind
 from engine.samples.contract_models import make_da3, make_u2net, make_upscaler
 from engine.settings import EngineSettings
 from tests.engine_helpers import gif3, photo
-from tests.test_cli import engine_cli
+from tests.processes import engine_cli
 
 
 @pytest.fixture(scope="module")

@@ -428,7 +428,7 @@ def test_the_row_filters_are_libpngs_choice_byte_for_byte() -> None:
     # Sub/Up/Average are computed in uint8 and Paeth's distances in int16: the bytes must be
     # what the plain-integer heuristic gives, on rows that use every filter (flat, ramps,
     # noise, the 0x80 bytes whose |int8| is 128).
-    from engine.io.png import _filter_rows
+    from engine.io.png_encoder import _filter_rows
 
     rng = np.random.default_rng(3)
     h, w = 40, 97
@@ -446,7 +446,7 @@ def test_the_row_filters_are_libpngs_choice_byte_for_byte() -> None:
 def test_a_frame_written_in_parallel_blocks_is_one_valid_zlib_stream() -> None:
     # Blocks deflated on several threads, each primed with the 32 KB before it: one stream
     # whose checksum holds (zlib.decompress checks it), within 0.5 % of one compressor's size.
-    from engine.io import png
+    from engine.io import png_encoder as png
 
     rng = np.random.default_rng(11)
     smooth = np.linspace(0, 255, 900)[None, :, None] + np.linspace(0, 60, 800)[:, None, None]
@@ -484,7 +484,7 @@ def test_the_parallel_writer_reads_at_most_one_block_ahead_of_what_it_wrote(
 ) -> None:
     # Rows read ahead of the output pin the finished tiles they come from; three blocks in
     # flight cost a ×4 of 1536² 20 MiB more peak than two. Whatever the writer threads.
-    from engine.io import png
+    from engine.io import png_encoder as png
 
     monkeypatch.setattr(png, "_WRITERS", 4)
     rng = np.random.default_rng(5)

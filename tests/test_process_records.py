@@ -11,7 +11,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,15 +38,6 @@ result = engine.run(OperationRequest(Operation.UPSCALE, str(model), (image,), ou
 print("ready" if result.ok else "failed", flush=True)
 sys.stdin.read()
 """
-
-
-@pytest.fixture
-def runtime_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A private XDG_RUNTIME_DIR for this test and the processes it starts."""
-    folder = tmp_path / "run"
-    folder.mkdir(mode=0o700)
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(folder))
-    yield folder / "tessera" / "processes"
 
 
 def _env() -> dict[str, str]:
@@ -102,12 +92,12 @@ def _memory(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_two_processes_on_one_model_are_named_as_a_duplicate(
-    runtime_dir: Path, model: Path, tmp_path: Path
+    processes_dir: Path, model: Path, tmp_path: Path
 ) -> None:
     a = Holder(model, tmp_path, "a")
     b = Holder(model, tmp_path, "b")
     try:
-        assert sorted(p.name for p in runtime_dir.iterdir()) == sorted(
+        assert sorted(p.name for p in processes_dir.iterdir()) == sorted(
             [f"{a.pid}.json", f"{b.pid}.json"]
         )
         done = _memory("--json")
@@ -135,15 +125,15 @@ def test_two_processes_on_one_model_are_named_as_a_duplicate(
         b.kill()
 
 
-def test_a_normal_exit_removes_the_record(runtime_dir: Path, model: Path, tmp_path: Path) -> None:
+def test_a_normal_exit_removes_the_record(processes_dir: Path, model: Path, tmp_path: Path) -> None:
     holder = Holder(model, tmp_path, "a")
-    assert (runtime_dir / f"{holder.pid}.json").exists()
+    assert (processes_dir / f"{holder.pid}.json").exists()
     assert holder.end() == 0
-    assert list(runtime_dir.iterdir()) == []
+    assert list(processes_dir.iterdir()) == []
 
 
 def test_a_sigterm_nobody_handles_still_ends_the_process_at_once(
-    runtime_dir: Path, model: Path, tmp_path: Path
+    processes_dir: Path, model: Path, tmp_path: Path
 ) -> None:
     """Recording adds no signal handler (one would wait for the main thread): the process dies
     of the signal as before, and its record is ignored and swept like a killed one's."""
@@ -152,44 +142,44 @@ def test_a_sigterm_nobody_handles_still_ends_the_process_at_once(
     holder.process.communicate(timeout=60)
     assert holder.process.returncode == -signal.SIGTERM
     assert records.read_all() == ()
-    assert list(runtime_dir.iterdir()) == []
+    assert list(processes_dir.iterdir()) == []
 
 
 def test_a_sigkilled_process_record_is_ignored_and_swept(
-    runtime_dir: Path, model: Path, tmp_path: Path
+    processes_dir: Path, model: Path, tmp_path: Path
 ) -> None:
     live = Holder(model, tmp_path, "live")
     dead = Holder(model, tmp_path, "dead")
     try:
         dead.kill()
-        assert (runtime_dir / f"{dead.pid}.json").exists()  # SIGKILL leaves it behind
+        assert (processes_dir / f"{dead.pid}.json").exists()  # SIGKILL leaves it behind
         now = census.take(scan_cpu=False)
         assert [p.record.pid for p in now.processes] == [live.pid]
         assert now.duplicates == ()  # the dead one's copy is not counted
-        assert not (runtime_dir / f"{dead.pid}.json").exists()  # swept
-        assert (runtime_dir / f"{live.pid}.json").exists()
+        assert not (processes_dir / f"{dead.pid}.json").exists()  # swept
+        assert (processes_dir / f"{live.pid}.json").exists()
     finally:
         live.kill()
 
 
-def test_a_recycled_pid_is_not_taken_for_the_recorded_process(runtime_dir: Path) -> None:
+def test_a_recycled_pid_is_not_taken_for_the_recorded_process(processes_dir: Path) -> None:
     """A record whose pid now belongs to another process (its start time differs) is stale."""
-    runtime_dir.parent.mkdir(mode=0o700)  # one at a time: mkdir(parents=True) makes 0755 ones
-    runtime_dir.mkdir(mode=0o700)
+    processes_dir.parent.mkdir(mode=0o700)  # one at a time: mkdir(parents=True) makes 0755 ones
+    processes_dir.mkdir(mode=0o700)
     parent = os.getppid()  # a live process that is not Tessera's
     started = records.process_start(parent)
     assert started is not None
     stale = ProcessRecord(parent, started - 3600, ProcessKind.APP, ())
-    path = runtime_dir / f"{parent}.json"
+    path = processes_dir / f"{parent}.json"
     path.write_text(json.dumps(stale.to_json()))
-    junk = runtime_dir / "999999999.json"
+    junk = processes_dir / "999999999.json"
     junk.write_text("{not json")
     assert records.read_all() == ()
     assert not path.exists() and not junk.exists()
 
 
 def test_an_engine_run_records_its_kind_and_model_while_it_runs(
-    runtime_dir: Path, tmp_path: Path
+    processes_dir: Path, tmp_path: Path
 ) -> None:
     model = slow_model(tmp_path / "slow.onnx", layers=300)
     image = photo(tmp_path / "big.png", 512, 384)
@@ -226,7 +216,7 @@ def test_an_engine_run_records_its_kind_and_model_while_it_runs(
         assert [s.model for s in seen.sessions] == ["slow"]
         process.communicate(timeout=300)
         assert process.returncode == 0
-        assert list(runtime_dir.iterdir()) == []
+        assert list(processes_dir.iterdir()) == []
     finally:
         if process.poll() is None:
             process.kill()
@@ -234,7 +224,7 @@ def test_an_engine_run_records_its_kind_and_model_while_it_runs(
 
 
 def test_this_process_record_follows_loads_and_unloads(
-    runtime_dir: Path, model: Path, tmp_path: Path
+    processes_dir: Path, model: Path, tmp_path: Path
 ) -> None:
     from engine.api import Engine
     from engine.requests import Operation, OperationRequest
@@ -307,7 +297,7 @@ def test_a_record_round_trips_with_what_a_command_line_needs_to_find_the_app() -
 
 
 def test_two_standalone_engine_runs_on_one_model_are_named_by_engine_memory(
-    runtime_dir: Path, tmp_path: Path
+    processes_dir: Path, tmp_path: Path
 ) -> None:
     model = slow_model(tmp_path / "slow.onnx", layers=300)
     runs = []
@@ -355,7 +345,7 @@ def test_two_standalone_engine_runs_on_one_model_are_named_by_engine_memory(
         for p in runs:
             p.communicate(timeout=300)
             assert p.returncode == 0
-        assert list(runtime_dir.iterdir()) == []  # both records went with their processes
+        assert list(processes_dir.iterdir()) == []  # both records went with their processes
     finally:
         for p in runs:
             if p.poll() is None:
@@ -364,7 +354,7 @@ def test_two_standalone_engine_runs_on_one_model_are_named_by_engine_memory(
 
 
 def test_a_finaliser_that_lets_go_during_a_write_does_not_hang_the_process(
-    runtime_dir: Path, monkeypatch: pytest.MonkeyPatch
+    processes_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Seen in the full suite: garbage collection ran a session cache's finaliser in the middle
     # of json.dump, on the thread that held the record's lock, and hold() waited for itself.

@@ -552,6 +552,15 @@ def test_the_size_rule_applies_to_a_clip(engine: Engine, models: Path, tmp_path:
     assert arrays[0].shape == (76, 101, 3) and info["pix_fmt"] == "yuv444p"
 
 
+ENCODED_BYTES = 4096  # a partial clip's header and a few frames
+
+
+def _partial_bytes(folder: Path) -> int:
+    if not folder.exists():
+        return 0
+    return sum(p.stat().st_size for p in folder.rglob("*.partial-*") if p.is_file())
+
+
 def test_sigterm_while_a_clip_is_encoded_leaves_no_partial_file(
     models: Path, tmp_path: Path
 ) -> None:
@@ -569,7 +578,10 @@ def test_sigterm_while_a_clip_is_encoded_leaves_no_partial_file(
         while time.monotonic() < deadline and not any(".partial-" in name for name in _files(out)):
             time.sleep(0.05)
         assert any(".partial-" in name for name in _files(out)), "the clip never started"
-        time.sleep(0.3)  # some frames into the encoder
+        # Some frames into the encoder: the partial clip holds more than its header.
+        while time.monotonic() < deadline and _partial_bytes(out) < ENCODED_BYTES:
+            time.sleep(0.05)
+        assert _partial_bytes(out) >= ENCODED_BYTES, "no frame reached the encoder"
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=30)
     finally:

@@ -8,16 +8,11 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
-from engine.samples.contract_models import make_upscaler
 from gui.main_window import MainWindow
 from tests.engine_helpers import photo
+from tests.model_files import upscaler
 
-
-@pytest.fixture
-def models(models_dir: Path) -> Path:
-    folder = Path(models_dir)
-    make_upscaler(folder / "up2.onnx", scale=2)
-    return folder
+MODELS = {"up2.onnx": upscaler(2)}
 
 
 def test_clear_after_clear_finished_raises_nothing(

@@ -17,7 +17,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import pytest
 from PIL import Image
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QImage
@@ -33,27 +32,23 @@ from engine.requests import (
     ProductKind,
     Result,
 )
-from engine.samples.contract_models import make_u2net, make_upscaler
-from engine.samples.synthetic import synthetic_upscaler
 from engine.settings import EngineSettings
 from gui.jobs import JobState
 from gui.main_window import MainWindow
 from tests.engine_helpers import photo
+from tests.model_files import slow, synthetic, u2net, upscaler
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
-from tests.slow_models import make_slow_upscaler
 
 JOB_MS = 60_000
 
 
-@pytest.fixture
-def models(models_dir: Path) -> Path:
-    folder = Path(models_dir)
-    make_upscaler(folder / "up2.onnx", scale=2)
-    synthetic_upscaler(folder / "net4.onnx", features=8, blocks=3)
-    make_slow_upscaler(folder / "slow.onnx", layers=300)
-    make_slow_upscaler(folder / "slower.onnx", layers=1200)  # about 1 s a 256-px tile here
-    make_u2net(folder / "u2netp.onnx")
-    return folder
+MODELS = {
+    "up2.onnx": upscaler(2),
+    "net4.onnx": synthetic(features=8, blocks=3),
+    "slow.onnx": slow(300),
+    "slower.onnx": slow(1200),  # about 1 s a 256-px tile here
+    "u2netp.onnx": u2net,
+}
 
 
 class Events:

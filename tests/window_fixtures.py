@@ -19,30 +19,39 @@ from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
 from engine.requests import Operation
-from engine.samples.contract_models import make_upscaler
 from engine.settings import EngineSettings
 from gui.jobs import SaveTo
 from gui.main_window import MainWindow
 from gui.settings import AppSettings
-from tests.slow_models import make_slow_upscaler
 
 WindowFactory = Callable[..., MainWindow]
 
 
 @pytest.fixture
-def make_window(qtbot: QtBot, models: Path, tmp_path: Path) -> Iterator[WindowFactory]:
-    """A window on fresh settings: Tessera's own defaults — but results beside their inputs —
-    except where a test sets them."""
+def make_window(
+    qtbot: QtBot, models: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[WindowFactory]:
+    """A window on this test's settings file: Tessera's own defaults — but results beside
+    their inputs — except where a test sets them. A second window of the same test reads what
+    the first saved (a restart). A module whose tests drop files to run them declares
+    `RUN_ON_DROP = True` (Tessera's default is off)."""
     windows: list[MainWindow] = []
+    module_run_on_drop: bool | None = getattr(request.module, "RUN_ON_DROP", None)
 
-    def make(settings: AppSettings | None = None, **kwargs: object) -> MainWindow:
+    def make(
+        settings: AppSettings | None = None, *, run_on_drop: bool | None = None, **kwargs: object
+    ) -> MainWindow:
         if settings is None:
             store = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
             settings = AppSettings(store)
             settings.pasted_dir = tmp_path / "Pictures" / "Tessera"
             # The window tests look for results beside their inputs; the default (a Tessera
             # folder beside them) has its own tests, on settings they make (test_window_output).
-            settings.save_to = SaveTo.BESIDE
+            if not store.contains("folders/save_to"):
+                settings.save_to = SaveTo.BESIDE
+            drop_runs = module_run_on_drop if run_on_drop is None else run_on_drop
+            if drop_runs is not None and not store.contains("panel/run_on_drop"):
+                settings.run_on_drop = drop_runs
         kwargs.setdefault("calibrate", False)
         win = MainWindow(
             settings,
@@ -61,6 +70,7 @@ def make_window(qtbot: QtBot, models: Path, tmp_path: Path) -> Iterator[WindowFa
     for win in windows:
         win.close()
         assert not win.engine.qthread.isRunning()
+        assert not win.tasks.qthread.isRunning()
 
 
 @pytest.fixture
@@ -71,18 +81,12 @@ def window(make_window: WindowFactory) -> MainWindow:
 JOB_MS = 60_000
 
 
-@pytest.fixture
-def models(models_dir: Path) -> Path:
-    folder = Path(models_dir)
-    make_upscaler(folder / "up2.onnx", scale=2)
-    make_upscaler(folder / "up4.onnx", scale=4)
-    make_slow_upscaler(folder / "slow.onnx", layers=300)
-    return folder
-
-
-def use_model(win: MainWindow, models: Path, name: str) -> None:
+def use_model(win: MainWindow, models: Path, name: str, tile: int | None = None) -> None:
+    """Upscale with the model `name` of `models` (and this tile size, 0 for auto, if given)."""
     win.panel.select_operation(Operation.UPSCALE)
     assert win.panel.select_model(str(models / name)), f"{name} is not offered"
+    if tile is not None:
+        win.panel.tile.setValue(tile)
 
 
 def wait_ended(qtbot: QtBot, win: MainWindow) -> None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject, Signal
 
 from engine.models.catalog import CatalogEntry, Family, Source
+from engine.operation_specs import for_family
 from gui.fetcher import FetchOutcome, ModelFetcher
 from gui.messages import Notice, NoticeLevel, Topic
 from gui.tasks import TaskOutcome, TaskThread
@@ -31,15 +32,13 @@ if TYPE_CHECKING:  # the model list is read on the task thread: onnx is not load
 
 log = logging.getLogger(__name__)
 
-# What each family writes, for the texts that offer its models.
-FAMILY_PRODUCTS = {
-    Family.UPSCALE: "a larger image",
-    Family.BACKGROUND: "a cut-out with a transparent background, and its mask",
-    Family.DEPTH: "a depth map (16-bit PNG, float TIFF and a coloured preview)",
-    Family.GEOMETRY: "depth, a normal map, a mask, camera intrinsics and a 3-D point cloud (PLY)",
-}
 OWN_RANK = 1000
 _PERCENT = re.compile(r"(\d+(?:\.\d+)?)%")  # the engine's progress bar: "[###   ]  42.0% …"
+
+
+def _writes(family: Family) -> str:
+    """What the operation of a family writes, in words (its row in the operation table)."""
+    return for_family(family).writes
 
 
 def fmt_size(size: int | None) -> str:
@@ -179,12 +178,12 @@ def get_offers(inventory: ModelInventory | None, family: Family) -> list[GetOffe
         if not e.downloadable:  # a download Tessera cannot verify is not fetched: below
             continue
         size = fmt_size(e.size or e.approx_size)
-        what = e.purpose or FAMILY_PRODUCTS[family]
+        what = e.purpose or _writes(family)
         offers.append(
             GetOffer(
                 e,
                 f"Download {e.name} ({size}, {e.licence})",
-                f"{what}.\nWrites {FAMILY_PRODUCTS[family]}.\nLicence: {e.licence_text}",
+                f"{what}.\nWrites {_writes(family)}.\nLicence: {e.licence_text}",
             )
         )
     # Known models without a published checksum: offered as a file to fetch by hand, so the
@@ -197,7 +196,7 @@ def get_offers(inventory: ModelInventory | None, family: Family) -> list[GetOffe
             GetOffer(
                 e,
                 f"Get {e.name} yourself… ({size}, {e.licence})",
-                f"{e.purpose or FAMILY_PRODUCTS[family]}.\nWrites {FAMILY_PRODUCTS[family]}.\n"
+                f"{e.purpose or _writes(family)}.\nWrites {_writes(family)}.\n"
                 "No checksum is published for this file, so Tessera does not download it: it "
                 f"says where to get it and where to put it.\nLicence: {e.licence_text}",
                 manual=True,
@@ -221,7 +220,7 @@ def missing_hint(inventory: ModelInventory | None, family: Family) -> str:
     if inventory is None:
         return "Looking for models…"
     offers = get_offers(inventory, family)
-    writes = FAMILY_PRODUCTS[family]
+    writes = _writes(family)
     if not offers:
         return (
             f"No {family.value} model is installed. Drop an .onnx {family.value} model on the "

@@ -119,7 +119,9 @@ class Rate:
 
 
 def _scales_with_pixels(operation: Operation) -> bool:
-    return operation is Operation.UPSCALE
+    # A tiled operation runs the model over every input pixel; the others resize the input
+    # to the model's own size, so their time hardly depends on it.
+    return operation.tiled
 
 
 def _warm(history: list[tuple[float, float, bool]]) -> list[tuple[float, float]]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QAction, QStandardItem, QStandardItemModel
+from PySide6.QtGui import QAction, QStandardItemModel
 from PySide6.QtWidgets import (
     QButtonGroup,
     QCheckBox,
@@ -28,8 +28,8 @@ from PySide6.QtWidgets import (
 )
 
 from engine.models.catalog import CatalogEntry, Family
-from engine.operation_specs import operations
-from engine.options import GeometryOptions, OutputOptions
+from engine.operation_specs import operations, takes_option
+from engine.options import OutputOptions
 from engine.requests import Operation
 from gui.controllers.models import (
     ModelChoice,
@@ -42,6 +42,7 @@ from gui.controllers.models import (
 )
 from gui.jobs import JobSettings, is_tiled
 from gui.settings import AppSettings
+from gui.widgets.combo_items import DATA, add_item, first_enabled, select_data
 from gui.widgets.elided_label import WrappedLabel
 from gui.widgets.output_options import OutputEditor, SaveToEditor
 
@@ -50,6 +51,8 @@ if TYPE_CHECKING:  # the model list is read on the task thread: onnx is not load
     from engine.runtime.devices import RuntimeReport
 
 
+# The option a clip's per-frame point clouds are asked by (an operation whose options have it).
+POINT_CLOUDS = "point_clouds"
 RUNTIME_LABELS = {
     "auto": "Automatic",
     "cpu": "CPU",
@@ -60,42 +63,6 @@ RUNTIME_LABELS = {
     "openvino": "OpenVINO",
     "migraphx": "MIGraphX",
 }
-DATA = Qt.ItemDataRole.UserRole
-
-
-def _add_item(
-    combo: QComboBox, text: str, data: object, *, enabled: bool = True, tip: str = ""
-) -> None:
-    model = combo.model()
-    assert isinstance(model, QStandardItemModel)
-    item = QStandardItem(text)
-    item.setData(data, DATA)
-    item.setEnabled(enabled)
-    if tip:
-        item.setToolTip(tip)
-    model.appendRow(item)
-
-
-def _select_data(combo: QComboBox, data: object) -> bool:
-    model = combo.model()
-    assert isinstance(model, QStandardItemModel)
-    for row in range(combo.count()):
-        item = model.item(row)
-        if item is not None and item.isEnabled() and item.data(DATA) == data:
-            combo.setCurrentIndex(row)
-            return True
-    return False
-
-
-def _first_enabled(combo: QComboBox) -> None:
-    model = combo.model()
-    assert isinstance(model, QStandardItemModel)
-    for row in range(combo.count()):
-        item = model.item(row)
-        if item is not None and item.isEnabled():
-            combo.setCurrentIndex(row)
-            return
-    combo.setCurrentIndex(-1)
 
 
 def _section(title: str) -> QLabel:
@@ -320,7 +287,9 @@ class OperationPanel(QWidget):
         self.settings.run_on_drop = checked
 
     def _update_tile_enabled(self) -> None:
-        self.form.setRowVisible(self.point_clouds, self.current_operation() is Operation.GEOMETRY)
+        self.form.setRowVisible(
+            self.point_clouds, takes_option(self.current_operation(), POINT_CLOUDS)
+        )
         upscale = is_tiled(self.current_operation())
         self.tile.setEnabled(upscale)
         self.tile.setToolTip(
@@ -342,7 +311,7 @@ class OperationPanel(QWidget):
 
     def current_operation(self) -> Operation:
         data = self.operation.currentData()
-        return data if isinstance(data, Operation) else Operation.UPSCALE
+        return data if isinstance(data, Operation) else operations()[0]
 
     def current_family(self) -> Family:
         return self.current_operation().family
@@ -492,8 +461,8 @@ class OperationPanel(QWidget):
             tile=self.current_tile() if is_tiled(operation) else None,
             output_dir=self.output_dir(),
             output=self.output_options(),
-            options=GeometryOptions(point_clouds=True)
-            if operation is Operation.GEOMETRY and self.point_clouds.isChecked()
+            options=operation.options_type(**{POINT_CLOUDS: True})
+            if takes_option(operation, POINT_CLOUDS) and self.point_clouds.isChecked()
             else None,
             save_to=self.save_to.choice(),
         )
@@ -526,15 +495,15 @@ class OperationPanel(QWidget):
                 else "No runtime works on this device:\n"
                 + "\n".join(f"{RUNTIME_LABELS.get(r.runtime, r.runtime)}: {r.detail}" for r in mine)
             )
-            _add_item(
+            add_item(
                 self.device,
                 label if works else f"{label} (unavailable)",
                 dev,
                 enabled=works,
                 tip=tip,
             )
-        if not _select_data(self.device, self.settings.device):
-            _first_enabled(self.device)
+        if not select_data(self.device, self.settings.device):
+            first_enabled(self.device)
         self.device.blockSignals(False)
         self._fill_runtimes()
 
@@ -546,7 +515,7 @@ class OperationPanel(QWidget):
         store.clear()
         mine = [r for r in self.reports if r.device == dev]
         any_ok = any(r.ok for r in mine) or not self.reports
-        _add_item(
+        add_item(
             self.runtime,
             "Automatic",
             "auto",
@@ -556,15 +525,15 @@ class OperationPanel(QWidget):
         for r in mine:
             label = RUNTIME_LABELS.get(r.runtime, r.runtime)
             tip = f"Runs on {r.provider}" if r.ok else f"Not available: {r.detail}"
-            _add_item(
+            add_item(
                 self.runtime,
                 label if r.ok else f"{label} (unavailable)",
                 r.runtime,
                 enabled=r.ok,
                 tip=tip,
             )
-        if not _select_data(self.runtime, self.settings.runtime):
-            _first_enabled(self.runtime)
+        if not select_data(self.runtime, self.settings.runtime):
+            first_enabled(self.runtime)
         self.runtime.blockSignals(False)
         if not self.reports:
             self.runtime_hint.setText("Checking which runtimes work here…")

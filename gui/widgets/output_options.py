@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine.operation_specs import operations
 from engine.options import (
     CRF_RANGE,
     MAX_WIDTH,
@@ -54,7 +55,7 @@ class OutputEditor(QWidget):
         self, parent: QWidget | None = None, *, compact: bool = False, clips: bool = False
     ) -> None:
         super().__init__(parent)
-        self.operation = Operation.UPSCALE
+        self.operation = operations()[0]
         self.scale: int | None = None
         self.format = QComboBox()
         for fmt, text in (
@@ -201,24 +202,19 @@ class OutputEditor(QWidget):
         self.width_box.setVisible(self.size_box.currentData() == WIDTH)
         self.crf.setEnabled(options.video.codec in LOSSY_CODECS)
         notes = []
-        if options.format is OutputFormat.JPEG and self.operation is Operation.REMOVE_BACKGROUND:
-            notes.append("JPEG has no transparency: the cut-out gets a white background.")
+        if options.format is OutputFormat.JPEG and self.operation.main_with_alpha:
+            notes.append(
+                f"JPEG has no transparency: {self.operation.main_with_alpha} gets a white "
+                "background."
+            )
         elif options.format is OutputFormat.JPEG:
             notes.append("JPEG has no transparency (it becomes white) and holds one frame.")
         if options.format is OutputFormat.WEBP and options.quality == 100:
             notes.append("WebP at quality 100 is lossless.")
-        if self.operation in (Operation.DEPTH, Operation.GEOMETRY):
-            notes.append(
-                "Depth, normals and masks are always written as PNG/TIFF"
-                + (" (of a clip: lossless FFV1 clips)." if self.clips else ".")
-                + (
-                    " EXR adds float EXR depth beside them."
-                    if options.format.value == "exr"
-                    else ""
-                )
-            )
-        elif self.operation is Operation.REMOVE_BACKGROUND:
-            notes.append("The mask stays PNG.")
+        if self.operation.kept_formats:
+            clips = " (of a clip: lossless FFV1 clips)" if self.clips else ""
+            exr = " EXR adds float EXR depth beside them." if options.format.value == "exr" else ""
+            notes.append(self.operation.kept_formats.format(clips=clips, exr=exr))
         if (
             has_scale(self.operation)
             and options.factor is not None

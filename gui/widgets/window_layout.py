@@ -171,7 +171,15 @@ class WindowLayout:
         ws.jobsForgotten.connect(self.job_list.remove)
         jobs.calibrator.busyChanged.connect(lambda _b: self.update_estimate())
         jobs.calibrator.calibrated.connect(lambda _m, _d: self.update_estimate())
+        # The panel's choices are the workspace's state: the operation first (read by what the
+        # settings' change starts), then the settings; run-on-drop as it is toggled.
+        self.panel.settingsChanged.connect(
+            lambda _settings: ws.set_operation(self.panel.current_operation())
+        )
         self.panel.settingsChanged.connect(ws.set_settings)
+        self.panel.run_on_drop.toggled.connect(ws.set_run_on_drop)
+        ws.set_operation(self.panel.current_operation())
+        ws.set_run_on_drop(self.panel.run_on_drop.isChecked())
         self.inputs.selectionChanged.connect(lambda: ws.select(self.inputs.selected_keys()))
 
     def update_run(self) -> None:

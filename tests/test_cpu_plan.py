@@ -1,5 +1,7 @@
-"""Issue #24: the CPU plan for the whole request, each model's measured overlap, a start-up
-that imports only what the first screen needs, and the bench's ncnn tiling."""
+"""The CPU's plan for the whole request: one run where the image fits the budget, else tiles;
+each model's overlap measured once and kept with its contract; and what that plan needs at
+start-up — only the modules the first screen needs, compiled bytecode — and the bench's ncnn
+tiling it is measured against."""
 
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""The parts of `python -m engine`; engine/cli.py holds the list of commands."""
