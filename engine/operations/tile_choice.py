@@ -18,7 +18,7 @@ from engine.operations.tile_frames import plain_upscale
 from engine.options import UpscaleConfig
 from engine.runtime import memory
 from engine.runtime.arena import cpu_arena_limit
-from engine.tiling.plan import plan_tiles
+from engine.tiling.plan import TilePlan, plan_tiles
 
 # Below this many bytes of weights an upscaler is a light, memory-bound network (the compact
 # SRVGG models: ~0.6 M MACs per pixel, against x4plus's 18 M): see `auto_tile`.
@@ -99,6 +99,8 @@ def auto_tile(
     config: UpscaleConfig,
     size: tuple[int, int] | None = None,
     requested_max: int | None = None,
+    *,
+    whole: bool = True,
 ) -> int:
     """The tile `auto` starts from: the largest that fits the memory budget, and on the CPU,
     given the image's (width, height) `size`, the plan fastest for the whole request.
@@ -115,7 +117,8 @@ def auto_tile(
     light model's 128², a heavy one's largest that fits. The CPU plan is bounded by the
     request's own `max_tile` (`requested_max`), not by the catalog's preset, which is the
     GPU's. The `auto_start` option skips the estimate and starts from that tile (halving on
-    out-of-memory as usual).
+    out-of-memory as usual). With `whole` off, the CPU plan is the fastest tiled one (a
+    preview's: the job after it adopts the plan and keeps the preview's tiles).
     """
     if config.auto_start:
         return max(config.auto_start, ctx.settings.min_tile)
@@ -147,7 +150,7 @@ def auto_tile(
     tile = max(tile, ctx.settings.min_tile)
     if device.is_gpu or size is None or c.fixed_size is not None:
         return tile
-    return _cpu_plan(ctx, c, size, tile, per_pixel, budget, requested_max or 8192)
+    return _cpu_plan(ctx, c, size, tile, per_pixel, budget, requested_max or 8192, whole)
 
 
 def _cpu_plan(
@@ -158,12 +161,13 @@ def _cpu_plan(
     per_pixel: int,
     budget: float,
     cap: int,
+    whole: bool = True,
 ) -> int:
     """The CPU's tile for a whole `size` (width, height) image: see `auto_tile`."""
     m = c.multiple_of
     w, h = (-(-n // m) * m for n in size)
     floor = min(floor, cap)
-    if h * w * per_pixel <= budget and max(h, w) <= cap:
+    if whole and h * w * per_pixel <= budget and max(h, w) <= cap:
         return max(h, w)  # one run of the whole image
     overlap = tile_overlap(ctx)
     allowance = PEAK_SHARE * size[0] * size[1] * (c.scale or 1) ** 2 * 3
@@ -171,8 +175,12 @@ def _cpu_plan(
     for tile in (floor, *CPU_TILES):
         if tile > cap or (tile > floor and tile * tile * per_pixel > min(budget, allowance)):
             continue
-        plan = plan_tiles(h, w, tile, overlap, m)
-        cost = plan.count * (plan.tile_h * plan.tile_w + RUN_PIXELS)
+        cost = plan_cost(plan_tiles(h, w, tile, overlap, m))
         if cost < best_cost:
             best, best_cost = tile, cost
     return best
+
+
+def plan_cost(plan: TilePlan, done: int = 0) -> int:
+    """A plan's CPU cost in input pixels' worth of work, less `done` tiles already made."""
+    return max(plan.count - done, 0) * (plan.tile_h * plan.tile_w + RUN_PIXELS)

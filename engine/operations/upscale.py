@@ -32,7 +32,7 @@ from engine.operations.base import (
     model_id,
 )
 from engine.operations.products import Products
-from engine.operations.tile_choice import auto_tile, tile_overlap
+from engine.operations.tile_choice import auto_tile, plan_cost, tile_overlap
 from engine.operations.tile_frames import (
     FinishedRows,
     FramePlan,
@@ -52,6 +52,7 @@ from engine.requests import Operation, Product, ProductKind, ProgressKind
 from engine.runtime.handle import SessionHandle
 from engine.tiling.assembly import TileAssembler
 from engine.tiling.cache import PlanKey
+from engine.tiling.plan import plan_tiles
 from engine.tiling.region import Cell, RegionAssembler
 
 log = logging.getLogger(__name__)
@@ -139,7 +140,10 @@ class Upscale(OperationBase):
         c = ctx.spec.contract
         scale = c.scale or 1
         h, w = frame.shape[:2]
-        tile = auto_tile(ctx, self.config) if request.job.tile is None else int(request.job.tile)
+        if request.job.tile is None:  # the job's fastest tiled plan: it keeps these tiles
+            tile = auto_tile(ctx, self.config, (w, h), self.requested_max_tile, whole=False)
+        else:
+            tile = int(request.job.tile)
         prep = prepare_frame(frame, c, tile, tile_overlap(ctx))
         plan = prep.plan
         size = (w * scale, h * scale)
@@ -236,11 +240,8 @@ class Upscale(OperationBase):
         auto = ctx.request.tile is None
         tile = int(ctx.request.tile or 0)
         if auto:
-            cached = ctx.tiles.cached_plan(0) if ctx.tiles is not None else None
-            if cached is not None:  # a preview's tiles: its plan, so they are not run again
-                tile = tile_of(cached)
-            else:
-                tile = auto_tile(ctx, self.config, image.size, self.requested_max_tile)
+            tile = auto_tile(ctx, self.config, image.size, self.requested_max_tile)
+            tile = self._adopt_preview(ctx, image.size, tile)
         n = len(image.frames)
         band_write = ctx.settings.overlap_tiles
         with Products(ctx, image) as products:
@@ -274,6 +275,25 @@ class Upscale(OperationBase):
                 ctx.emit(ctx.progress(ProgressKind.FRAME_FINISHED))
             ctx.used_tile = None if c.fixed_size is None and tile >= max(image.size) else tile
             return products.publish()
+
+    def _adopt_preview(self, ctx: RunContext, size: tuple[int, int], tile: int) -> int:
+        """The preview's plan when its tiles are in the cache and the rest of it costs no more
+        than `tile`'s whole plan (the preview plans the fastest tiled plan, so for a large
+        image they are the same); else `tile`: a preview must not make the job slower."""
+        tiles = ctx.tiles
+        cached = tiles.cached_plan(0) if tiles is not None else None
+        if tiles is None or cached is None or tile_of(cached) == tile:
+            return tile
+        c = ctx.spec.contract
+        if c.fixed_size is not None:
+            return tile_of(cached)  # one plan only
+        m = c.multiple_of
+        w, h = (-(-n // m) * m for n in size)
+        best = plan_tiles(h, w, tile, tile_overlap(ctx), m)
+        if plan_cost(cached, tiles.made(0, cached)) <= plan_cost(best):
+            return tile_of(cached)
+        log.info("a preview's plan (tile %d) costs more than tile %d's", tile_of(cached), tile)
+        return tile
 
     def _frame(
         self,
