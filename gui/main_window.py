@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QEvent, QSize, QTimer, QUrl
-from PySide6.QtGui import QCloseEvent, QDesktopServices, QGuiApplication, QImage
+from PySide6.QtGui import QCloseEvent, QDesktopServices, QGuiApplication, QImage, QShowEvent
 from PySide6.QtWidgets import QMainWindow, QWidget
 
 from engine.models.catalog import CatalogEntry
@@ -45,6 +45,7 @@ from gui.widgets.inputs_panel import THUMB
 from gui.widgets.job_list import confirm_quit
 from gui.widgets.pictures_binding import PicturesBinding
 from gui.widgets.preview_binding import PreviewBinding
+from gui.widgets.screen_fit import fit_first, refit
 from gui.widgets.version_strip import file_mime
 from gui.widgets.window_layout import WindowLayout
 from gui.workspace import Workspace
@@ -121,7 +122,8 @@ class MainWindow(QMainWindow):
         self._wire()
         geometry = self.settings.geometry()
         if geometry is None or not self.restoreGeometry(geometry):
-            self.resize(1280, 800)
+            fit_first(self)
+        self._fitted = False  # the real frame is checked against the screen once shown
         state = self.settings.window_state()
         if state is not None:
             self.restoreState(state)
@@ -448,6 +450,12 @@ class MainWindow(QMainWindow):
         return QSize(1280, 800)
 
     # -- closing ------------------------------------------------------------------------------
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        if not self._fitted:  # a restored or first geometry bigger than this screen shrinks
+            self._fitted = True
+            QTimer.singleShot(0, lambda: refit(self))
+
     def closeEvent(self, event: QCloseEvent) -> None:
         if self._closed:
             event.accept()
