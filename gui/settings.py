@@ -9,7 +9,7 @@ from pathlib import Path
 from PySide6.QtCore import QByteArray, QSettings, QStandardPaths
 
 from engine.options import OutputFormat, OutputOptions, VideoCodec, VideoOptions
-from engine.settings import EngineSettings
+from engine.settings import DEFAULT_MAX_PIXELS, EngineSettings
 from gui.jobs import SaveTo
 
 ORGANIZATION = "Tessera"
@@ -17,6 +17,7 @@ APPLICATION = "Tessera"
 MB = 1024 * 1024
 RECENT_MAX = 10
 MODELS_ENV = "TESSERA_MODELS_DIR"
+PIXEL_LIMIT = "Largest image"  # the pixel limit's name in Preferences (File ▸ Preferences…)
 
 
 def pictures_dir() -> Path:
@@ -100,6 +101,16 @@ class AppSettings:
     @cpu_mem_limit_mb.setter
     def cpu_mem_limit_mb(self, value: int) -> None:
         self.store.setValue("engine/cpu_mem_limit_mb", int(value))
+
+    @property
+    def max_megapixels(self) -> int:
+        """The largest input, in megapixels (all frames together): larger ones are refused."""
+        default = DEFAULT_MAX_PIXELS // 1_000_000
+        return max(1, self._int("engine/max_megapixels", default))
+
+    @max_megapixels.setter
+    def max_megapixels(self, value: int) -> None:
+        self.store.setValue("engine/max_megapixels", int(value))
 
     @property
     def keep_cpu_arena(self) -> bool:
@@ -294,4 +305,5 @@ class AppSettings:
             gpu_mem_limit=self.gpu_mem_limit_mb * MB or None,
             cpu_mem_limit=self.cpu_mem_limit_mb * MB or None,
             keep_cpu_arena=self.keep_cpu_arena,
+            max_pixels=self.max_megapixels * 1_000_000,
         )

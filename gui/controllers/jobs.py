@@ -38,7 +38,14 @@ from gui.controllers.job_speed import JobSpeed
 from gui.controllers.run_plan import plan_run
 from gui.controllers.speed import Calibrator, Estimate, Rate, SpeedBook
 from gui.engine_thread import EngineThread
-from gui.inputs import Classified, InputSource, as_sequence, classify_paths, sequence_offer
+from gui.inputs import (
+    Classified,
+    InputSource,
+    as_sequence,
+    classify_paths,
+    sequence_offer,
+    too_large,
+)
 from gui.jobs import (
     ORIGINAL,
     Job,
@@ -155,6 +162,7 @@ class JobsController(QObject):
         the paths of the same add still to read, a part per turn."""
         ws = self.workspace
         added = ws.add_sources(found.sources)
+        self._mark_too_large(added)
         shown = added[0] if added else (found.sources[0] if found.sources else None)
         if shown is not None:  # already there: shown anyway, the person asked for it
             ws.set_following(True)
@@ -168,6 +176,15 @@ class JobsController(QObject):
             return AddOutcome(tuple(added), found.models, found.refused, (), len(rest))
         offer = found.sequence_offer if len(found.sequence_offer) == len(found.sources) else ()
         return AddOutcome(tuple(added), found.models, found.refused, offer)
+
+    def _mark_too_large(self, sources: Sequence[InputSource]) -> None:
+        """Inputs over the pixel limit, from their headers: marked at once as unreadable, so
+        Run neither counts nor estimates them (their jobs would only fail)."""
+        limit = self.engine.settings.max_pixels
+        for source in sources:
+            reason = too_large(source, limit)
+            if reason:
+                self.mark_unreadable(source.key, reason)
 
     def _add_part(self) -> None:
         if self.reader is not None:
@@ -209,6 +226,7 @@ class JobsController(QObject):
     def _add_read(self, sources: list[InputSource], models: list[Path], refused: list[str]) -> None:
         """One part of a large add, its headers read: into the workspace, and told."""
         added = self.workspace.add_sources(sources)
+        self._mark_too_large(added)
         self._adding_sources.extend(sources)
         offer: tuple[Path, ...] = ()
         if not self._adding:  # the last part: the offer is about the whole add
