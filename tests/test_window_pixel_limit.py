@@ -58,11 +58,8 @@ def test_preferences_offer_the_pixel_limit_the_message_names(
     qtbot.addWidget(dialog)
     form = dialog.findChild(QFormLayout)
     assert form is not None
-    labels = [
-        form.itemAt(i).widget().text()  # type: ignore[union-attr]
-        for i in range(form.count())
-        if isinstance(form.itemAt(i).widget(), QLabel)
-    ]
+    widgets = [form.itemAt(i).widget() for i in range(form.count())]  # type: ignore[union-attr]
+    labels = [w.text() for w in widgets if isinstance(w, QLabel)]
     assert PIXEL_LIMIT in labels
     dialog.max_pixels.setValue(20)
     dialog.accept()
