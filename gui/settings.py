@@ -168,6 +168,13 @@ class AppSettings:
     def open_dir(self, value: Path | str) -> None:
         self.store.setValue("folders/last_open", str(value))
 
+    def open_dir_note(self) -> str:
+        """Why Open starts where it does, when that may surprise: home, for want of a Pictures
+        folder (empty otherwise)."""
+        if self._existing_dir("folders/last_open") is not None or pictures_dir().is_dir():
+            return ""
+        return "starting in your home folder: there is no Pictures folder"
+
     @property
     def model_open_dir(self) -> Path:
         """Where "Add a model file…" starts: the folder a model was last added from, else
