@@ -30,6 +30,7 @@ from gui.controllers.models import ModelsController
 from gui.controllers.preview import PreviewController
 from gui.controllers.results import ResultsController
 from gui.controllers.speed import SpeedBook
+from gui.controllers.speed_store import FILE_NAME, SpeedStore
 from gui.controllers.view import ViewController
 from gui.engine_thread import EngineThread
 from gui.jobs import Version, ended_text
@@ -92,7 +93,9 @@ class MainWindow(QMainWindow):
         self.workspace = ws = Workspace(self)
         self.engine = EngineThread(engine_settings or self.settings.engine_settings(), self)
         self.tasks = TaskThread(self)
-        self.speeds = SpeedBook(self.settings)
+        self.speeds = SpeedBook(
+            self.settings, store=SpeedStore(self.data_dir / FILE_NAME, self.settings)
+        )
         self.jobs = JobsController(ws, self.engine, self.speeds, self)
         self.jobs.calibrator.enabled = calibrate
         self.models = ModelsController(self.tasks, self.models_dir, self)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from PySide6.QtCore import QObject
 
 from engine.requests import Operation
+from gui.controllers.run_plan import count_words
 from gui.controllers.speed import TINY_MP, Calibrator, Estimate, Rate, SpeedBook
 from gui.engine_thread import EngineThread
 from gui.inputs import InputSource
@@ -62,9 +63,8 @@ class JobSpeed:
         if not sources:
             return ""
         guess = self.estimate(sources, settings)
-        count = len(sources)
-        what = f"{count} image{'s' if count != 1 else ''}"
-        if count == 1 and sources[0].clip:  # frames × the per-frame figure
+        what = count_words(sources)  # "1 image and 1 clip": a clip counted as a clip
+        if len(sources) == 1 and sources[0].clip:  # frames × the per-frame figure
             what = f"the clip's {sources[0].frames} frames"
         if guess is not None:
             rough = " (a first rough figure)" if guess.rough else ""
