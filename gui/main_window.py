@@ -126,7 +126,9 @@ class MainWindow(QMainWindow):
         geometry = self.settings.geometry()
         if geometry is None or not self.restoreGeometry(geometry):
             fit_first(self)
-        self._fitted = False  # the real frame is checked against the screen once shown
+        # Once shown, the real frame is checked against the screen: unless the size was set
+        # again since (a test's, a bench's explicit size is kept).
+        self._fit_size: QSize | None = self.size()
         state = self.settings.window_state()
         if state is not None:
             self.restoreState(state)
@@ -455,8 +457,8 @@ class MainWindow(QMainWindow):
     # -- closing ------------------------------------------------------------------------------
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)
-        if not self._fitted:  # a restored or first geometry bigger than this screen shrinks
-            self._fitted = True
+        fit, self._fit_size = self._fit_size, None
+        if fit is not None and fit == self.size():  # a first or restored size too big shrinks
             QTimer.singleShot(0, lambda: refit(self))
 
     def closeEvent(self, event: QCloseEvent) -> None:
