@@ -1,0 +1,34 @@
+"""One source for what the window counts: Run's label names a result chosen with "Use as
+input ▸" (README: "Run on Quick cut-out") even with other images beside it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pytestqt.qtbot import QtBot
+
+from engine.requests import ProductKind
+from gui.main_window import MainWindow
+from tests.engine_helpers import photo
+from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
+from tests.window_fixtures import use_model, wait_ended
+
+
+def test_run_names_the_result_used_as_input_beside_other_images(
+    qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
+) -> None:
+    use_model(window, models, "up2.onnx")
+    first = photo(tmp_path / "cat.png", 60, 40, seed=1)
+    second = photo(tmp_path / "dog.png", 50, 30, seed=2)
+    window.accept_paths([first, second])
+    window.jobs.run_one(str(first))
+    wait_ended(qtbot, window)
+    key = str(first)
+    made = next(v for v in window.workspace.versions(key) if v.kind is ProductKind.IMAGE)
+    assert window.jobs.use_as_input(key, made.id) == made
+    window._update_run()
+    label = window.panel.run_button.text()
+    assert label == f"Run on {made.label} and 1 image", label
+    window.workspace.set_base(key, window.workspace.versions(key)[0].id)  # back to the original
+    window._update_run()
+    assert window.panel.run_button.text().startswith("Run 1 image")
