@@ -214,9 +214,9 @@ def measure_job_after_preview(
 ) -> float:
     """A job after a preview of its centre ÷ the same job on a fresh engine (goal ≤ 1.0): the
     preview must not cost the job its fastest plan (issue #35: 2,626 tiles instead of 950).
-    The audit's 6000×4000; 1500×1000 with `--quick`. Both engines load and warm the model
+    The audit's 6000×4000; 800×600 with `--quick`. Both engines load and warm the model
     first, so the ratio compares the jobs alone. Returns the ratio."""
-    width, height = (1500, 1000) if quick else (6000, 4000)
+    width, height = (800, 600) if quick else (6000, 4000)
     image = photo_jpeg(work / f"after-preview-{width}.jpg", width, height)
     warm = photo_jpeg(work / "warm-after.jpg", 160, 120)
 
