@@ -32,3 +32,22 @@ def test_run_names_the_result_used_as_input_beside_other_images(
     window.workspace.set_base(key, window.workspace.versions(key)[0].id)  # back to the original
     window._update_run()
     assert window.panel.run_button.text().startswith("Run 1 image")
+
+
+def test_clearing_the_images_takes_their_ended_jobs_out_of_the_list_and_counts(
+    qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
+) -> None:
+    use_model(window, models, "up2.onnx")
+    shots = [photo(tmp_path / f"s{i}.png", 40, 30, seed=i) for i in range(3)]
+    window.accept_paths(shots)
+    ids = window.run_selected()
+    wait_ended(qtbot, window)
+    assert all(window.job_list.row(i) is not None for i in ids)
+    window.accept_paths([photo(tmp_path / "kept.png", 40, 30, seed=9)])
+    window.jobs.remove([str(shots[0])])  # one image removed: its ended job leaves the list
+    assert ids[0] not in window.workspace.jobs
+    qtbot.waitUntil(lambda: window.job_list.row(ids[0]) is None, timeout=5000)
+    assert window.job_list.row(ids[1]) is not None
+    window.clear_inputs()
+    assert not window.workspace.jobs  # every job of a cleared image is out of the counts
+    qtbot.waitUntil(lambda: all(window.job_list.row(i) is None for i in ids), timeout=5000)
