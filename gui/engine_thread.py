@@ -4,7 +4,7 @@
 the `Engine`, and with it the session cache (M1, M6), so every model run, load, unload and
 probe happens on that thread. Jobs and previews are one pipeline:
 
-- **one queue with priorities** (`_WorkQueue`): jobs in the order they came, then at most one
+- **one queue with priorities** (`WorkQueue`): jobs in the order they came, then at most one
   preview, which runs only when no job waits; a newer preview replaces the one waiting. A
   queued request can be taken out and cancelled before it starts, and the worker takes one
   request per wake-up, so unload or probe commands queued meanwhile run between them;
@@ -38,11 +38,8 @@ pyproject.toml.
 from __future__ import annotations
 
 import logging
-import threading
-from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from enum import Enum
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal, SignalInstance, Slot
@@ -65,113 +62,9 @@ from engine.settings import EngineSettings
 if TYPE_CHECKING:
     from engine.api import Engine
 
+from gui.engine_queue import Ended, Outcome, Request, RequestKind, WorkQueue, request_kind
+
 log = logging.getLogger(__name__)
-
-Request = OperationRequest | PreviewRequest
-
-
-class RequestKind(Enum):
-    JOB = "job"
-    PREVIEW = "preview"
-
-
-class Outcome(Enum):
-    FINISHED = "finished"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-
-@dataclass(frozen=True)
-class Ended:
-    """How a request ended, as it crosses from the worker to the GUI thread."""
-
-    kind: RequestKind
-    outcome: Outcome
-    request_id: str
-    payload: object  # Result / PreviewResult, OperationFailure or OperationCancellation
-
-
-def _kind(request: Request) -> RequestKind:
-    return RequestKind.PREVIEW if isinstance(request, PreviewRequest) else RequestKind.JOB
-
-
-class _WorkQueue:
-    """What waits for the engine thread; shared by both threads, so every access locks."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._jobs: deque[tuple[OperationRequest, CancelToken]] = deque()
-        self._preview: tuple[PreviewRequest, CancelToken] | None = None  # one at most
-        self._running: dict[RequestKind, str | None] = dict.fromkeys(RequestKind)
-
-    def put_jobs(self, items: Sequence[tuple[OperationRequest, CancelToken]]) -> None:
-        """Queue many jobs in one lock (Run of 1000)."""
-        with self._lock:
-            self._jobs.extend(items)
-
-    def has_work(self) -> bool:
-        with self._lock:
-            return bool(self._jobs) or self._preview is not None
-
-    def put(self, request: Request, token: CancelToken) -> tuple[Request, CancelToken] | None:
-        """Queue a request; returns the preview it replaced, if one was waiting."""
-        with self._lock:
-            if isinstance(request, PreviewRequest):
-                replaced, self._preview = self._preview, (request, token)
-                return replaced
-            self._jobs.append((request, token))
-            return None
-
-    def take(self) -> tuple[Request, CancelToken] | None:
-        """The next request: the oldest job, else the waiting preview."""
-        with self._lock:
-            item: tuple[Request, CancelToken] | None
-            if self._jobs:
-                item = self._jobs.popleft()
-            elif self._preview is not None:
-                item, self._preview = self._preview, None
-            else:
-                return None
-            self._running[_kind(item[0])] = item[0].id
-            return item
-
-    def finish(self, request: Request) -> None:
-        with self._lock:
-            self._running[_kind(request)] = None
-
-    def remove(self, request_id: str) -> Request | None:
-        """Take a request out if it has not started; None once the worker has it."""
-        with self._lock:
-            if self._preview is not None and self._preview[0].id == request_id:
-                item, self._preview = self._preview, None
-                return item[0]
-            for job in self._jobs:
-                if job[0].id == request_id:
-                    self._jobs.remove(job)
-                    return job[0]
-            return None
-
-    def remove_many(self, request_ids: set[str]) -> list[OperationRequest]:
-        """Take out every queued job of `request_ids` in one pass (Cancel all of 1000)."""
-        with self._lock:
-            taken = [request for request, _ in self._jobs if request.id in request_ids]
-            self._jobs = deque(job for job in self._jobs if job[0].id not in request_ids)
-            return taken
-
-    def drain_jobs(self) -> list[OperationRequest]:
-        with self._lock:
-            taken = [request for request, _ in self._jobs]
-            self._jobs.clear()
-            return taken
-
-    def running(self, kind: RequestKind) -> str | None:
-        with self._lock:
-            return self._running[kind]
-
-    @property
-    def waiting_preview(self) -> str | None:
-        with self._lock:
-            return self._preview[0].id if self._preview is not None else None
 
 
 class EngineSignals(QObject):
@@ -203,7 +96,7 @@ class EngineWorker(EngineSignals):
     _again = Signal()  # more waits: the next request, after the commands queued meanwhile
 
     def __init__(
-        self, settings: EngineSettings, queue: _WorkQueue, session_wrap: SessionWrap | None
+        self, settings: EngineSettings, queue: WorkQueue, session_wrap: SessionWrap | None
     ) -> None:
         super().__init__()
         self._settings = settings
@@ -240,7 +133,7 @@ class EngineWorker(EngineSignals):
             self._again.emit()
 
     def _run(self, request: Request, token: CancelToken) -> None:
-        kind = _kind(request)
+        kind = request_kind(request)
         rid = request.id
         if token.cancelled:
             self._end(kind, Outcome.CANCELLED, rid, OperationCancellation(rid, started=False))
@@ -389,7 +282,7 @@ class EngineThread(EngineSignals):
     ) -> None:
         super().__init__(parent)
         self.settings = settings or EngineSettings()
-        self._queue = _WorkQueue()
+        self._queue = WorkQueue()
         # Every request whose terminal signal has not reached the GUI yet, with its token.
         self._open: dict[str, tuple[Request, CancelToken]] = {}
         self._terminal: dict[tuple[RequestKind, Outcome], SignalInstance] = {
@@ -503,7 +396,7 @@ class EngineThread(EngineSignals):
     # -- cancelling ---------------------------------------------------------------------------
     def _cancelled_unstarted(self, request: Request) -> None:
         cancellation = OperationCancellation(request.id, started=False)
-        self._relay(Ended(_kind(request), Outcome.CANCELLED, request.id, cancellation))
+        self._relay(Ended(request_kind(request), Outcome.CANCELLED, request.id, cancellation))
 
     def cancel(self, request_id: str) -> bool:
         """Cancel a queued or running request; False when it has already ended."""
@@ -540,7 +433,7 @@ class EngineThread(EngineSignals):
             self._cancelled_unstarted(request)
             count += 1
         for open_request, token in list(self._open.values()):
-            if _kind(open_request) is RequestKind.JOB:
+            if request_kind(open_request) is RequestKind.JOB:
                 token.cancel()
                 count += 1
         self.cancel_previews()
@@ -579,7 +472,7 @@ class EngineThread(EngineSignals):
         return self._queue.waiting_preview
 
     def _open_of(self, kind: RequestKind) -> list[str]:
-        return [rid for rid, (request, _) in self._open.items() if _kind(request) is kind]
+        return [rid for rid, (request, _) in self._open.items() if request_kind(request) is kind]
 
     def open_requests(self) -> list[str]:
         """Jobs whose terminal signal has not reached the GUI yet."""
@@ -587,7 +480,7 @@ class EngineThread(EngineSignals):
 
     def is_busy(self) -> bool:
         # The first open job answers: no list of a thousand is made for a yes.
-        return any(_kind(request) is RequestKind.JOB for request, _ in self._open.values())
+        return any(request_kind(request) is RequestKind.JOB for request, _ in self._open.values())
 
     def request(self, request_id: str) -> OperationRequest | None:
         entry = self._open.get(request_id)

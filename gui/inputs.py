@@ -180,6 +180,21 @@ def _clip(path: Path) -> InputSource:
     return InputSource((path,), False, meta.frame_count, width, height, meta.duration_s)
 
 
+def too_large(source: InputSource, max_pixels: int) -> str:
+    """Why the input is over the pixel limit (all its frames together), or empty."""
+    frames = max(source.frames, 1)
+    total = source.width * source.height * frames
+    if total <= max_pixels:
+        return ""
+    name = source.paths[0].name if len(source.paths) == 1 else source.paths[0].parent.name
+    size = f"{source.width}×{source.height} pixels" + (f" × {frames} frames" if frames > 1 else "")
+    return (
+        f"{name}: {size} ({total / 1e6:,.0f} Mpx) is over the limit of "
+        f"{max_pixels / 1e6:,.0f} Mpx. Reduce the image, or raise “Largest image” in "
+        "File ▸ Preferences."
+    )
+
+
 def _size_or_zero(path: Path) -> tuple[int, int]:
     try:
         width, height, _ = image_size(path)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QEvent, QSize, QTimer, QUrl
-from PySide6.QtGui import QCloseEvent, QDesktopServices, QGuiApplication, QImage
+from PySide6.QtGui import QCloseEvent, QDesktopServices, QGuiApplication, QImage, QShowEvent
 from PySide6.QtWidgets import QMainWindow, QWidget
 
 from engine.models.catalog import CatalogEntry
@@ -31,6 +31,7 @@ from gui.controllers.preview import PreviewController
 from gui.controllers.queue_store import QueueStore
 from gui.controllers.results import ResultsController
 from gui.controllers.speed import SpeedBook
+from gui.controllers.speed_store import FILE_NAME, SpeedStore
 from gui.controllers.view import ViewController
 from gui.engine_thread import EngineThread
 from gui.jobs import Version, ended_text
@@ -47,6 +48,7 @@ from gui.widgets.job_list import confirm_quit
 from gui.widgets.model_browser import ModelBrowser, open_model_browser
 from gui.widgets.pictures_binding import PicturesBinding
 from gui.widgets.preview_binding import PreviewBinding
+from gui.widgets.screen_fit import fit_first, refit
 from gui.widgets.version_strip import file_mime
 from gui.widgets.window_layout import WindowLayout
 from gui.workspace import Workspace
@@ -93,7 +95,9 @@ class MainWindow(QMainWindow):
         self.workspace = ws = Workspace(self)
         self.engine = EngineThread(engine_settings or self.settings.engine_settings(), self)
         self.tasks = TaskThread(self)
-        self.speeds = SpeedBook(self.settings)
+        self.speeds = SpeedBook(
+            self.settings, store=SpeedStore(self.data_dir / FILE_NAME, self.settings)
+        )
         self.jobs = JobsController(ws, self.engine, self.speeds, self)
         self.jobs.calibrator.enabled = calibrate
         self.queue_store = QueueStore(self.data_dir, ws, self.jobs, self.tasks, self)
@@ -124,7 +128,10 @@ class MainWindow(QMainWindow):
         self._wire()
         geometry = self.settings.geometry()
         if geometry is None or not self.restoreGeometry(geometry):
-            self.resize(1280, 800)
+            fit_first(self)
+        # Once shown, the real frame is checked against the screen: unless the size was set
+        # again since (a test's, a bench's explicit size is kept).
+        self._fit_size: QSize | None = self.size()
         state = self.settings.window_state()
         if state is not None:
             self.restoreState(state)
@@ -462,6 +469,12 @@ class MainWindow(QMainWindow):
         return QSize(1280, 800)
 
     # -- closing ------------------------------------------------------------------------------
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        fit, self._fit_size = self._fit_size, None
+        if fit is not None and fit == self.size():  # a first or restored size too big shrinks
+            QTimer.singleShot(0, lambda: refit(self))
+
     def closeEvent(self, event: QCloseEvent) -> None:
         if self._closed:
             event.accept()

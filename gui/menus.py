@@ -270,7 +270,7 @@ class WindowMenus:
     def open_dialog(self) -> None:
         settings = self.host.settings
         files, _ = QFileDialog.getOpenFileNames(
-            self.window, "Open images", str(settings.open_dir), IMAGE_FILTER
+            self.window, open_title("Open images", settings), str(settings.open_dir), IMAGE_FILTER
         )
         if files:
             settings.open_dir = Path(files[0]).parent
@@ -279,7 +279,7 @@ class WindowMenus:
     def open_folder_dialog(self) -> None:
         settings = self.host.settings
         folder = QFileDialog.getExistingDirectory(
-            self.window, "Open a folder of frames", str(settings.open_dir)
+            self.window, open_title("Open a folder of frames", settings), str(settings.open_dir)
         )
         if folder:
             # the folder that holds it: the next sequence is most likely its sibling
@@ -300,3 +300,9 @@ class WindowMenus:
         dialog = PreferencesDialog(self.host.settings, str(self.host.models_dir()), self.window)
         if dialog.exec():
             self.host.apply_preferences()
+
+
+def open_title(title: str, settings: AppSettings) -> str:
+    """The Open dialog's title, saying why it starts in home when there is no Pictures folder."""
+    note = settings.open_dir_note()
+    return f"{title} ({note})" if note else title

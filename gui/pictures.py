@@ -12,6 +12,15 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, Signal
 
+
+@dataclass(frozen=True)
+class HeldPictures:
+    """What one holder (the viewer) keeps decoded: its pictures and their bytes."""
+
+    pictures: int
+    nbytes: int
+
+
 DEFAULT_CAP = 256 * 1024**2  # a few screens' worth of frames, details and preview patches
 REARM_BELOW = 0.75  # of the cap
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from PySide6.QtCore import QByteArray, QSettings, QStandardPaths
 
 from engine.options import OutputFormat, OutputOptions, VideoCodec, VideoOptions
-from engine.settings import EngineSettings
+from engine.settings import DEFAULT_MAX_PIXELS, EngineSettings
 from gui.jobs import SaveTo
 
 ORGANIZATION = "Tessera"
@@ -17,6 +17,7 @@ APPLICATION = "Tessera"
 MB = 1024 * 1024
 RECENT_MAX = 10
 MODELS_ENV = "TESSERA_MODELS_DIR"
+PIXEL_LIMIT = "Largest image"  # the pixel limit's name in Preferences (File ▸ Preferences…)
 
 
 def pictures_dir() -> Path:
@@ -102,6 +103,16 @@ class AppSettings:
         self.store.setValue("engine/cpu_mem_limit_mb", int(value))
 
     @property
+    def max_megapixels(self) -> int:
+        """The largest input, in megapixels (all frames together): larger ones are refused."""
+        default = DEFAULT_MAX_PIXELS // 1_000_000
+        return max(1, self._int("engine/max_megapixels", default))
+
+    @max_megapixels.setter
+    def max_megapixels(self, value: int) -> None:
+        self.store.setValue("engine/max_megapixels", int(value))
+
+    @property
     def keep_cpu_arena(self) -> bool:
         """Keep the CPU arena warm between operations instead of handing it back (M11)."""
         return self._bool("engine/keep_cpu_arena", False)
@@ -156,6 +167,13 @@ class AppSettings:
     @open_dir.setter
     def open_dir(self, value: Path | str) -> None:
         self.store.setValue("folders/last_open", str(value))
+
+    def open_dir_note(self) -> str:
+        """Why Open starts where it does, when that may surprise: home, for want of a Pictures
+        folder (empty otherwise)."""
+        if self._existing_dir("folders/last_open") is not None or pictures_dir().is_dir():
+            return ""
+        return "starting in your home folder: there is no Pictures folder"
 
     @property
     def model_open_dir(self) -> Path:
@@ -305,4 +323,5 @@ class AppSettings:
             gpu_mem_limit=self.gpu_mem_limit_mb * MB or None,
             cpu_mem_limit=self.cpu_mem_limit_mb * MB or None,
             keep_cpu_arena=self.keep_cpu_arena,
+            max_pixels=self.max_megapixels * 1_000_000,
         )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -123,6 +123,7 @@ class Workspace(QObject):
         self.selected = tuple(k for k in self.selected if k in self.sources)
         self._drop_stale_pairs()
         self.inputsChanged.emit()
+        self._forget_ended_of_gone()
 
     def clear_sources(self) -> ClearedInputs:
         """Empty the list; what it held is kept for `undo_clear` until the inputs change."""
@@ -143,6 +144,7 @@ class Workspace(QObject):
         self.following = True
         self.cleared = cleared if cleared.sources else None
         self.inputsChanged.emit()
+        self._forget_ended_of_gone()
         return cleared
 
     def undo_clear(self) -> ClearedInputs | None:
@@ -315,9 +317,20 @@ class Workspace(QObject):
             job.on_cancelled()
             self._ended(job)
 
-    def forget_ended(self) -> list[str]:
-        """Clear finished jobs from the list; their products stay in the strips."""
-        gone = [job_id for job_id, job in self.jobs.items() if job.state.ended]
+    def _forget_ended_of_gone(self) -> list[str]:
+        """The ended jobs of inputs no longer in the list leave the job list and the batch
+        line's counts (a cleared image's 578 cancelled jobs are not the batch's any more);
+        a job still running stays until it ends."""
+        return self.forget_ended(lambda key: key not in self.sources)
+
+    def forget_ended(self, of: Callable[[str], bool] | None = None) -> list[str]:
+        """Clear finished jobs from the list (`of`: only those of the inputs it picks); their
+        products stay in the strips."""
+        gone = [
+            job_id
+            for job_id, job in self.jobs.items()
+            if job.state.ended and (of is None or of(self.job_input.get(job_id, "")))
+        ]
         for job_id in gone:
             del self.jobs[job_id]
             self.dirty.discard(job_id)

@@ -26,7 +26,7 @@ from gui.inputs import Classified
 from gui.jobs import Job, JobState
 from gui.main_window import MainWindow
 from gui.settings import AppSettings
-from gui.widgets.job_list import BatchPace
+from gui.widgets.batch_pace import BatchPace
 from tests.engine_helpers import photo
 from tests.window_fixtures import use_model
 

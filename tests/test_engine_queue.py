@@ -1,4 +1,4 @@
-"""The engine thread's one queue (gui/engine_thread.py `_WorkQueue`): jobs in order before any
+"""The engine thread's one queue (gui/engine_thread.py `WorkQueue`): jobs in order before any
 preview, at most one preview waiting (a newer one replaces it), a queued request taken out
 before it starts, and what runs of each kind."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from engine.cancel import CancelToken
 from engine.previews import PreviewRequest
 from engine.requests import Operation, OperationRequest
-from gui.engine_thread import RequestKind, _WorkQueue
+from gui.engine_queue import RequestKind, WorkQueue
 
 
 def job() -> OperationRequest:
@@ -21,7 +21,7 @@ def preview(generation: int) -> PreviewRequest:
 
 
 def test_jobs_first_in_order_then_the_newest_preview() -> None:
-    queue = _WorkQueue()
+    queue = WorkQueue()
     first_preview, second_preview = preview(1), preview(2)
     assert queue.put(first_preview, CancelToken()) is None
     a, b = job(), job()

@@ -18,6 +18,8 @@ from PIL import Image
 from engine.api import Engine
 from engine.cancel import CancelToken
 from engine.errors import Cancelled, UsageError
+from engine.operations import tile_choice
+from engine.options import UpscaleOptions
 from engine.previews import PreviewPatch, PreviewRequest, Region
 from engine.requests import Operation, OperationRequest, Progress, ProgressKind
 from engine.runtime.providers import CUDA_EP
@@ -160,7 +162,9 @@ def test_preview_region_equals_the_same_region_of_the_full_product(
     assert int(np.abs(got - want).max()) == 0
 
 
-def test_preview_uses_the_tile_size_the_full_job_would_choose(net: Path, tmp_path: Path) -> None:
+def test_a_job_after_a_preview_runs_the_whole_image_when_that_is_fastest(
+    net: Path, tmp_path: Path
+) -> None:
     image = smooth_image(tmp_path / "big.png", 600, 420, seed=2)
     engine = Engine(EngineSettings(models_dir=tmp_path, overlap=32))
     patches: list[PreviewPatch] = []
@@ -168,22 +172,43 @@ def test_preview_uses_the_tile_size_the_full_job_would_choose(net: Path, tmp_pat
         PreviewRequest(_job(net, image, tmp_path / "p"), Region(260, 180, 340, 240)),
         patch=patches.append,
     )
-    # The job after the preview keeps the preview's tiled plan (its tiles are in the cache).
+    assert result.tiles_needed < 35  # only tiles reaching the view ran
+    # One run of the whole image costs less than the rest of the preview's tiled plan: the
+    # job takes it, as a job with no preview before it does (a preview never slows the job).
     full = engine.run(_job(net, image, tmp_path / "f"))
-    assert full.tile is not None and full.tile < 600  # `auto` tiled it, as the preview did
-    canvas, _ = _compose(patches)
-    product = _pixels(full.products[0].path)
-    r = Region(260, 180, 340, 240).scaled(4)
-    assert np.array_equal(canvas[r.y0 : r.y1, r.x0 : r.x1], product[r.y0 : r.y1, r.x0 : r.x1])
-    assert result.tiles_needed < result.tiles_run + full.runs  # only tiles reaching the view ran
-    # A job with no preview before it is free to run the whole image at once on the CPU (the
-    # fastest plan for the whole request): the same product within the tiling rule's 1/255.
     alone = Engine(EngineSettings(models_dir=tmp_path, overlap=32)).run(
         _job(net, image, tmp_path / "a")
     )
+    assert full.tile is None and full.runs == 1
     assert alone.tile is None and alone.runs == 1
-    whole = _pixels(alone.products[0].path).astype(np.int16)
-    assert int(np.abs(whole - product.astype(np.int16)).max()) <= 1
+    # The preview showed the product within the tiling rule's 1/255.
+    canvas, _ = _compose(patches)
+    product = _pixels(full.products[0].path).astype(np.int16)
+    r = Region(260, 180, 340, 240).scaled(4)
+    shown = canvas[r.y0 : r.y1, r.x0 : r.x1].astype(np.int16)
+    assert int(np.abs(shown - product[r.y0 : r.y1, r.x0 : r.x1]).max()) <= 1
+
+
+def test_a_job_after_a_preview_keeps_its_tiles_on_the_fastest_tiled_plan(
+    net: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # max_tile 256 forbids one run of the whole 600×420 image, as memory does a 6000×4000 one;
+    # the activations' share of the output a 6000×4000 ×2 allows lets tiles above 128 in here.
+    monkeypatch.setattr(tile_choice, "PEAK_SHARE", 8.0)
+    image = smooth_image(tmp_path / "big.png", 600, 420, seed=2)
+    capped = UpscaleOptions(max_tile=256)
+    engine = Engine(EngineSettings(models_dir=tmp_path, overlap=32))
+    preview = engine.preview(
+        PreviewRequest(_job(net, image, tmp_path / "p", options=capped), Region(260, 180, 340, 240))
+    )
+    assert preview.tiles_run > 0
+    full = engine.run(_job(net, image, tmp_path / "f", options=capped))
+    alone = Engine(EngineSettings(models_dir=tmp_path, overlap=32)).run(
+        _job(net, image, tmp_path / "a", options=capped)
+    )
+    assert alone.tile is not None and full.tile == alone.tile  # the plan fastest for the job
+    assert full.runs == alone.runs - preview.tiles_run  # and the preview's tiles kept
+    assert np.array_equal(_pixels(full.products[0].path), _pixels(alone.products[0].path))
 
 
 # -- the full job reuses the preview's tiles ----------------------------------------------------

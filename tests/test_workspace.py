@@ -133,7 +133,7 @@ def test_a_failure_is_a_failed_version_and_a_chain_runs_step_after_step(
     made = ws.versions(str(a))[-1]
     assert jobs.use_as_input(str(a), made.id) == made and ws.base(str(a)) == made
     ws.set_settings(UP2)
-    assert jobs.run_label() == "Run 2 images"
+    assert jobs.run_label() == f"Run on {made.label} and 1 image"  # the chosen base, named
     up_id = jobs.run_one(str(a))[0]
     assert fake.submitted[-1].inputs == (cutout,)  # from the chosen base, not the original
     fake.finish(up_id, product(tmp_path, "a-cut-up2.png"))

@@ -141,6 +141,14 @@ class TileSource:
     def key(self, frame: int, plan: TilePlan, passes: Sequence[int]) -> PlanKey:
         return PlanKey(self.source, self.model, frame, plan, tuple(passes))
 
+    def made(self, frame: int, plan: TilePlan) -> int:
+        """How many tiles of this frame on `plan` are in the cache."""
+        return sum(
+            1
+            for k, _index in self.cache._items
+            if (k.source, k.model, k.frame, k.plan) == (self.source, self.model, frame, plan)
+        )
+
     def cached_plan(self, frame: int) -> TilePlan | None:
         """The plan a preview of this frame was made on, if there was one: a job that adopts
         it gives the preview's pixels and runs only the tiles the preview did not."""

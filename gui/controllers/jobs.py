@@ -7,10 +7,8 @@ cut-out…), and a failed job is a version marked failed with its reason. It als
 the viewer should show, so new work is never hidden: new inputs are shown at once, and a
 finished result appears unless the person has chosen to look at something else.
 
-Chains: any result can be the input of the next job (`use_as_input`), without saving and
-reopening it; the new versions say what they were run on ("Quick cut-out → Anime ×2"). Every
-job remembers its steps from the original (a list of JobSettings), so a chain can be run again
-on other inputs as a batch (`run_chain`): each step's main product feeds the next step.
+Chains of jobs are `gui.controllers.chains`; estimates and speed learning
+`gui.controllers.job_speed`.
 
 The state it acts on lives in `gui.workspace`; signals are QtCore's only; tests drive this
 class with a real engine thread, or a fake one (tests/fake_engine.py), and no window.
@@ -32,23 +30,28 @@ from engine.requests import (
     OperationCancellation,
     OperationFailure,
     OperationRequest,
-    ProductKind,
     Result,
     new_request_id,
 )
+from gui.controllers.chains import FOLLOW_AT_MOST, ChainRuns
+from gui.controllers.job_speed import JobSpeed
 from gui.controllers.run_plan import plan_run
-from gui.controllers.speed import TINY_MP, Calibrator, Estimate, Rate, SpeedBook
+from gui.controllers.speed import Calibrator, Estimate, Rate, SpeedBook
 from gui.engine_thread import EngineThread
-from gui.inputs import Classified, InputSource, as_sequence, classify_paths, sequence_offer
+from gui.inputs import (
+    Classified,
+    InputSource,
+    as_sequence,
+    classify_paths,
+    sequence_offer,
+    too_large,
+)
 from gui.jobs import (
     ORIGINAL,
     Job,
     JobSettings,
     JobState,
     Version,
-    describe_inputs,
-    fmt_duration,
-    fmt_estimate,
     job_versions,
 )
 from gui.messages import Notice, NoticeLevel, Topic
@@ -85,9 +88,6 @@ class Unread:
 
 UNREAD = Unread()
 
-# Up to this many images queued at once, the view shows each result as it comes (unless the
-# person looks elsewhere); a larger batch leaves the view to the person.
-FOLLOW_AT_MOST = 10
 # A large add or Run does this many images at once, and the rest in parts of about PART_S
 # per turn of the event loop, so the window keeps drawing while 1000 are read or queued (issue
 # #21); STEP images at a time, so a part ends soon after its time is up.
@@ -95,7 +95,6 @@ ADD_CHUNK = 50
 RUN_CHUNK = 50
 PART_S = 0.008
 STEP = 10
-BACK_TO_BACK_S = 0.25  # a job that started this soon after the last ended ran after it
 
 
 # Reads the headers of some paths off the GUI thread and calls back on it with what it found
@@ -124,10 +123,15 @@ class JobsController(QObject):
         self.workspace = workspace
         self.engine = engine
         self.speeds = speeds
-        self.calibrator = Calibrator(engine, speeds, self)
-        self.calibrator.calibrated.connect(self._on_calibrated)
+        self.speed = JobSpeed(workspace, engine, speeds, self)
         self._deferred: list[InputSource] = []  # to run once the model list is in
-        self._then: dict[str, tuple[JobSettings, ...]] = {}  # job id → chain steps after it
+        self.chains = ChainRuns(
+            workspace,
+            self._queue_one,
+            self._rate,
+            self.statusRequested.emit,
+            lambda text: self._warn(text, Topic.JOBS),
+        )
         self._adding: deque[Path] = deque()  # the rest of a large add, a part per turn
         self._adding_sources: list[InputSource] = []  # what that add brought so far
         # The rest of a large add has its headers read here, a part at a time, when set (on
@@ -136,7 +140,6 @@ class JobsController(QObject):
         self._reading = False  # a part is being read
         self._add_generation = 0  # a new add or Clear makes the part being read stale
         self._waiting: deque[_Waiting] = deque()  # the rest of a large Run, a part per turn
-        self._ends: deque[float] = deque(maxlen=9)  # the last back-to-back jobs' end times
         self._later = QTimer(self)
         self._later.setSingleShot(True)
         self._later.setInterval(0)
@@ -160,6 +163,7 @@ class JobsController(QObject):
         the paths of the same add still to read, a part per turn."""
         ws = self.workspace
         added = ws.add_sources(found.sources)
+        self._mark_too_large(added)
         shown = added[0] if added else (found.sources[0] if found.sources else None)
         if shown is not None:  # already there: shown anyway, the person asked for it
             ws.set_following(True)
@@ -173,6 +177,15 @@ class JobsController(QObject):
             return AddOutcome(tuple(added), found.models, found.refused, (), len(rest))
         offer = found.sequence_offer if len(found.sequence_offer) == len(found.sources) else ()
         return AddOutcome(tuple(added), found.models, found.refused, offer)
+
+    def _mark_too_large(self, sources: Sequence[InputSource]) -> None:
+        """Inputs over the pixel limit, from their headers: marked at once as unreadable, so
+        Run neither counts nor estimates them (their jobs would only fail)."""
+        limit = self.engine.settings.max_pixels
+        for source in sources:
+            reason = too_large(source, limit)
+            if reason:
+                self.mark_unreadable(source.key, reason)
 
     def _add_part(self) -> None:
         if self.reader is not None:
@@ -214,6 +227,7 @@ class JobsController(QObject):
     def _add_read(self, sources: list[InputSource], models: list[Path], refused: list[str]) -> None:
         """One part of a large add, its headers read: into the workspace, and told."""
         added = self.workspace.add_sources(sources)
+        self._mark_too_large(added)
         self._adding_sources.extend(sources)
         offer: tuple[Path, ...] = ()
         if not self._adding:  # the last part: the offer is about the whole add
@@ -317,37 +331,17 @@ class JobsController(QObject):
         """The Run button's words: what it will do."""
         return plan_run(self.workspace, selected).label
 
+    @property
+    def calibrator(self) -> Calibrator:
+        return self.speed.calibrator
+
     def estimate(self, sources: Sequence[InputSource], settings: JobSettings) -> Estimate | None:
-        """One figure for the whole batch (fixed cost × images + rate × megapixels)."""
-        megapixels = sum(s.megapixels for s in sources)
-        frames = sum(max(s.frames, 1) for s in sources)
-        return self.speeds.estimate(
-            settings.operation, settings.model, settings.device, megapixels, frames
-        )
+        return self.speed.estimate(sources, settings)
 
     def estimate_text(
         self, sources: Sequence[InputSource], settings: JobSettings, where: str, idle: bool
     ) -> str:
-        """The line above Run: "About 4 min on this CPU for 3 images." A model never measured
-        on this device is measured now when the engine is idle (the calibration run)."""
-        calibrator = self.calibrator
-        if calibrator.needed(settings.model, settings.device):
-            calibrator.calibrate(
-                settings.operation, settings.model, settings.device, settings.runtime, idle
-            )
-        if not sources:
-            return ""
-        guess = self.estimate(sources, settings)
-        count = len(sources)
-        what = f"{count} image{'s' if count != 1 else ''}"
-        if count == 1 and sources[0].clip:  # frames × the per-frame figure
-            what = f"the clip's {sources[0].frames} frames"
-        if guess is not None:
-            rough = " (a first rough figure)" if guess.rough else ""
-            return f"{fmt_estimate(guess.seconds).capitalize()} on {where} for {what}{rough}."
-        if calibrator.busy:
-            return f"Measuring how fast {settings.model_label} runs on {where}…"
-        return f"The first job measures how fast {settings.model_label} runs on {where}."
+        return self.speed.estimate_text(sources, settings, where, idle)
 
     def estimate_line(self, where: str) -> str:
         """The estimate for what Run runs now, with the workspace's settings."""
@@ -447,7 +441,7 @@ class JobsController(QObject):
         return len(self._waiting)
 
     def _rate(self, settings: JobSettings) -> Rate | None:
-        return self.speeds.rate(settings.operation, settings.model, settings.device)
+        return self.speed.rate(settings)
 
     def _queue_one(
         self,
@@ -498,35 +492,11 @@ class JobsController(QObject):
             frames=source.frames,
             parent_label="" if start.is_original else start.label,
         )
-        self._expect(job, rate)
+        self.speed.expect(job, rate)
         chain = (*(() if start.is_original else ws.chain_of(start)), settings)
         if then:
-            self._then[request.id] = then
+            self.chains.remember(request.id, then)
         return job, source.key, chain
-
-    def _expect(self, job: Job, rate: Rate | None) -> None:
-        """The job's time and its products' writing time, from the model's measured speed."""
-        if rate is None:
-            return
-        operation = job.request.operation
-        if operation is Operation.UPSCALE and job.megapixels <= 0:
-            return  # the size is unknown
-        job.expected_s = rate.seconds(job.megapixels, job.frames)
-        job.expected_write_s = rate.writing(job.megapixels)
-
-    def _on_calibrated(self, model: str, device: str) -> None:
-        """A speed is known now: jobs queued before it get their estimate."""
-        for job in list(self.workspace.jobs.values()):
-            request = job.request
-            if job.expected_s is not None or not job.state.active:
-                continue
-            if (request.model, request.device) != (model, device):
-                continue
-            guess = self.speeds.estimate(
-                request.operation, model, device, job.megapixels, job.frames
-            )
-            if guess is not None:
-                self.workspace.job_estimated(job.id, guess.seconds)
 
     def defer(self, sources: Sequence[InputSource]) -> None:
         """Jobs to queue once the model list is in (files given at start-up)."""
@@ -573,58 +543,10 @@ class JobsController(QObject):
 
     # -- chains -------------------------------------------------------------------------------
     def use_as_input(self, key: str, version_id: str) -> Version | None:
-        """The input's next job starts from this version (a result; the original resets)."""
-        version = self.workspace.version(key, version_id)
-        if version is None or not version.viewable:
-            return None
-        self.workspace.set_base(key, version_id)
-        if version.is_original:
-            self.statusRequested.emit("The next job starts from the original again.")
-        else:
-            self.statusRequested.emit(
-                f"The next job of this image starts from {version.label}: choose the operation "
-                "and press Run (Preview shows it first)."
-            )
-        return version
-
-    def run_chain(self, steps: Sequence[JobSettings], sources: Sequence[InputSource]) -> list[str]:
-        """Run `steps` in order on each input, from its original: each step's main product is
-        the next step's input. Returns the first step's job ids."""
-        if not steps:
-            return []
-        ids: list[str] = []
-        rate = self._rate(steps[0])
-        for source in sources:
-            original = self.workspace.versions(source.key)[0]
-            ids.append(self._queue_one(source, steps[0], original, tuple(steps[1:]), rate))
-        if ids:
-            self.workspace.set_following(len(ids) <= FOLLOW_AT_MOST)
-        return ids
+        return self.chains.use_as_input(key, version_id)
 
     def run_chain_from(self, version: Version | None) -> list[str]:
-        """Every step that made this result, on the other images (or the selected ones)."""
-        ws = self.workspace
-        steps = ws.chain_of(version) if version is not None else ()
-        if version is None or not steps:
-            self.statusRequested.emit(
-                "Show a result on the right first: its steps are what is run again."
-            )
-            return []
-        selected = [k for k in ws.selected if k != version.input_key]
-        keys = selected if len(selected) >= 1 and len(ws.selected) >= 2 else []
-        targets = [ws.sources[k] for k in keys] or [
-            s for k, s in ws.sources.items() if k != version.input_key
-        ]
-        if not targets:
-            self.statusRequested.emit(
-                "Add the other images first; the chain then runs on each of them."
-            )
-            return []
-        ids = self.run_chain(steps, targets)
-        names = " → ".join(step.model_label for step in steps)
-        plural = "s" if len(targets) != 1 else ""
-        self.statusRequested.emit(f"Running {names} on {len(targets)} image{plural}.")
-        return ids
+        return self.chains.run_chain_from(version)
 
     # -- the engine's signals -----------------------------------------------------------------
     def _on_started(self, request: OperationRequest) -> None:
@@ -636,101 +558,26 @@ class JobsController(QObject):
         if job is None:
             return
         added = ws.job_finished(result)
-        self._ended_run(job)
+        self.speed.ended(job)
         if job.state is JobState.FINISHED:
-            self._learn(job)
+            self.speed.learn(job)
             if job.message:  # some inputs of a multi-input job failed
                 self._warn(job.message, Topic.JOBS)
         ws.announce_end(job.id)
         self._show_result(job)
-        self._next_step(job, ws.job_input.get(job.id, ""), added)
-
-    def _next_step(self, job: Job, key: str, added: list[Version]) -> None:
-        """A chain run goes on from the job's main product (the cut-out, the upscaled
-        image), or stops with a reason when there is none."""
-        then = self._then.pop(job.id, ())
-        if not then:
-            return
-        source = self.workspace.sources.get(key)
-        if source is None:
-            return
-        main = next((v for v in added if v.kind is ProductKind.IMAGE), None)
-        main = main or next((v for v in added if v.viewable), None)
-        if job.state is not JobState.FINISHED or main is None:
-            self._chain_stopped(job, job.message or "it made no image")
-            return
-        self._queue_one(source, then[0], main, then[1:])
-
-    def _chain_stopped(self, job: Job, why: str) -> None:
-        name = describe_inputs(job.request.inputs, job.request.sequence)
-        self._warn(f"The chain stopped at {job.model_label} for {name}: {why}", Topic.JOBS)
+        self.chains.next_step(job, ws.job_input.get(job.id, ""), added)
 
     def _on_failed(self, failure: OperationFailure) -> None:
         if failure.request_id not in self.workspace.jobs:
             return
         self.workspace.job_failed(failure.request_id, failure.message)
         job = self.workspace.jobs[failure.request_id]
-        self._ended_run(job)
-        if self._then.pop(job.id, ()):
-            self._chain_stopped(job, failure.message)
+        self.speed.ended(job)
+        self.chains.failed(job, failure.message)
 
     def _on_cancelled(self, cancellation: OperationCancellation) -> None:
         self.workspace.job_cancelled(cancellation.request_id)
-        self._then.pop(cancellation.request_id, None)  # a cancelled step ends its chain run
+        self.chains.forget(cancellation.request_id)  # a cancelled step ends its chain run
 
     def _warn(self, text: str, topic: Topic) -> None:
         self.noticeRequested.emit(Notice(text, NoticeLevel.WARNING, topic))
-
-    def _ended_run(self, job: Job) -> None:
-        """Keep the end times of the jobs that ran back to back (each started as the one
-        before it ended), so a job's cost includes the engine's work between jobs."""
-        if job.started_at is None or job.ended_at is None:
-            return
-        ends = self._ends
-        if not ends or job.started_at - ends[-1] > BACK_TO_BACK_S:
-            ends.clear()
-        ends.append(job.ended_at)
-
-    def _engine_seconds(self, job: Job, seconds: float) -> float:
-        """What the job cost the engine: its own time, or in a run of back-to-back jobs the
-        time since the one before it ended (for tiny ones, whose endings arrive in bursts,
-        the mean over the last few), whichever is more."""
-        ends = self._ends
-        if len(ends) < 2 or ends[-1] != job.ended_at:
-            return seconds
-        load = float(job.result.timings.get("load_s", 0.0)) if job.result else 0.0
-        if job.megapixels < TINY_MP * max(job.frames, 1):
-            interval = (ends[-1] - ends[0]) / (len(ends) - 1)
-        else:
-            interval = ends[-1] - ends[-2]
-        return max(seconds, interval - load)
-
-    def _learn(self, job: Job) -> None:
-        seconds = job.working_seconds()
-        result = job.result
-        if seconds is None or result is None:
-            return
-        seconds = self._engine_seconds(job, seconds)
-        frames = sum(p.frames for p in result.products[:1]) or 1
-        event = job.progress
-        if event is not None and event.run_count > 1 and result.runs < event.run_count:
-            return  # a preview had made some of its tiles: its time says nothing of the rate
-        cold = bool(result.sessions_created)
-        if cold and job.first_run is not None and job.ended_at is not None:
-            # A fresh session's first run costs many runs' time (ORT's first allocations): the
-            # job's pace after it is what the next jobs will see.
-            at, fraction = job.first_run
-            if 0 < fraction < 1:
-                seconds = min(seconds, (job.ended_at - at) / (1 - fraction))
-                cold = False
-        self.speeds.learn(
-            job.request.operation,
-            job.request.model,
-            job.request.device,
-            seconds,
-            job.megapixels,
-            frames,
-            float(result.timings.get("io_s", 0.0)),
-            cold,
-        )
-        log.info("%s took %s", job.title, fmt_duration(seconds))

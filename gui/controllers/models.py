@@ -232,7 +232,8 @@ def missing_hint(inventory: ModelInventory | None, family: Family) -> str:
         if first.entry is None
         else f"{first.entry.name} ({fmt_size(first.entry.size or first.entry.approx_size)})"
     )
-    more = f" or one of {len(offers) - 1} others" if len(offers) > 1 else ""
+    others = len(offers) - 1
+    more = " or one other" if others == 1 else f" or one of {others} others" if others else ""
     return (
         f"No {family.value} model is installed yet. Use Get… to download {what}{more}, or drop "
         f"an .onnx file here. {family.value.capitalize()} writes {writes}."

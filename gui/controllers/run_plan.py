@@ -79,10 +79,14 @@ def plan_run(ws: Workspace, selected: Sequence[str] | None = None) -> RunPlan:
     ]
     again = bool(readable) and not todo and not waiting
     run = tuple(readable if again else todo)
+    # "Run on Quick cut-out": the one input that runs from a result chosen with "Use as input"
+    # is named by that result, whatever else runs beside it ("… and 1 image").
+    from_results = [(s, b) for s in run if (b := ws.base(s.key)) is not None and not b.is_original]
     on = ""
-    if len(ws.sources) == 1 and run:
-        base = ws.base(run[0].key)
-        on = "" if base is None or base.is_original else base.label
+    if len(from_results) == 1:
+        source, base = from_results[0]
+        others = [s for s in run if s.key != source.key]
+        on = base.label + (f" and {count_words(others)}" if others else "")
     done = 0 if again else len(readable) - len(todo) - len(waiting)
     return RunPlan(run, done, len(waiting), broken, again, several, on)
 

@@ -1,7 +1,7 @@
 """How fast each model runs here, for the estimate before a job ("about 4 min on this CPU").
 
 The speed of a (model, device) pair is learnt from finished jobs — never from previews, nor from
-a job whose tiles a preview had made — and remembered in QSettings. Upscalers' work grows with
+a job whose tiles a preview had made — and remembered in the data folder (`speed_store`). Upscalers' work grows with
 the pixels, so their speed is a rate per megapixel of input with a fixed cost per image kept
 apart (decoding, padding, the smallest run, writing), fitted to the last few jobs (medians, so
 one odd job does not decide): tiny inputs (under TINY_MP) teach only the fixed cost, and the
@@ -36,6 +36,7 @@ from PySide6.QtCore import QObject, Signal
 
 from engine.models.catalog import load_catalog
 from engine.requests import Operation
+from gui.controllers.speed_store import SpeedStore
 from gui.engine_thread import EngineThread
 from gui.settings import AppSettings
 
@@ -178,8 +179,14 @@ def model_file_bytes(model: str, models_dir: Path) -> int | None:
 class SpeedBook:
     """The remembered speeds (GUI thread only)."""
 
-    def __init__(self, settings: AppSettings, model_bytes: ModelBytes | None = None) -> None:
+    def __init__(
+        self,
+        settings: AppSettings,
+        model_bytes: ModelBytes | None = None,
+        store: SpeedStore | None = None,
+    ) -> None:
         self.settings = settings
+        self.store = store or SpeedStore(None, settings)
         self.model_bytes = model_bytes  # None: sizes unknown, so no first figure from size
         self._sizes: dict[str, tuple[float, int]] = {}  # model → (when read, its size)
 
@@ -188,11 +195,11 @@ class SpeedBook:
         return f"{device}\t{model}"
 
     def get(self, model: str, device: str) -> Speed | None:
-        text = self.settings.speed_for(self.key(model, device))
+        text = self.store.get(self.key(model, device))
         return Speed.decode(text) if text else None
 
     def _put(self, model: str, device: str, speed: Speed) -> Speed:
-        self.settings.set_speed_for(self.key(model, device), speed.encode())
+        self.store.set(self.key(model, device), speed.encode())
         self._remember_model(model, device)
         return speed
 
@@ -200,7 +207,7 @@ class SpeedBook:
         """The last jobs' (megapixels, seconds) per image, and whether the job was its
         session's first (cold), oldest first."""
         found = []
-        for entry in self.settings.speed_for("jobs\t" + self.key(model, device)).split(";"):
+        for entry in self.store.get("jobs\t" + self.key(model, device)).split(";"):
             parts = entry.split(":")
             try:
                 found.append((float(parts[0]), float(parts[1]), parts[2:] == ["c"]))
@@ -214,7 +221,7 @@ class SpeedBook:
         text = ";".join(
             f"{mp:.6g}:{s:.6g}" + (":c" if cold else "") for mp, s, cold in history[-HISTORY:]
         )
-        self.settings.set_speed_for("jobs\t" + self.key(model, device), text)
+        self.store.set("jobs\t" + self.key(model, device), text)
 
     def learn(
         self,
@@ -349,13 +356,13 @@ class SpeedBook:
 
     # The models with a remembered speed on each device, so a guess can look at them.
     def _models(self, device: str) -> list[str]:
-        return [m for m in self.settings.speed_for(f"index\t{device}").split("\n") if m]
+        return [m for m in self.store.get(f"index\t{device}").split("\n") if m]
 
     def _remember_model(self, model: str, device: str) -> None:
         models = self._models(device)
         if model not in models:
             models.append(model)
-            self.settings.set_speed_for(f"index\t{device}", "\n".join(models))
+            self.store.set(f"index\t{device}", "\n".join(models))
 
 
 class Calibrator(QObject):

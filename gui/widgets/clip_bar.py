@@ -13,7 +13,7 @@ import time
 from fractions import Fraction
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QToolButton, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QStyle, QToolButton, QWidget
 
 
 def clock(index: int, rate: Fraction) -> str:
@@ -34,9 +34,8 @@ class ClipBar(QWidget):
         self.waiting = False  # a requested frame is not on screen yet
         self._play_start = (0.0, 0)  # monotonic time and frame where play began
         self.play_button = QToolButton()
-        self.play_button.setText("▶")
-        self.play_button.setToolTip("Play the clip")
         self.play_button.setCheckable(True)
+        self._glyph(False)
         self.play_button.toggled.connect(self._play_toggled)
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setMinimum(0)
@@ -85,9 +84,16 @@ class ClipBar(QWidget):
         if not self.playing:
             self._ask(value)  # the reader keeps only the newest asked-for frame
 
-    def _play_toggled(self, playing: bool) -> None:
-        self.play_button.setText("⏸" if playing else "▶")
+    def _glyph(self, playing: bool) -> None:
+        """The style's own media icons: "⏸" is missing from many fonts (an empty box)."""
+        pixmap = QStyle.StandardPixmap
+        icon = pixmap.SP_MediaPause if playing else pixmap.SP_MediaPlay
+        self.play_button.setText("")
+        self.play_button.setIcon(self.style().standardIcon(icon))
         self.play_button.setToolTip("Pause" if playing else "Play the clip")
+
+    def _play_toggled(self, playing: bool) -> None:
+        self._glyph(playing)
         if not playing:
             self.timer.stop()
             return

@@ -28,7 +28,6 @@ from PySide6.QtCore import (
     Signal,
 )
 from PySide6.QtGui import (
-    QColor,
     QImage,
     QKeyEvent,
     QMouseEvent,
@@ -46,6 +45,15 @@ from PySide6.QtWidgets import (
 )
 
 from gui.widgets.images import checker_brush
+from gui.widgets.view_layers import (
+    LARGE_CANVAS,
+    PATCH_SHRINK_BELOW,
+    PENDING_SHADE,
+    PreviewLayer,
+    draw_badge,
+    draw_split,
+    pixmap_bytes,
+)
 
 MIN_ZOOM = 1 / 64
 MAX_ZOOM = 64.0
@@ -58,47 +66,6 @@ class ViewMode(Enum):
     SPLIT = "Split"
     SIDE_BY_SIDE = "Side by side"
     SINGLE = "One"
-
-
-PENDING_SHADE = QColor(0, 0, 0, 110)  # over what the preview has not reached yet
-
-
-PATCH_SHRINK_BELOW = 0.5  # a preview patch drawn at under half its pixels is kept at that size
-LARGE_CANVAS = 4  # a product of more than this many screens' pixels keeps shrunk patches
-
-
-def pixmap_bytes(pix: QPixmap | None) -> int:
-    return 0 if pix is None or pix.isNull() else pix.width() * pix.height() * pix.depth() // 8
-
-
-class PreviewLayer:
-    """The preview's pictures, in product pixels: patches as they come, or one whole image."""
-
-    def __init__(self, zoom: float | None = None, turned_on: bool = False) -> None:
-        self.size = QSize()  # the product's size; empty until the engine says
-        self.patches: list[tuple[QRect, QPixmap]] = []
-        self.image: QPixmap | None = None  # a non-tiled family's whole preview
-        self.pending = True  # pixels are coming: what they have not reached is dimmed
-        self.zoom = zoom  # the person's zoom, shown again once the product's size is known
-        self.turned_on = turned_on  # made by turning Preview on (not by a reset)
-
-    def clear(self) -> None:
-        self.patches = []
-        self.image = None
-
-    def keep_within(self, visible: QRectF) -> None:
-        """Forget patches out of view: what is drawn stays bounded by what is shown."""
-        self.patches = [(r, p) for r, p in self.patches if QRectF(r).intersects(visible)]
-
-    def add(self, rect: QRect, pix: QPixmap) -> None:
-        """A patch over what it covers whole (a finer one after a zoom replaces the coarse)."""
-        self.patches = [(r, p) for r, p in self.patches if not rect.contains(r)]
-        self.patches.append((rect, pix))
-
-    def held(self) -> tuple[int, int]:
-        """(pictures, bytes) this layer keeps."""
-        total = sum(pixmap_bytes(p) for _r, p in self.patches) + pixmap_bytes(self.image)
-        return len(self.patches) + (self.image is not None), total
 
 
 class CompareView(QWidget):
@@ -452,7 +419,7 @@ class CompareView(QWidget):
                 )
         elif self.mode is ViewMode.SINGLE:
             self._paint_after(painter, self._canvas_rect())
-            self._badge(painter, self.labels[1], 8)
+            draw_badge(painter, self.height(), self.labels[1], 8)
         elif self.mode is ViewMode.SIDE_BY_SIDE:
             assert before is not None
             half = self.width() / 2
@@ -460,12 +427,12 @@ class CompareView(QWidget):
             painter.setClipRect(QRectF(0, 0, half, self.height()))
             self._paint_one(painter, 0, self._canvas_rect(), None)
             painter.restore()
-            self._badge(painter, self.labels[0], 8)
+            draw_badge(painter, self.height(), self.labels[0], 8)
             painter.save()
             painter.setClipRect(QRectF(half, 0, half, self.height()))
             self._paint_after(painter, self._canvas_rect(half))
             painter.restore()
-            self._badge(painter, self.labels[1], half + 8)
+            draw_badge(painter, self.height(), self.labels[1], half + 8)
             painter.setPen(QPen(self.palette().color(QPalette.ColorRole.Window), 2))
             painter.drawLine(QPointF(half, 0), QPointF(half, self.height()))
         else:
@@ -481,7 +448,7 @@ class CompareView(QWidget):
             painter.setClipRect(QRectF(x, 0, self.width() - x, self.height()))
             self._paint_after(painter, rect)
             painter.restore()
-            self._paint_split(painter, x)
+            draw_split(painter, self.height(), self.labels, x)
         self._paint_note(painter)
 
     def _paint_note(self, painter: QPainter) -> None:
@@ -495,7 +462,9 @@ class CompareView(QWidget):
             left = self.width() / 2 + 8
         room = int(self.width() - left - 8)
         if room > 40:
-            self._badge(painter, self.preview_note, left, bottom=True, width=room - 12)
+            draw_badge(
+                painter, self.height(), self.preview_note, left, bottom=True, width=room - 12
+            )
 
     def _draw_side(self, painter: QPainter, side: int, rect: QRectF) -> None:
         """The side's frame stretched over `rect` (the canvas on screen), its detail over it."""
@@ -520,7 +489,7 @@ class CompareView(QWidget):
         painter.fillRect(rect, self._checker)
         self._draw_side(painter, side, rect)
         if label:
-            self._badge(painter, label, 8)
+            draw_badge(painter, self.height(), label, 8)
 
     def _paint_after(self, painter: QPainter, rect: QRectF) -> None:
         """The right-hand version in `rect`: the after picture, or the preview — the left
@@ -549,42 +518,6 @@ class CompareView(QWidget):
                 where.height() * sy,
             )
             painter.drawPixmap(target, pix, QRectF(pix.rect()))
-
-    def _badge(
-        self,
-        painter: QPainter,
-        text: str,
-        left: float,
-        right_align: bool = False,
-        bottom: bool = False,
-        width: int = 240,
-    ) -> None:
-        metrics = painter.fontMetrics()
-        text = metrics.elidedText(text, Qt.TextElideMode.ElideRight, width)
-        w = metrics.horizontalAdvance(text) + 12
-        h = metrics.height() + 6
-        top = self.height() - h - 8 if bottom else 8
-        box = QRectF(left - w if right_align else left, top, w, h)
-        painter.save()
-        painter.setPen(Qt.PenStyle.NoPen)
-        painter.setBrush(QColor(0, 0, 0, 150))
-        painter.drawRoundedRect(box, 4, 4)
-        painter.setPen(QColor(255, 255, 255))
-        painter.drawText(box, Qt.AlignmentFlag.AlignCenter, text)
-        painter.restore()
-
-    def _paint_split(self, painter: QPainter, x: float) -> None:
-        h = self.height()
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing, True)
-        painter.setPen(QPen(QColor(0, 0, 0, 140), 3))
-        painter.drawLine(QPointF(x, 0), QPointF(x, h))
-        painter.setPen(QPen(QColor(255, 255, 255), 1))
-        painter.drawLine(QPointF(x, 0), QPointF(x, h))
-        painter.setBrush(QColor(255, 255, 255))
-        painter.setPen(QPen(QColor(0, 0, 0, 160), 1))
-        painter.drawEllipse(QPointF(x, h / 2), 7, 7)
-        self._badge(painter, self.labels[0], x - 8, right_align=True)
-        self._badge(painter, self.labels[1], x + 8)
 
     # -- interaction --------------------------------------------------------------------------
     def resizeEvent(self, event: QResizeEvent) -> None:

@@ -68,10 +68,15 @@ class ExportDialog(QDialog):
         layout.addWidget(QLabel(f"<b>{product.name}</b>"))
         layout.addWidget(self.editor)
         layout.addLayout(form)
+        layout.addStretch(1)  # a note that appears takes this room: Save stays where it is
         layout.addWidget(buttons)
+        self.buttons = buttons
         self.editor.changed.connect(self._options_changed)
         self._options_changed()
-        self.resize(520, self.sizeHint().height())
+        # Room for a note of up to three lines (JPEG's, a scale's) from the start, so picking
+        # a format never grows the dialog under the pointer.
+        room = 3 * self.fontMetrics().lineSpacing() if self.editor.note.isHidden() else 0
+        self.resize(520, self.sizeHint().height() + room)
 
     def options(self) -> OutputOptions:
         return self.editor.options()

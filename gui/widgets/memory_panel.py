@@ -26,6 +26,7 @@ from engine.runtime.census import Census
 from engine.runtime.census import report as census_report
 from engine.runtime.memory import MemorySnapshot
 from engine.runtime.sessions import SessionInfo, SessionKey
+from gui.memory_parts import MemoryParts, parts_line, read_parts
 from gui.widgets.vram_gauge import fmt_bytes
 
 COLUMNS = ("Model", "Device", "Runtime", "Provider", "Weights", "Runs", "Last used")
@@ -64,6 +65,7 @@ class MemoryPanel(QWidget):
         super().__init__(parent)
         self.sessions: tuple[SessionInfo, ...] = ()
         self.snapshot: MemorySnapshot | None = None
+        self.parts: MemoryParts | None = None  # the last reading's parts of this process's RAM
         self.last: MemoryReport | None = None  # what the last operation did with memory
         self.census: Census | None = None  # every Tessera process of this user (M6)
         self.pictures: tuple[int, int] = (0, 0)  # the window's decoded pictures: count, bytes
@@ -210,12 +212,15 @@ class MemoryPanel(QWidget):
                 gpu_held = last.gpu_used_after - last.gpu_used_after_load
                 lines.append(f"  On the GPU it left {fmt_bytes(max(0, gpu_held))} held.")
         snap = self.snapshot
-        if snap is None or not snap.gpus:
-            if snap is not None:
-                lines.append(f"No GPU reading: {snap.nvml_error or 'no NVIDIA GPU'}.")
-                lines.append(f"This process uses {fmt_bytes(snap.ram.process_rss)} of RAM.")
+        if snap is None:
             return "\n".join(lines)
+        parts = self.parts = read_parts(snap.ram.process_rss, weights, self.pictures[1])
+        if not snap.gpus:
+            lines.append(f"No GPU reading: {snap.nvml_error or 'no NVIDIA GPU'}.")
         lines.append(f"This process uses {fmt_bytes(snap.ram.process_rss)} of RAM.")
+        lines.append(parts_line(parts, fmt_bytes))
+        if not snap.gpus:
+            return "\n".join(lines)
         for gpu in snap.gpus:
             if gpu.own is None:
                 lines.append(f"GPU {gpu.index}: the driver does not report this process's share.")

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gui.settings import MODELS_ENV, AppSettings
+from gui.settings import MODELS_ENV, PIXEL_LIMIT, AppSettings
 
 
 def _limit_box(value: int) -> QSpinBox:
@@ -70,12 +70,22 @@ class PreferencesDialog(QDialog):
         self.gpu_limit.setToolTip("The most GPU memory ONNX Runtime may take per model (CUDA)")
         self.cpu_limit = _limit_box(settings.cpu_mem_limit_mb)
         self.cpu_limit.setToolTip("The most memory ONNX Runtime's CPU arena may take")
+        self.max_pixels = QSpinBox()
+        self.max_pixels.setRange(1, 100_000)
+        self.max_pixels.setSingleStep(64)
+        self.max_pixels.setSuffix(" Mpx")
+        self.max_pixels.setValue(settings.max_megapixels)
+        self.max_pixels.setToolTip(
+            "Images (all frames of a clip or sequence together) larger than this are refused "
+            "before they are decoded: a 16384×16384 image is 268 Mpx and needs about 1 GB"
+        )
         form = QFormLayout()
         form.addRow("Models folder", _folder_row(self.models, self.browse_models))
         form.addRow("", self.env_note)
         form.addRow("Pasted images", _folder_row(self.pasted, browse_pasted))
         form.addRow("GPU memory limit", self.gpu_limit)
         form.addRow("CPU memory limit", self.cpu_limit)
+        form.addRow(PIXEL_LIMIT, self.max_pixels)
         self.hand_back = QCheckBox("Hand memory back to the system after every operation")
         self.hand_back.setChecked(not settings.keep_cpu_arena)
         self.hand_back.setToolTip(
@@ -112,6 +122,7 @@ class PreferencesDialog(QDialog):
         self.settings.pasted_dir = self.pasted.text().strip() or str(self.settings.pasted_dir)
         self.settings.gpu_mem_limit_mb = self.gpu_limit.value()
         self.settings.cpu_mem_limit_mb = self.cpu_limit.value()
+        self.settings.max_megapixels = self.max_pixels.value()
         self.settings.keep_cpu_arena = not self.hand_back.isChecked()
         self.settings.sync()
         super().accept()

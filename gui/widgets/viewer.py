@@ -12,7 +12,6 @@ is drawn at (`detailRequested`; 1:1 shows the file's own pixels). What it holds 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from PySide6.QtCore import (
     QMimeData,
@@ -41,6 +40,7 @@ from PySide6.QtWidgets import (
 
 from engine.previews import PreviewPatch, Region
 from gui.jobs import Version
+from gui.pictures import HeldPictures
 from gui.widgets.clip_bar import ClipBar
 from gui.widgets.compare_view import DEFAULT_PLACEHOLDER, CompareView, ViewMode
 from gui.widgets.elided_label import ElidedLabel
@@ -50,14 +50,6 @@ from gui.widgets.version_strip import DragHandle, VersionStrip, file_mime
 DETAIL_DELAY_MS = 60  # a zoom or pan settles this long before the part in view is read
 DETAIL_MARGIN = 0.25  # of the part in view, read around it so a small pan needs nothing
 ENOUGH = 0.95  # a picture with this share of the pixels the screen shows is sharp enough
-
-
-@dataclass(frozen=True)
-class HeldPictures:
-    """What the viewer keeps decoded: its pictures and their bytes."""
-
-    pictures: int
-    nbytes: int
 
 
 class ViewerPanel(QWidget):

@@ -1,0 +1,53 @@
+"""One source for what the window counts: Run's label names a result chosen with "Use as
+input ▸" (README: "Run on Quick cut-out") even with other images beside it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pytestqt.qtbot import QtBot
+
+from engine.requests import ProductKind
+from gui.main_window import MainWindow
+from tests.engine_helpers import photo
+from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
+from tests.window_fixtures import use_model, wait_ended
+
+
+def test_run_names_the_result_used_as_input_beside_other_images(
+    qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
+) -> None:
+    use_model(window, models, "up2.onnx")
+    first = photo(tmp_path / "cat.png", 60, 40, seed=1)
+    second = photo(tmp_path / "dog.png", 50, 30, seed=2)
+    window.accept_paths([first, second])
+    window.jobs.run_one(str(first))
+    wait_ended(qtbot, window)
+    key = str(first)
+    made = next(v for v in window.workspace.versions(key) if v.kind is ProductKind.IMAGE)
+    assert window.jobs.use_as_input(key, made.id) == made
+    window._update_run()
+    label = window.panel.run_button.text()
+    assert label == f"Run on {made.label} and 1 image", label
+    window.workspace.set_base(key, window.workspace.versions(key)[0].id)  # back to the original
+    window._update_run()
+    assert window.panel.run_button.text().startswith("Run 1 image")
+
+
+def test_clearing_the_images_takes_their_ended_jobs_out_of_the_list_and_counts(
+    qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
+) -> None:
+    use_model(window, models, "up2.onnx")
+    shots = [photo(tmp_path / f"s{i}.png", 40, 30, seed=i) for i in range(3)]
+    window.accept_paths(shots)
+    ids = window.run_selected()
+    wait_ended(qtbot, window)
+    assert all(window.job_list.row(i) is not None for i in ids)
+    window.accept_paths([photo(tmp_path / "kept.png", 40, 30, seed=9)])
+    window.jobs.remove([str(shots[0])])  # one image removed: its ended job leaves the list
+    assert ids[0] not in window.workspace.jobs
+    qtbot.waitUntil(lambda: window.job_list.row(ids[0]) is None, timeout=5000)
+    assert window.job_list.row(ids[1]) is not None
+    window.clear_inputs()
+    assert not window.workspace.jobs  # every job of a cleared image is out of the counts
+    qtbot.waitUntil(lambda: all(window.job_list.row(i) is None for i in ids), timeout=5000)
