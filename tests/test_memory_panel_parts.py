@@ -42,11 +42,14 @@ def test_the_allocator_s_free_heap_grows_when_freed_memory_is_kept() -> None:
     assert code is not None and code > 10 << 20  # Python, Qt and numpy are mapped
     assert before is not None
     # Many small blocks freed inside the heap (below the mmap threshold) stay with the process.
+    # Measured against the heap with the blocks in use: a process that already kept freed
+    # memory serves them from it, so the heap before them can be larger still.
     blocks = [np.ones(8192, np.uint8) for _ in range(4000)]
     keep = blocks[::2]
+    in_use = free_heap()
     del blocks
     held = free_heap()
-    assert held is not None and held >= before + (8 << 20)
+    assert in_use is not None and held is not None and held >= in_use + (8 << 20)
     memory.trim_heap()
     assert read_parts(0, 0, 0).measured
     del keep

@@ -385,18 +385,18 @@ def test_a_finaliser_that_lets_go_during_a_write_does_not_hang_the_process(
 
 
 def test_a_fifo_or_a_record_that_is_not_an_object_is_skipped_and_swept(
-    runtime_dir: Path,
+    processes_dir: Path,
 ) -> None:
     """Only regular files are read, without blocking: a FIFO hung `engine memory` for good,
     and valid JSON that is not an object crashed it; the memory panel reads the same."""
-    runtime_dir.parent.mkdir(mode=0o700)
-    runtime_dir.mkdir(mode=0o700)
+    processes_dir.parent.mkdir(mode=0o700)
+    processes_dir.mkdir(mode=0o700)
     live = os.getppid()  # a live pid: what is not a record is swept whatever its pid
-    fifo = runtime_dir / f"{live}.json"
+    fifo = processes_dir / f"{live}.json"
     os.mkfifo(fifo, 0o600)
-    listed = runtime_dir / f"{os.getpid()}.json"
+    listed = processes_dir / f"{os.getpid()}.json"
     listed.write_text("[]")
-    huge = runtime_dir / "999999998.json"
+    huge = processes_dir / "999999998.json"
     huge.write_bytes(b" " * (2 << 20))  # no record is that large
     done = subprocess.run(
         [sys.executable, "-m", "engine", "memory"],
