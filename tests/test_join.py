@@ -298,9 +298,15 @@ class _Client(threading.Thread):
     """A command line's side in a thread: hello, the request, then every message until the
     outcome (or until `hang_up` is set: it closes the connection, as a killed terminal does)."""
 
-    def __init__(self, socket: Path, request: OperationRequest, hello: wire.Hello) -> None:
+    def __init__(
+        self,
+        socket: Path,
+        request: OperationRequest,
+        hello: wire.Hello,
+        then: OperationRequest | None = None,  # a second request on the same connection
+    ) -> None:
         super().__init__(name="join-client", daemon=True)
-        self.socket, self.request, self.hello = socket, request, hello
+        self.socket, self.request, self.hello, self.then = socket, request, hello, then
         self.messages: list[object] = []
         self.refused: str = ""
         self.hang_up = threading.Event()
@@ -312,17 +318,27 @@ class _Client(threading.Thread):
             return
         try:
             joined.send(wire.for_sending(self.request))
+            if self.then is not None:
+                joined.send(wire.for_sending(self.then))
             while not self.hang_up.is_set():
                 message = joined.receive(timeout=0.05)
                 if message is None:
                     continue
                 self.messages.append(message)
-                if isinstance(message, (Result, OperationFailure, OperationCancellation)):
+                if isinstance(message, (Result, OperationCancellation)) or (
+                    isinstance(message, OperationFailure) and message.request_id == self.request.id
+                ):
                     return
         except EOFError:
             return
         finally:
             joined.close()
+
+
+def _job_writing_to(win: MainWindow, folder: Path) -> str | None:
+    """The id the app gave the joined job writing to `folder` (not the command line's id)."""
+    ids = [i for i, job in win.workspace.jobs.items() if job.request.output_dir == folder]
+    return ids[0] if ids else None
 
 
 def _hello(models: Path, **changes: object) -> wire.Hello:
@@ -353,10 +369,12 @@ def test_the_apps_list_shows_the_command_lines_job_after_the_queued_ones(
         )
         client = _Client(path, request, _hello(models))
         client.start()
-        qtbot.waitUntil(lambda: request.id in win.workspace.jobs, timeout=10_000)
-        job = win.workspace.jobs[request.id]
+        qtbot.waitUntil(lambda: _job_writing_to(win, tmp_path / "cli") is not None, timeout=10_000)
+        job_id = _job_writing_to(win, tmp_path / "cli")
+        assert job_id is not None and job_id != request.id  # the app's own, unique id
+        job = win.workspace.jobs[job_id]
         assert job.title.endswith(f"— from the command line (pid {os.getpid()})")
-        row = win.job_list.row(request.id)  # the list's virtual rows: bound while in view
+        row = win.job_list.row(job_id)  # the list's virtual rows: bound while in view
         assert row is not None and "from the command line" in row.job.title
         qtbot.waitUntil(lambda: bool(client.messages), timeout=10_000)
         assert client.messages[0] == wire.Queued(request.id, 1)  # after the window's job
@@ -373,16 +391,15 @@ def test_the_apps_list_shows_the_command_lines_job_after_the_queued_ones(
         client.start()
         qtbot.waitUntil(
             lambda: (
-                gone.id in win.workspace.jobs
-                and win.workspace.jobs[gone.id].state is JobState.RUNNING
+                (gone_id := _job_writing_to(win, tmp_path / "gone")) is not None
+                and win.workspace.jobs[gone_id].state is JobState.RUNNING
             ),
             timeout=JOB_MS,
         )
+        gone_job = win.workspace.jobs[str(_job_writing_to(win, tmp_path / "gone"))]
         client.hang_up.set()
         qtbot.waitUntil(lambda: not client.is_alive(), timeout=10_000)
-        qtbot.waitUntil(
-            lambda: win.workspace.jobs[gone.id].state is JobState.CANCELLED, timeout=10_000
-        )
+        qtbot.waitUntil(lambda: gone_job.state is JobState.CANCELLED, timeout=10_000)
         assert not list((tmp_path / "gone").glob("*.png"))
     finally:
         served.close()
@@ -477,12 +494,80 @@ def test_a_job_cancelled_in_the_app_tells_the_command_line_what_it_wrote(
             ),
             timeout=JOB_MS,
         )
-        win.jobs.cancel(request.id)  # the window's Cancel on its row
+        job_id = _job_writing_to(win, tmp_path / "cli")
+        assert job_id is not None
+        win.jobs.cancel(job_id)  # the window's Cancel on its row
         qtbot.waitUntil(lambda: not client.is_alive(), timeout=10_000)
         outcome = client.messages[-1]
         assert isinstance(outcome, OperationCancellation) and outcome.started
         assert outcome.products == (tmp_path / "cli" / "a-slow.png",)
         assert sorted(p.name for p in (tmp_path / "cli").iterdir()) == ["a-slow.png"]
-        assert win.workspace.jobs[request.id].state is JobState.CANCELLED
+        assert win.workspace.jobs[job_id].state is JobState.CANCELLED
+    finally:
+        served.close()
+
+
+def test_overlapping_joined_runs_with_one_id_each_get_their_own_outcome(
+    qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
+) -> None:
+    """Every command line numbers its first request "job-1", as the window numbers its own:
+    two terminals at once while the window runs "job-1" each get their own product, and every
+    id is answered once; a second request on a connection is refused, about itself only."""
+    win = window
+    served = JoinedRequests(win.workspace, win.engine, win)
+    path = tmp_path / "join.sock"
+    assert served.listen(path)
+    try:
+        own = OperationRequest(
+            Operation.UPSCALE,
+            str(models / "slow.onnx"),
+            (photo(tmp_path / "big.png", 512, 384),),
+            output_dir=tmp_path / "own",
+            tile=64,
+            id="job-1",
+        )
+        win.engine.submit(own)
+        clients = []
+        for name in ("d1", "d2"):
+            image = photo(tmp_path / f"{name}.png", 24, 16)
+            request = OperationRequest(
+                Operation.UPSCALE,
+                str(models / "up2.onnx"),
+                (image,),
+                output_dir=tmp_path / name,
+                id="job-1",
+            )
+            clients.append(_Client(path, request, _hello(models)))
+        for client in clients:
+            client.start()
+        qtbot.waitUntil(lambda: all(c.messages for c in clients), timeout=10_000)
+        win.engine.cancel(own.id)
+        qtbot.waitUntil(lambda: not any(c.is_alive() for c in clients), timeout=JOB_MS)
+        for client, name in zip(clients, ("d1", "d2"), strict=True):
+            ends = [m for m in client.messages if isinstance(m, Result | OperationFailure)]
+            ends += [m for m in client.messages if isinstance(m, OperationCancellation)]  # type: ignore[misc]
+            assert len(ends) == 1, client.messages
+            outcome = ends[0]
+            assert isinstance(outcome, Result) and outcome.request_id == "job-1", outcome
+            assert [p.path.name for p in outcome.products] == [f"{name}-up2.png"]
+            assert [p.path.parent for p in outcome.products] == [tmp_path / name]
+            assert all(m.request_id == "job-1" for m in client.messages)  # type: ignore[attr-defined]
+
+        # A second request on one connection is answered about itself, the first still runs.
+        first = OperationRequest(
+            Operation.UPSCALE,
+            str(models / "up2.onnx"),
+            (photo(tmp_path / "e.png", 24, 16),),
+            output_dir=tmp_path / "e",
+            id="job-1",
+        )
+        twice = _Client(path, first, _hello(models), then=dataclasses.replace(first, id="job-2"))
+        twice.start()
+        qtbot.waitUntil(lambda: not twice.is_alive(), timeout=JOB_MS)
+        refusals = [a for a in twice.messages if isinstance(a, OperationFailure)]
+        assert [r.request_id for r in refusals] == ["job-2"], twice.messages
+        assert "one per connection" in refusals[0].message
+        assert isinstance(twice.messages[-1], Result)
+        assert twice.messages[-1].request_id == "job-1"
     finally:
         served.close()

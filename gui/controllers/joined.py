@@ -20,6 +20,8 @@ itself; the app records it in its process record (`endpoint`) for `engine memory
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import logging
 import os
 from dataclasses import dataclass, field
@@ -45,6 +47,14 @@ from gui.workspace import Workspace
 log = logging.getLogger(__name__)
 
 ANSWER_TIMEOUT_MS = 500  # another app that already serves the socket answers within this
+# Every command line numbers its first request "job-1", as the window numbers its own: the
+# engine knows a joined request by an id of the app's making, unique in this process.
+_joined_ids = itertools.count(1)
+
+
+def engine_id(pid: int) -> str:
+    """The engine's id for a command line's request: never one of the window's "job-N"."""
+    return f"cli-{pid}-{next(_joined_ids)}"
 
 
 @dataclass
@@ -54,7 +64,8 @@ class _Client:
     socket: QLocalSocket
     reader: wire.FrameReader = field(default_factory=wire.FrameReader)
     hello: wire.Hello | None = None
-    request_id: str | None = None
+    request_id: str | None = None  # the command line's id, in every message it is sent
+    engine_id: str | None = None  # the same request's id in this app's engine and job list
     ended: bool = False  # its terminal outcome was sent
 
 
@@ -154,6 +165,10 @@ class JoinedRequests(QObject):
             elif isinstance(message, OperationRequest) and client.hello is not None:
                 if client.request_id is None:
                     self._on_request(client, message)
+                elif message.id != client.request_id:
+                    self._refuse_second(client, message)
+                else:  # the same id again: its one answer is still to come
+                    log.warning("command line requests: %s sent twice", message.id)
             elif isinstance(message, wire.Cancel) and message.request_id == client.request_id:
                 self._cancel(client)
 
@@ -190,31 +205,38 @@ class JoinedRequests(QObject):
             return f"{me} {keeps} its CPU arena after each job; --keep-cpu-arena differs."
         return ""
 
-    def _on_request(self, client: _Client, request: OperationRequest) -> None:
+    def _refuse_second(self, client: _Client, request: OperationRequest) -> None:
+        """One request per connection: a second one is answered, about itself only."""
+        line = f"this connection already sent request {client.request_id}; one per connection."
+        self._send(client, OperationFailure(request.id, ErrorKind.USAGE, line))
+
+    def _on_request(self, client: _Client, theirs: OperationRequest) -> None:
         assert client.hello is not None
-        client.request_id = request.id
+        client.request_id = theirs.id
+        request = dataclasses.replace(theirs, id=engine_id(client.hello.pid))
         try:
             request.typed_options()
             ahead = len(self.engine.open_requests())
             self.engine.submit(request)
         except (EngineError, RuntimeError) as e:
             kind = e.kind if isinstance(e, EngineError) else ErrorKind.INTERNAL
-            self._send(client, OperationFailure(request.id, kind, str(e)))
+            self._send(client, OperationFailure(theirs.id, kind, str(e)))
             client.ended = True
             client.socket.disconnectFromServer()
             return
+        client.engine_id = request.id
         self._by_request[request.id] = client
         model = Path(request.model)
         label = model.stem if model.suffix.lower() == ".onnx" else request.model
         job = Job(request, label, origin=f"command line (pid {client.hello.pid})")
         self.workspace.add_job(job, f"command-line:{request.id}", ())
-        self._send(client, wire.Queued(request.id, ahead))
+        self._send(client, wire.Queued(theirs.id, ahead))
         self.requestJoined.emit(request.id)
 
     def _cancel(self, client: _Client) -> None:
-        if client.request_id is not None and not client.ended:
-            self.workspace.job_cancel_requested(client.request_id)
-            self.engine.cancel(client.request_id)
+        if client.engine_id is not None and not client.ended:
+            self.workspace.job_cancel_requested(client.engine_id)
+            self.engine.cancel(client.engine_id)
 
     def _on_disconnected(self, client: _Client) -> None:
         self._cancel(client)  # the terminal is gone: nobody waits for this job
@@ -222,8 +244,8 @@ class JoinedRequests(QObject):
 
     def _drop(self, client: _Client) -> None:
         self._clients.pop(client.socket, None)
-        if client.request_id is not None:
-            self._by_request.pop(client.request_id, None)
+        if client.engine_id is not None:
+            self._by_request.pop(client.engine_id, None)
         if client.socket.state() != QLocalSocket.LocalSocketState.UnconnectedState:
             client.socket.abort()
         client.socket.deleteLater()
@@ -231,15 +253,15 @@ class JoinedRequests(QObject):
     # -- the engine's signals -----------------------------------------------------------------
     def _on_progress(self, event: Progress) -> None:
         client = self._by_request.get(event.request_id)
-        if client is not None:
-            self._send(client, event)
+        if client is not None and client.request_id is not None:
+            self._send(client, dataclasses.replace(event, request_id=client.request_id))
 
     def _on_ended(self, outcome: Result | OperationFailure | OperationCancellation) -> None:
         client = self._by_request.pop(outcome.request_id, None)
-        if client is None:
+        if client is None or client.request_id is None:
             return
         client.ended = True
-        self._send(client, outcome)
+        self._send(client, dataclasses.replace(outcome, request_id=client.request_id))
         client.socket.disconnectFromServer()  # closes once the outcome is written
 
 
