@@ -165,9 +165,18 @@ class FrameReader:
         return len(self._buffer)
 
 
+def parse_json(payload: bytes) -> Any:
+    """JSON text of a peer; ValueError for anything else, deep nesting included (the parser
+    recurses: a peer must not raise RecursionError through the app's event loop)."""
+    try:
+        return json.loads(payload.decode("utf-8"))
+    except RecursionError as e:
+        raise ValueError("nested too deeply") from e
+
+
 def decode(payload: bytes) -> Message:
     try:
-        data = json.loads(payload.decode("utf-8"))
+        data = parse_json(payload)
     except (UnicodeDecodeError, ValueError) as e:
         raise WireError(f"A message is not JSON ({e}).") from e
     if not isinstance(data, dict) or not isinstance(data.get("body"), dict):
@@ -177,7 +186,7 @@ def decode(payload: bytes) -> Message:
         raise WireError(f"Unknown message type {data.get('type')!r}.")
     try:
         message: Message = _load(cls, data["body"])
-    except (TypeError, ValueError, KeyError) as e:
+    except (TypeError, ValueError, KeyError, RecursionError) as e:
         raise WireError(f"A {data['type']} message is malformed ({e}).") from e
     return message
 

@@ -49,6 +49,7 @@ from PySide6.QtNetwork import QLocalServer, QLocalSocket
 
 from engine.join import descriptor_peer_uid
 from engine.settings import default_data_dir, private_runtime_dir
+from engine.wire import parse_json
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +135,7 @@ def decode_message(buffer: bytes) -> tuple[dict[str, object] | None, int]:
     end = HEADER.size + length
     if len(buffer) < end:
         return None, 0
-    message = json.loads(buffer[HEADER.size : end].decode("utf-8"))
+    message = parse_json(buffer[HEADER.size : end])  # deep nesting: ValueError
     if not isinstance(message, dict):
         raise ValueError("message is not a JSON object")
     return message, end

@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -340,3 +341,9 @@ def test_a_listener_of_another_user_is_never_sent_the_files(
     assert instance.send(["/secret/plans.png"], 2000) is False
     assert instance.untrusted
     assert not log.exists()
+
+
+def test_deeply_nested_json_is_a_bad_message_not_a_recursion_error() -> None:
+    payload = b"[" * 200_000 + b"]" * 200_000
+    with pytest.raises(ValueError, match="nested too deeply"):
+        decode_message(struct.pack(">I", len(payload)) + payload)

@@ -196,3 +196,15 @@ def test_paths_are_made_absolute_before_sending(tmp_path: Path) -> None:
     assert sent.id == request.id
     by_id = for_sending(OperationRequest(Operation.UPSCALE, "realesrgan-x4plus", ()), tmp_path)
     assert by_id.model == "realesrgan-x4plus" and by_id.output_dir is None
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"[" * 200_000 + b"]" * 200_000,
+        b'{"type": "hello", "body": ' + b'{"a": ' * 100_000 + b"1" + b"}" * 100_001,
+    ],
+)
+def test_deeply_nested_json_is_refused_as_no_message(payload: bytes) -> None:
+    with pytest.raises(WireError, match="nested too deeply"):
+        FrameReader().feed(struct.pack(">I", len(payload)) + payload)
