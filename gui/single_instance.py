@@ -49,7 +49,6 @@ from PySide6.QtNetwork import QLocalServer, QLocalSocket
 
 from engine.join import descriptor_peer_uid
 from engine.settings import default_data_dir, private_runtime_dir
-from engine.wire import parse_json
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +134,10 @@ def decode_message(buffer: bytes) -> tuple[dict[str, object] | None, int]:
     end = HEADER.size + length
     if len(buffer) < end:
         return None, 0
-    message = parse_json(buffer[HEADER.size : end])  # deep nesting: ValueError
+    try:
+        message = json.loads(buffer[HEADER.size : end].decode("utf-8"))
+    except RecursionError as e:  # the parser recurses: a peer must not end the event loop
+        raise ValueError("nested too deeply") from e
     if not isinstance(message, dict):
         raise ValueError("message is not a JSON object")
     return message, end
