@@ -130,9 +130,11 @@ def encode(message: Message) -> bytes:
     name = NAMES.get(type(message))
     if name is None:
         raise TypeError(f"{type(message).__name__} is not a message")
+    # ASCII with \u escapes: a file name that is not UTF-8 (os.fsdecode's lone surrogates)
+    # travels as its escapes and comes back as the same bytes on the other side.
     data = json.dumps(
-        {"type": name, "body": _dump(message)}, ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+        {"type": name, "body": _dump(message)}, ensure_ascii=True, allow_nan=False
+    ).encode("ascii")
     if len(data) > MAX_MESSAGE:
         raise WireError(f"The message is too large to send ({len(data)} bytes).")
     return HEADER.pack(len(data)) + data

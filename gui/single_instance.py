@@ -117,7 +117,8 @@ def _lock_path(name: str) -> str:
 
 
 def encode_message(payload: dict[str, object]) -> bytes:
-    data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    # \u escapes: a file name that is not UTF-8 (lone surrogates) comes back as its bytes
+    data = json.dumps(payload, ensure_ascii=True).encode("ascii")
     return HEADER.pack(len(data)) + data
 
 

@@ -347,3 +347,11 @@ def test_deeply_nested_json_is_a_bad_message_not_a_recursion_error() -> None:
     payload = b"[" * 200_000 + b"]" * 200_000
     with pytest.raises(ValueError, match="nested too deeply"):
         decode_message(struct.pack(">I", len(payload)) + payload)
+
+
+def test_a_file_name_of_any_bytes_is_handed_over_unchanged() -> None:
+    name = os.fsdecode(b"/photos/caf\xe9 \xff.png")  # not UTF-8
+    message, _ = decode_message(encode_message({"v": 1, "files": [name]}))
+    assert message is not None
+    assert message["files"] == [name]
+    assert os.fsencode(name) == b"/photos/caf\xe9 \xff.png"

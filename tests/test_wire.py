@@ -208,3 +208,18 @@ def test_paths_are_made_absolute_before_sending(tmp_path: Path) -> None:
 def test_deeply_nested_json_is_refused_as_no_message(payload: bytes) -> None:
     with pytest.raises(WireError, match="nested too deeply"):
         FrameReader().feed(struct.pack(">I", len(payload)) + payload)
+
+
+def test_a_file_name_of_any_bytes_travels_unchanged() -> None:
+    name = os.fsdecode(b"/photos/caf\xe9 \xff.png")  # Latin-1 bytes: not UTF-8
+    request = OperationRequest(
+        Operation.UPSCALE, "up2", (Path(name),), output_dir=Path(os.fsdecode(b"/out/\xfe"))
+    )
+    back = FrameReader().feed(encode(request))[0]
+    assert isinstance(back, OperationRequest)
+    assert [os.fsencode(p) for p in back.inputs] == [b"/photos/caf\xe9 \xff.png"]
+    assert back.output_dir is not None and os.fsencode(back.output_dir) == b"/out/\xfe"
+    product = Product(Path(name), ProductKind.IMAGE, Path(name))
+    result = Result(back.id, (product,), (), 1, 0, 1, 0, {})
+    (answer,) = FrameReader().feed(encode(result))
+    assert isinstance(answer, Result) and os.fsencode(answer.products[0].path) == os.fsencode(name)
