@@ -51,6 +51,7 @@ from engine.requests import (
 PROTOCOL = 1
 HEADER = struct.Struct(">I")
 MAX_MESSAGE = 16 * 1024 * 1024  # thousands of long paths fit; anything larger is not ours
+TILE_RANGE = (16, 65536)  # the command line's --tile (engine/cli.py): a raw request gets no more
 
 
 class WireError(EngineError):
@@ -232,6 +233,28 @@ def for_sending(request: OperationRequest, cwd: Path | None = None) -> Operation
         inputs=tuple(absolute(p) for p in request.inputs),
         output_dir=absolute(request.output_dir) if request.output_dir is not None else None,
     )
+
+
+def check_joined(request: OperationRequest) -> None:
+    """What the command line checks before it sends a request, checked again on the app's
+    side for a raw one: UsageError (exit 2) with the command line's words."""
+    low, high = TILE_RANGE
+    if request.tile is not None and (
+        isinstance(request.tile, bool) or not low <= request.tile <= high
+    ):
+        raise UsageError(
+            f"--tile takes a whole number of pixels from {low} to {high}, or auto; "
+            f"not {request.tile!r}."
+        )
+    paths = [*request.inputs, *([request.output_dir] if request.output_dir else [])]
+    model = Path(request.model)
+    if len(model.parts) > 1 or model.suffix.lower() == ".onnx":
+        paths.append(model)
+    relative = [str(p) for p in paths if not p.is_absolute()]
+    if relative:
+        raise UsageError(
+            f"a joined request names its files by absolute paths, not {relative[0]!r}."
+        )
 
 
 # -- dataclasses ↔ JSON, by their annotations -----------------------------------------------

@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -569,5 +570,70 @@ def test_overlapping_joined_runs_with_one_id_each_get_their_own_outcome(
         assert "one per connection" in refusals[0].message
         assert isinstance(twice.messages[-1], Result)
         assert twice.messages[-1].request_id == "job-1"
+    finally:
+        served.close()
+
+
+class _Raw(threading.Thread):
+    """A raw client: the hello, then `payload` as it is, then every message until the app
+    closes the connection."""
+
+    def __init__(self, socket: Path, hello: wire.Hello, payload: bytes) -> None:
+        super().__init__(name="join-raw", daemon=True)
+        self.socket, self.hello, self.payload = socket, hello, payload
+        self.messages: list[object] = []
+
+    def run(self) -> None:
+        joined = join.connect(self.hello, self.socket)
+        assert isinstance(joined, join.Joined), joined
+        try:
+            joined.sock.sendall(self.payload)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                message = joined.receive(timeout=0.05)
+                if message is not None:
+                    self.messages.append(message)
+        except EOFError:
+            return
+        finally:
+            joined.close()
+
+
+def _frame(body: dict[str, object], kind: str = "request") -> bytes:
+    data = json.dumps({"type": kind, "body": body}).encode()
+    return struct.pack(">I", len(data)) + data
+
+
+def test_raw_requests_are_checked_as_the_command_line_checks_them_and_all_answered(
+    qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
+) -> None:
+    win = window
+    served = JoinedRequests(win.workspace, win.engine, win)
+    path = tmp_path / "join.sock"
+    assert served.listen(path)
+    try:
+        image = photo(tmp_path / "a.png", 24, 16)
+        good = OperationRequest(
+            Operation.UPSCALE, str(models / "up2.onnx"), (image,), output_dir=tmp_path / "o"
+        )
+        body = wire._dump(good)
+        cases = {
+            "tile 1": _frame({**body, "tile": 1}),
+            "tile 0": _frame({**body, "tile": 0}),
+            "tile -1": _frame({**body, "tile": -1}),
+            "relative": _frame({**body, "inputs": ["a.png"]}),
+            "unknown operation": _frame({**body, "operation": "sharpen"}),
+        }
+        clients = {name: _Raw(path, _hello(models), payload) for name, payload in cases.items()}
+        for client in clients.values():
+            client.start()
+        qtbot.waitUntil(lambda: not any(c.is_alive() for c in clients.values()), timeout=30_000)
+        for name, client in clients.items():
+            (answer,) = client.messages
+            assert isinstance(answer, OperationFailure), (name, answer)
+            assert answer.kind.value == "usage", (name, answer)
+        tiles = clients["tile 1"].messages[0]
+        assert isinstance(tiles, OperationFailure) and "--tile takes" in tiles.message
+        assert not (tmp_path / "o").exists()
     finally:
         served.close()

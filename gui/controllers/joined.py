@@ -153,10 +153,18 @@ class JoinedRequests(QObject):
 
     def _on_ready_read(self, client: _Client) -> None:
         data = bytes(client.socket.readAll().data())
+        if client.ended:
+            return  # answered and closing: the rest is not read
         try:
             messages = client.reader.feed(data)
         except wire.WireError as e:
             log.warning("command line requests: dropped a connection: %s", e)
+            if client.hello is not None and client.request_id is None:
+                # Every request is answered: one the app cannot read gets a usage error.
+                self._send(client, OperationFailure("", ErrorKind.USAGE, str(e)))
+                client.ended = True
+                client.socket.disconnectFromServer()  # closes once the answer is written
+                return
             self._drop(client)
             return
         for message in messages:
@@ -215,6 +223,7 @@ class JoinedRequests(QObject):
         client.request_id = theirs.id
         request = dataclasses.replace(theirs, id=engine_id(client.hello.pid))
         try:
+            wire.check_joined(theirs)  # a raw request is checked as the command line checks it
             request.typed_options()
             ahead = len(self.engine.open_requests())
             self.engine.submit(request)
