@@ -637,3 +637,67 @@ def test_raw_requests_are_checked_as_the_command_line_checks_them_and_all_answer
         assert not (tmp_path / "o").exists()
     finally:
         served.close()
+
+
+def _closed(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def test_the_server_drops_idle_and_oversized_clients_and_listens_again_after_an_error(
+    qtbot: QtBot,
+    window: MainWindow,
+    models: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gui.controllers import joined as joined_module
+
+    monkeypatch.setattr(joined_module, "IDLE_MS", 300)
+    win = window
+    served = JoinedRequests(win.workspace, win.engine, win)
+    path = tmp_path / "join.sock"
+    assert served.listen(path)
+    try:
+        # A connection that never sends its request is dropped after the idle time.
+        idle = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        idle.connect(str(path))
+        idle.setblocking(False)
+        qtbot.waitUntil(lambda: _closed(idle), timeout=10_000)
+        idle.close()
+
+        # A frame that grows past the cap of an unfinished frame is dropped, its bytes freed.
+        greedy = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        greedy.connect(str(path))
+        sent = threading.Event()
+
+        def send_a_lot() -> None:
+            try:
+                greedy.sendall(struct.pack(">I", 15 * 1024 * 1024) + b"x" * (6 * 1024 * 1024))
+            except OSError:
+                pass
+            sent.set()
+
+        threading.Thread(target=send_a_lot, daemon=True).start()
+        qtbot.waitUntil(sent.is_set, timeout=20_000)
+        qtbot.waitUntil(lambda: not served._clients, timeout=10_000)
+        greedy.close()
+
+        # Qt closes a local server for good on an accept error: it listens again by itself.
+        assert served._server is not None
+        served._server.close()
+        image = photo(tmp_path / "after.png", 24, 16)
+        request = OperationRequest(
+            Operation.UPSCALE, str(models / "up2.onnx"), (image,), output_dir=tmp_path / "after"
+        )
+        qtbot.waitUntil(lambda: path.exists(), timeout=10_000)
+        client = _Client(path, request, _hello(models))
+        client.start()
+        qtbot.waitUntil(lambda: not client.is_alive(), timeout=JOB_MS)
+        assert client.messages and isinstance(client.messages[-1], Result), client.refused
+    finally:
+        served.close()

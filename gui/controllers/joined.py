@@ -27,7 +27,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtNetwork import QLocalServer, QLocalSocket
 
 from engine import wire
@@ -47,6 +47,10 @@ from gui.workspace import Workspace
 log = logging.getLogger(__name__)
 
 ANSWER_TIMEOUT_MS = 500  # another app that already serves the socket answers within this
+MAX_CLIENTS = 64  # connections at once; more are closed at accept (each holds a buffer)
+MAX_UNFINISHED = 4 * 1024 * 1024  # bytes of a frame not yet whole (a request of 10,000 paths fits)
+IDLE_MS = 10_000  # a connection that has not sent its request by then is dropped
+WATCH_MS = 1000  # how often the server is checked: Qt closes it for good on an accept error
 # Every command line numbers its first request "job-1", as the window numbers its own: the
 # engine knows a joined request by an id of the app's making, unique in this process.
 _joined_ids = itertools.count(1)
@@ -84,6 +88,9 @@ class JoinedRequests(QObject):
         self._server: QLocalServer | None = None
         self._clients: dict[QLocalSocket, _Client] = {}
         self._by_request: dict[str, _Client] = {}
+        self._watch = QTimer(self)  # re-listens when Qt closed the server (an accept error)
+        self._watch.setInterval(WATCH_MS)
+        self._watch.timeout.connect(self._relisten)
         engine.progressChanged.connect(self._on_progress)
         engine.operationFinished.connect(self._on_ended)
         engine.operationFailed.connect(self._on_ended)
@@ -113,10 +120,24 @@ class JoinedRequests(QObject):
             return False
         server.newConnection.connect(self._on_new_connection)
         self._server, self.path = server, path
+        self._watch.start()
         return True
+
+    def _relisten(self) -> None:
+        server, path = self._server, self.path
+        if server is None or path is None or server.isListening():
+            return
+        log.warning(
+            "command line requests: the server stopped (%s); listening again", server.errorString()
+        )
+        server.deleteLater()
+        self._server = None
+        if not self.listen(path):
+            self.path = path  # tried again at the next tick
 
     def close(self) -> None:
         """Stop listening; the command lines still connected see the connection end."""
+        self._watch.stop()
         for client in list(self._clients.values()):
             client.socket.abort()
         self._clients.clear()
@@ -138,14 +159,27 @@ class JoinedRequests(QObject):
                 socket.abort()
                 socket.deleteLater()
                 continue
+            if len(self._clients) >= MAX_CLIENTS:
+                log.warning(
+                    "command line requests: %d connections already; refused one", MAX_CLIENTS
+                )
+                socket.abort()
+                socket.deleteLater()
+                continue
             client = _Client(socket)
             self._clients[socket] = client
+            QTimer.singleShot(IDLE_MS, socket, lambda c=client: self._drop_if_idle(c))
             socket.readyRead.connect(lambda c=client: self._on_ready_read(c))
             socket.disconnected.connect(lambda c=client: self._on_disconnected(c))
             if socket.bytesAvailable() > 0:
                 self._on_ready_read(client)
 
     # -- one client ---------------------------------------------------------------------------
+    def _drop_if_idle(self, client: _Client) -> None:
+        if client.request_id is None and client.socket in self._clients:
+            log.info("command line requests: dropped a connection that sent no request")
+            self._drop(client)
+
     def _send(self, client: _Client, message: wire.Message) -> None:
         if client.socket.state() == QLocalSocket.LocalSocketState.ConnectedState:
             client.socket.write(wire.encode(message))
@@ -155,6 +189,10 @@ class JoinedRequests(QObject):
         data = bytes(client.socket.readAll().data())
         if client.ended:
             return  # answered and closing: the rest is not read
+        if client.reader.pending + len(data) > MAX_UNFINISHED:
+            log.warning("command line requests: dropped a connection sending a frame too large")
+            self._drop(client)
+            return
         try:
             messages = client.reader.feed(data)
         except wire.WireError as e:
