@@ -701,3 +701,59 @@ def test_the_server_drops_idle_and_oversized_clients_and_listens_again_after_an_
         assert client.messages and isinstance(client.messages[-1], Result), client.refused
     finally:
         served.close()
+
+
+def test_twenty_joined_runs_from_four_terminals_each_get_their_own_product(
+    qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
+) -> None:
+    """The soak: four terminals each run five requests one after another (every process
+    numbers from job-1), all at once against the app while the window runs its own jobs."""
+    win = window
+    served = JoinedRequests(win.workspace, win.engine, win)
+    path = tmp_path / "join.sock"
+    assert served.listen(path)
+    try:
+        own = [
+            OperationRequest(
+                Operation.UPSCALE,
+                str(models / "up2.onnx"),
+                (photo(tmp_path / f"own{i}.png", 64, 48),),
+                output_dir=tmp_path / "own",
+                id=f"job-{i + 1}",
+            )
+            for i in range(3)
+        ]
+        win.engine.submit_many(own)
+        outcomes: dict[str, list[object]] = {}
+
+        def terminal(t: int) -> None:
+            for r in range(5):
+                name = f"t{t}r{r}"
+                image = photo(tmp_path / f"{name}.png", 24, 16)
+                request = OperationRequest(
+                    Operation.UPSCALE,
+                    str(models / "up2.onnx"),
+                    (image,),
+                    output_dir=tmp_path / name,
+                    id=f"job-{r + 1}",
+                )
+                client = _Client(path, request, _hello(models))
+                client.run()  # in this terminal's thread: one run after another
+                outcomes[name] = client.messages
+
+        terminals = [threading.Thread(target=terminal, args=(t,), daemon=True) for t in range(4)]
+        for thread in terminals:
+            thread.start()
+        qtbot.waitUntil(lambda: not any(t.is_alive() for t in terminals), timeout=4 * JOB_MS)
+        assert len(outcomes) == 20
+        for name, messages in outcomes.items():
+            ends = [m for m in messages if isinstance(m, Result | OperationFailure)]
+            assert len(ends) == 1, (name, messages)
+            (result,) = ends
+            assert isinstance(result, Result) and result.ok, (name, result)
+            assert [p.path for p in result.products] == [tmp_path / name / f"{name}-up2.png"]
+        assert sorted(p.name for p in (tmp_path / "own").iterdir()) == [
+            f"own{i}-up2.png" for i in range(3)
+        ]
+    finally:
+        served.close()
