@@ -53,3 +53,19 @@ def test_the_allocator_s_free_heap_grows_when_freed_memory_is_kept() -> None:
     memory.trim_heap()
     assert read_parts(0, 0, 0).measured
     del keep
+
+
+def test_the_whole_diagnosis_can_be_read_in_a_low_panel(qtbot: QtBot) -> None:
+    """At a low dock the diagnosis was clipped: its last lines (the parts of the RAM) could
+    not be read at all. The label keeps the height its text needs; the side scrolls."""
+    panel = MemoryPanel()
+    qtbot.addWidget(panel)
+    panel.set_pictures(3, 40 << 20)
+    panel.set_snapshot(memory.snapshot())
+    panel.resize(700, 100)
+    panel.show()
+    qtbot.waitExposed(panel)
+    label = panel.summary
+    needed = label.heightForWidth(label.width())
+    assert needed > panel.height()  # the text is longer than the panel is high
+    assert label.height() >= needed

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QPushButton,
+    QScrollArea,
     QTableWidget,
     QTableWidgetItem,
     QToolButton,
@@ -96,9 +97,15 @@ class MemoryPanel(QWidget):
         buttons.addWidget(self.unload_button)
         buttons.addWidget(self.unload_all_button)
         # the diagnosis beside the table, not under it: the panel takes little of the height
+        # It scrolls: at a low dock its last lines (what the RAM is made of) were cut off.
+        self.summary.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        scroll = QScrollArea()
+        scroll.setWidget(self.summary)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         side = QVBoxLayout()
-        side.addWidget(self.summary)
-        side.addStretch(1)
+        side.addWidget(scroll, 1)
         side.addLayout(buttons)
         layout = QHBoxLayout(self)
         layout.addWidget(self.table, 5)
