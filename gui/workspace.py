@@ -69,6 +69,9 @@ class Workspace(QObject):
         self.made: dict[str, set[tuple[object, ...]]] = {}
         self.cleared: ClearedInputs | None = None  # what the last Clear took, until inputs change
         self.jobs: dict[str, Job] = {}
+        # The keys of jobs asked for from outside the window (a command line's): no input of
+        # the list, so removing or clearing images leaves their rows to "Clear finished".
+        self.outside: set[str] = set()
         self.job_input: dict[str, str] = {}  # job id → input key
         self._versions: dict[str, list[Version]] = {}  # input key → its products, oldest first
         self.bases: dict[str, str] = {}  # input key → version id (absent: the original)
@@ -254,6 +257,8 @@ class Workspace(QObject):
         self.jobs[job.id] = job
         self.job_input[job.id] = key
         self.chains[job.id] = chain
+        if job.origin:
+            self.outside.add(key)
         self._of_input.setdefault(key, []).append(job.id)
         self.jobAdded.emit(job.id)
         self.inputChanged.emit(key)
@@ -321,7 +326,7 @@ class Workspace(QObject):
         """The ended jobs of inputs no longer in the list leave the job list and the batch
         line's counts (a cleared image's 578 cancelled jobs are not the batch's any more);
         a job still running stays until it ends."""
-        return self.forget_ended(lambda key: key not in self.sources)
+        return self.forget_ended(lambda key: key not in self.sources and key not in self.outside)
 
     def forget_ended(self, of: Callable[[str], bool] | None = None) -> list[str]:
         """Clear finished jobs from the list (`of`: only those of the inputs it picks); their
@@ -336,6 +341,10 @@ class Workspace(QObject):
             self.dirty.discard(job_id)
         for key in {self.job_input.get(j, "") for j in gone}:
             self._of_input[key] = [i for i in self._of_input.get(key, ()) if i in self.jobs]
+            if key in self.outside and not self._of_input[key]:
+                self.outside.discard(key)
+                self._versions.pop(key, None)  # no strip shows them: their rows were all
+                self.made.pop(key, None)
         if gone:
             self.jobsForgotten.emit(gone)
         return gone

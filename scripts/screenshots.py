@@ -8,7 +8,9 @@ with settings in a temporary folder. Writes shots/13-<state>-<W>x<H>.png: empty,
 done-compare, failed, output-step, memory-panel (and notice), and for issue 14
 shots/14-<state>-<W>x<H>.png: preview (a view half refined, "previewing tile n/m") and chain
 (remove background → upscale, the chain in the strip). `--states preview,chain` takes only
-those. The screen is grabbed whole, so dialogs show.
+those. `joined` (shots/35-joined-<W>x<H>.png): the window's own job running and a
+`python -m engine run` that joined it, its row marked with its pid. The screen is grabbed
+whole, so dialogs show.
 """
 
 from __future__ import annotations
@@ -47,7 +49,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "shots")
     parser.add_argument(
         "--states",
-        default="empty,running,done-compare,failed,output-step,memory-panel,notice,preview,chain",
+        default=(
+            "empty,running,done-compare,failed,output-step,memory-panel,notice,preview,chain,joined"
+        ),
     )
     args = parser.parse_args()
     wanted = set(args.states.split(","))
@@ -224,8 +228,53 @@ def main() -> int:
         window.viewer.view.set_split(0.5)
         shot("chain", 14)
 
+    if "joined" in wanted:
+        joined_shot(window, work, images, wait, lambda: shot("joined", 35))
+
     window.close()
     return 0
+
+
+def joined_shot(
+    window: object,
+    work: Path,
+    images: list[Path],
+    wait: Callable[..., bool],
+    shoot: Callable[[], None],
+) -> None:
+    """The window runs its own job and a command line joins it: both rows in the list."""
+    import os
+    import subprocess
+
+    from engine.settings import join_socket_path
+    from gui.controllers.joined import JoinedRequests
+    from gui.main_window import MainWindow
+
+    assert isinstance(window, MainWindow)
+    runtime = work / "run"
+    runtime.mkdir(mode=0o700)
+    os.environ["XDG_RUNTIME_DIR"] = str(runtime)  # this window's socket, not a real app's
+    os.environ["TESSERA_INSTANCE_NAME"] = "screenshots"
+    served = JoinedRequests(window.workspace, window.engine, window)
+    served.listen(join_socket_path())
+    window.memory_dock.hide()
+    window.jobs.cancel_all()
+    window.clear_finished()
+    window.panel.select_model("realesrgan-x4plus")
+    window.run_one(str(images[0]))
+    models = window.engine.settings.resolved_models_dir()
+    out = work / "from-the-terminal"
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "engine", "run", "upscale", str(images[1]), "--model",
+         "realesrgan-x4plus", "--models-dir", str(models), "--out", str(out), "--quiet"],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    wait(lambda: any(j.origin for j in window.workspace.jobs.values()), 60)
+    wait(lambda: any(j.first_run for j in window.workspace.jobs.values()), 180)
+    shoot()
+    window.jobs.cancel_all()
+    wait(lambda: cli.poll() is not None, 60)
+    served.close()
 
 
 if __name__ == "__main__":

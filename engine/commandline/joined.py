@@ -111,9 +111,11 @@ def _joined(joined: Joined, request: OperationRequest, args: argparse.Namespace)
         )
     if isinstance(outcome, OperationCancellation):
         count = len(outcome.products)
+        # The app cancels a joined job only at the person's word (a row's Cancel, Cancel
+        # all, Esc, closing the window): the line says it was the window's.
         line = (
-            f"Cancelled in the Tessera {engine}: {count} product{'s' if count != 1 else ''} "
-            "written."
+            f"Cancelled in the Tessera window (pid {joined.welcome.pid}): "
+            f"{count} product{'s' if count != 1 else ''} written."
         )
         return report_failure(
             ErrorKind.CANCELLED, 130, line, list(outcome.products), args.json, engine

@@ -560,7 +560,10 @@ class JobsController(QObject):
         added = ws.job_finished(result)
         self.speed.ended(job)
         if job.state is JobState.FINISHED:
-            self.speed.learn(job)
+            # A command line's job of a size unknown here (several inputs, a clip) would
+            # teach its whole time as the cost of one image of no pixels.
+            if not job.origin or job.megapixels > 0:
+                self.speed.learn(job)
             if job.message:  # some inputs of a multi-input job failed
                 self._warn(job.message, Topic.JOBS)
         ws.announce_end(job.id)

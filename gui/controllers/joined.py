@@ -32,7 +32,10 @@ from PySide6.QtNetwork import QLocalServer, QLocalSocket
 
 from engine import wire
 from engine.errors import EngineError, ErrorKind
+from engine.io.image import is_video
+from engine.io.reading import image_size
 from engine.join import descriptor_peer_uid
+from engine.models.catalog import load_catalog
 from engine.requests import (
     OperationCancellation,
     OperationFailure,
@@ -273,9 +276,12 @@ class JoinedRequests(QObject):
             return
         client.engine_id = request.id
         self._by_request[request.id] = client
-        model = Path(request.model)
-        label = model.stem if model.suffix.lower() == ".onnx" else request.model
-        job = Job(request, label, origin=f"command line (pid {client.hello.pid})")
+        job = Job(
+            request,
+            model_label(request.model),
+            megapixels=_megapixels(request),
+            origin=f"command line (pid {client.hello.pid})",
+        )
         self.workspace.add_job(job, f"command-line:{request.id}", ())
         self._send(client, wire.Queued(theirs.id, ahead))
         self.requestJoined.emit(request.id)
@@ -310,6 +316,29 @@ class JoinedRequests(QObject):
         client.ended = True
         self._send(client, dataclasses.replace(outcome, request_id=client.request_id))
         client.socket.disconnectFromServer()  # closes once the outcome is written
+
+
+def model_label(model: str) -> str:
+    """The words the window's own rows use for the model: "Photo ×4" for a catalog model,
+    else the file's name."""
+    entry = load_catalog().get(model)
+    if entry is not None:
+        return entry.short_label
+    path = Path(model)
+    return path.stem if path.suffix.lower() == ".onnx" else model
+
+
+def _megapixels(request: OperationRequest) -> float:
+    """The size of a one-image request, from its header (a read of a few hundred bytes), so
+    the job teaches the window's estimates what a job of its size costs; 0 (unknown: it
+    teaches nothing) for several inputs, a clip or an unreadable file."""
+    if len(request.inputs) != 1 or request.sequence or is_video(request.inputs[0]):
+        return 0.0
+    try:
+        width, height, frames = image_size(request.inputs[0])
+    except (EngineError, OSError, ValueError):  # a folder, or a file it will fail on
+        return 0.0
+    return width * height / 1e6 if frames == 1 else 0.0
 
 
 def _limit(value: int | None) -> str:
