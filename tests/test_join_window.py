@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,8 @@ import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from engine.requests import Operation
+from engine.requests import Operation, ProgressKind
+from engine.samples.synthetic import slow_model
 from engine.settings import join_socket_path
 from gui.controllers.joined import JoinedRequests
 from gui.jobs import Job, JobState
@@ -231,3 +233,41 @@ def test_a_joined_run_teaches_the_windows_estimate_its_own_size(
     tiny = win.jobs.speeds.estimate(Operation.UPSCALE, model, "cpu", 24 * 16 / 1e6, 1)
     assert took is not None and tiny is not None
     assert tiny.seconds < took / 20, (tiny, took)  # before: about a quarter of it
+
+
+def test_a_joined_run_ends_on_sigterm_while_the_app_cannot_stop_at_once(
+    qtbot: QtBot, window: MainWindow, models: Path, joined: JoinedRequests, tmp_path: Path
+) -> None:
+    """SIGTERM while the app makes the job's session (no run yet, so nothing to interrupt):
+    the terminal does not wait for the app's word (it waited 2 s), it ends with 143 and says
+    the job is cancelled there; the app's row ends Cancelled once the session is made."""
+    win = window
+    heavy = slow_model(tmp_path / "heavy.onnx", layers=2000)  # seconds to make its session
+    cli = start_run(photo(tmp_path / "p.png", 64, 48), heavy, tmp_path / "cli")
+    try:
+        qtbot.waitUntil(
+            lambda: (job := job_of(win, cli.pid)) is not None and job.progress is not None,
+            timeout=JOB_MS,
+        )
+        job = job_of(win, cli.pid)
+        assert job is not None and job.progress is not None
+        assert job.progress.kind is ProgressKind.STARTED  # its session is being made
+        cli.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        qtbot.waitUntil(lambda: cli.poll() is not None, timeout=JOB_MS)
+        took = time.monotonic() - sent
+        code, data, line = ended(qtbot, cli)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.communicate()
+    assert code == 143 and data["exit_code"] == 143
+    assert data["app_confirmed"] is False
+    assert job.state is JobState.CANCELLING
+    assert line == (
+        f"Stopped by SIGTERM: the Tessera app (pid {os.getpid()}) cancels the job when its "
+        "current step ends; what it wrote before stays."
+    )
+    assert took < 5  # a liveness bound only: the time is measured and reported, not tested
+    qtbot.waitUntil(lambda: job.state is JobState.CANCELLED, timeout=JOB_MS)
+    assert not (tmp_path / "cli").exists() or not list((tmp_path / "cli").iterdir())

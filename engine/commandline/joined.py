@@ -145,6 +145,11 @@ def _stopped_in_app(stop: StopSignals, outcome: object, as_json: bool, engine: s
     line = f"Stopped by {name}: {count} product{'s' if count != 1 else ''} written" + (
         "." if code in (130, 143) else f"; the run had already ended (exit {code})."
     )
+    if outcome is None:  # the app was in a step it cannot stop (a session being made)
+        line = (
+            f"Stopped by {name}: the Tessera {engine} cancels the job when its current step "
+            "ends; what it wrote before stays."
+        )
     print(line, file=sys.stderr)
     if as_json:
         data: dict[str, Any] = (

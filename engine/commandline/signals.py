@@ -30,9 +30,11 @@ from engine.requests import Result
 from engine.runtime import records
 
 STOP_GRACE_S = 0.8  # after a stop signal, the longest wait for the engine thread
-# A joined run's terminal is not held by an ORT run: it can wait for the app's word that the
-# job ended (the app stops a run within ~0.1 s; a busy machine delays the reply, not the stop).
-JOINED_STOP_GRACE_S = 2.0
+# A joined run waits this long for the app's word that its job ended: the app stops a run
+# within ~0.1 s, but not a session being made, a big image being decoded or the hand-back run
+# after the cancel (seconds), and the terminal still ends within a second. Its cancel is sent at once, and its connection closing
+# cancels the job too: the app's job ends, confirmed or not.
+JOINED_STOP_GRACE_S = 0.7
 
 SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
