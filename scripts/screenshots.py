@@ -242,7 +242,8 @@ def joined_shot(
     wait: Callable[..., bool],
     shoot: Callable[[], None],
 ) -> None:
-    """The window runs its own job and a command line joins it: both rows in the list."""
+    """A command line joins the window: its row runs, marked with its pid, the window's own
+    job queued behind it."""
     import os
     import subprocess
 
@@ -260,17 +261,28 @@ def joined_shot(
     window.memory_dock.hide()
     window.jobs.cancel_all()
     window.clear_finished()
-    window.panel.select_model("realesrgan-x4plus")
-    window.run_one(str(images[0]))
     models = window.engine.settings.resolved_models_dir()
     out = work / "from-the-terminal"
+    from skimage import data
+
+    theirs = work / "terminal" / "IMG_0200.jpg"  # large enough to be caught mid-way
+    theirs.parent.mkdir()
+    Image.fromarray(data.chelsea()).resize((1200, 800), Image.Resampling.LANCZOS).save(theirs)
     cli = subprocess.Popen(
-        [sys.executable, "-m", "engine", "run", "upscale", str(images[1]), "--model",
+        [sys.executable, "-m", "engine", "run", "upscale", str(theirs), "--model",
          "realesrgan-x4plus", "--models-dir", str(models), "--out", str(out), "--quiet"],
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
-    wait(lambda: any(j.origin for j in window.workspace.jobs.values()), 60)
-    wait(lambda: any(j.first_run for j in window.workspace.jobs.values()), 180)
+    wait(
+        lambda: any(
+            j.origin and j.progress is not None and j.progress.run >= 2
+            for j in window.workspace.jobs.values()
+        ),
+        180,
+    )
+    window.panel.select_model("realesrgan-x4plus")
+    window.run_one(str(images[0]))
+    wait(lambda: False, 2.5)
     shoot()
     window.jobs.cancel_all()
     wait(lambda: cli.poll() is not None, 60)
