@@ -69,6 +69,12 @@ def job_of(win: MainWindow, pid: int) -> Job | None:
     return found[0] if found else None
 
 
+def shown_states(win: MainWindow) -> dict[str, str]:
+    """The state each row of the job list shows, by job id."""
+    rows = {job.id: win.job_list.row(job.id) for job in win.job_list.jobs}
+    return {job_id: row.state_label.text() for job_id, row in rows.items() if row is not None}
+
+
 def runs_of(job: Job) -> int:
     return job.progress.run if job.progress is not None else 0
 
@@ -129,6 +135,15 @@ def test_two_command_lines_beside_the_windows_job_each_end_in_their_own_state(
         assert [Path(p["path"]).parent for p in data["products"]] == [tmp_path / "second"]
         qtbot.waitUntil(lambda: two.state is JobState.FINISHED, timeout=10_000)
         assert win.workspace.jobs[two.id] is two
+
+        # What the rows show: each its own ending, and no Cancel left on an ended job.
+        expected = {one.id: "Cancelled", own_id: "Cancelled", two.id: "Done"}
+        listed = [job.id for job in win.job_list.jobs]  # the terminals join in either order
+        assert listed[0] == own_id and sorted(listed) == sorted(expected)
+        qtbot.waitUntil(lambda: shown_states(win) == expected, timeout=10_000)
+        for job_id in expected:
+            row = win.job_list.row(job_id)
+            assert row is not None and not row.cancel_button.isVisible()
     finally:
         for process in (first, second):
             if process.poll() is None:
