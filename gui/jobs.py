@@ -225,11 +225,22 @@ class Job:
 
     @property
     def title(self) -> str:
-        title = (
+        heading = self.heading
+        return f"{heading} {self.origin_mark}" if self.origin else heading
+
+    @property
+    def heading(self) -> str:
+        """ "Upscale · photo.png · Photo ×4": the title without who asked."""
+        return (
             f"{self.request.operation.label} · "
             f"{describe_inputs(self.request.inputs, self.request.sequence)} · {self.model_label}"
         )
-        return f"{title} — from the {self.origin}" if self.origin else title
+
+    @property
+    def origin_mark(self) -> str:
+        """ "— from the command line (pid 123)" for a job asked from outside; empty for the
+        window's own."""
+        return f"— from the {self.origin}" if self.origin else ""
 
     @property
     def fraction(self) -> float:

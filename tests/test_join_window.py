@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel
 from pytestqt.qtbot import QtBot
 
 from engine.requests import Operation, ProgressKind
@@ -286,3 +287,29 @@ def test_a_joined_run_ends_on_sigterm_while_the_app_cannot_stop_at_once(
     assert took < 5  # a liveness bound only: the time is measured and reported, not tested
     qtbot.waitUntil(lambda: job.state is JobState.CANCELLED, timeout=JOB_MS)
     assert not (tmp_path / "cli").exists() or not list((tmp_path / "cli").iterdir())
+
+
+def test_a_joined_rows_pid_mark_stays_whole_beside_a_long_file_name(
+    qtbot: QtBot, window: MainWindow, models: Path, joined: JoinedRequests, tmp_path: Path
+) -> None:
+    """A narrow window and a long file name elide the row's title, never which terminal the
+    row belongs to."""
+    win = window
+    win.resize(1024, 640)
+    name = "holiday-in-the-mountains-with-the-whole-family-" + "very-long-" * 6 + "name.png"
+    cli = start_run(photo(tmp_path / name, 24, 16), models / "up2.onnx", tmp_path / "cli")
+    code, _, line = ended(qtbot, cli)
+    assert code == 0, line
+    job = job_of(win, cli.pid)
+    assert job is not None
+    qtbot.waitUntil(lambda: job.state is JobState.FINISHED, timeout=10_000)
+    if not win.job_list.expanded:  # the list closes when its jobs end: the person opens it
+        qtbot.mouseClick(win.job_list.toggle, Qt.MouseButton.LeftButton)
+    row = win.job_list.row(job.id)
+    assert row is not None
+    qtbot.waitUntil(lambda: row.title.width() > 50, timeout=10_000)
+    assert row.title.is_elided()
+    drawn = [row.title.shown_text()] + [
+        label.text() for label in row.findChildren(QLabel) if label.isVisibleTo(row)
+    ]
+    assert any(text.endswith(f"— from the command line (pid {cli.pid})") for text in drawn), drawn

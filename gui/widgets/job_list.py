@@ -47,6 +47,10 @@ class JobRow(QFrame):
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.setCursor(Qt.CursorShape.PointingHandCursor)
         self.title = ElidedLabel()
+        # Who asked ("— from the command line (pid 123)"), never elided: a long file name in
+        # the title must not hide which terminal a row belongs to.
+        self.origin_label = QLabel()
+        self.origin_label.hide()
         self.state_label = QLabel()
         self.time_label = QLabel()
         self.time_label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
@@ -71,7 +75,12 @@ class JobRow(QFrame):
         top = QHBoxLayout()
         top.setContentsMargins(0, 0, 0, 0)
         top.setSpacing(8)  # "Queued (a few seconds)", not "Queued(a few seconds)"
-        top.addWidget(self.title, 1)
+        # The title takes its text's width (eliding when the row is short of it) and the mark
+        # follows it; the room left goes between them and the state.
+        self.title.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
+        top.addWidget(self.title)
+        top.addWidget(self.origin_label)
+        top.addStretch(1)
         top.addWidget(self.state_label)
         top.addWidget(self.time_label)
         bottom = QHBoxLayout()
@@ -108,7 +117,9 @@ class JobRow(QFrame):
         job = self.job
         if self._titled is not job:  # a job's title is the same all its life (and reads a stat)
             self._titled = job
-            self._title = (job.title, "\n".join(str(p) for p in job.request.inputs))
+            self._title = (job.heading, "\n".join(str(p) for p in job.request.inputs))
+            self.origin_label.setText(job.origin_mark)
+            self.origin_label.setVisible(bool(job.origin_mark))
         self.title.setText(*self._title)  # and lays the row out again for its new texts
         state = job.state
         self.state_label.setText(state.value)
