@@ -230,11 +230,12 @@ def test_a_joined_row_reads_as_the_windows_own_and_stays_until_clear_finished(
     assert job.id not in win.workspace.jobs and job not in win.job_list.jobs
 
 
-def test_a_joined_run_teaches_the_windows_estimate_its_own_size(
+def test_a_joined_run_teaches_the_estimates_its_own_size_and_gets_one_itself(
     qtbot: QtBot, window: MainWindow, models: Path, joined: JoinedRequests, tmp_path: Path
 ) -> None:
     """A joined job's time is learnt for its image's size, not as the fixed cost of every
-    image: after a 512×384 joined job, a tiny image is not estimated to take as long."""
+    image: after a 512×384 joined job, a tiny image is not estimated to take as long; the next
+    joined job is estimated as the window's own are."""
     win = window
     model = str(models / "slow.onnx")
     cli = start_run(photo(tmp_path / "theirs.png", 512, 384), model, tmp_path / "cli",
@@ -249,6 +250,17 @@ def test_a_joined_run_teaches_the_windows_estimate_its_own_size(
     tiny = win.jobs.speeds.estimate(Operation.UPSCALE, model, "cpu", 24 * 16 / 1e6, 1)
     assert took is not None and tiny is not None
     assert tiny.seconds < took / 20, (tiny, took)  # before: about a quarter of it
+
+    # The next command line's row says how long it will take, as the window's own rows do.
+    cli = start_run(photo(tmp_path / "next.png", 512, 384), model, tmp_path / "cli",
+                    "--tile", "128")  # fmt: skip
+    try:
+        qtbot.waitUntil(lambda: job_of(win, cli.pid) is not None, timeout=JOB_MS)
+        after = job_of(win, cli.pid)
+        assert after is not None and after.expected_s is not None and after.expected_s > 0
+    finally:
+        cli.kill()
+        cli.communicate()
 
 
 def test_a_joined_run_ends_on_sigterm_while_the_app_cannot_stop_at_once(

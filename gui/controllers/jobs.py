@@ -144,6 +144,7 @@ class JobsController(QObject):
         self._later.setSingleShot(True)
         self._later.setInterval(0)
         self._later.timeout.connect(self._next_part)
+        workspace.jobAdded.connect(self._on_added)
         engine.operationStarted.connect(self._on_started)
         engine.progressChanged.connect(workspace.job_progressed)
         engine.operationFinished.connect(self._on_finished)
@@ -549,6 +550,15 @@ class JobsController(QObject):
         return self.chains.run_chain_from(version)
 
     # -- the engine's signals -----------------------------------------------------------------
+    def _on_added(self, job_id: str) -> None:
+        """A job asked for from outside the window (a command line's) gets the estimate the
+        window's own would: its row says how long it will take while it waits."""
+        job = self.workspace.jobs.get(job_id)
+        if job is None or not job.origin or job.expected_s is not None:
+            return
+        request = job.request
+        self.speed.expect(job, self.speeds.rate(request.operation, request.model, request.device))
+
     def _on_started(self, request: OperationRequest) -> None:
         self.workspace.job_started(request.id)
 
