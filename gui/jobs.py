@@ -230,7 +230,7 @@ class Job:
 
     @property
     def heading(self) -> str:
-        """ "Upscale · photo.png · Photo ×4": the title without who asked."""
+        """The title without who asked: "Upscale · photo.png · Photo ×4"."""
         return (
             f"{self.request.operation.label} · "
             f"{describe_inputs(self.request.inputs, self.request.sequence)} · {self.model_label}"
@@ -238,8 +238,8 @@ class Job:
 
     @property
     def origin_mark(self) -> str:
-        """ "— from the command line (pid 123)" for a job asked from outside; empty for the
-        window's own."""
+        """Who asked, for a job asked from outside the window: "— from the command line
+        (pid 123)"; empty for the window's own."""
         return f"— from the {self.origin}" if self.origin else ""
 
     @property
