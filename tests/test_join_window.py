@@ -23,7 +23,7 @@ from pytestqt.qtbot import QtBot
 from engine.requests import Operation, ProgressKind
 from engine.samples.synthetic import slow_model
 from engine.settings import join_socket_path
-from gui.controllers.joined import JoinedRequests
+from gui.controllers.joined import JoinedRequests, model_label
 from gui.jobs import Job, JobState
 from gui.main_window import MainWindow
 from tests.engine_helpers import photo
@@ -325,3 +325,11 @@ def test_a_joined_rows_pid_mark_stays_whole_beside_a_long_file_name(
         label.text() for label in row.findChildren(QLabel) if label.isVisibleTo(row)
     ]
     assert any(text.endswith(f"— from the command line (pid {cli.pid})") for text in drawn), drawn
+
+
+def test_a_joined_model_is_named_as_the_window_names_it(tmp_path: Path) -> None:
+    """By its catalog id or a path to its file, a catalog model reads "Photo ×4"; another
+    model file reads as its name."""
+    assert model_label("realesrgan-x4plus") == "Photo ×4"
+    assert model_label(str(tmp_path / "realesrgan-x4plus.onnx")) == "Photo ×4"
+    assert model_label(str(tmp_path / "my-upscaler.onnx")) == "my-upscaler"

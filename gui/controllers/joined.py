@@ -319,12 +319,15 @@ class JoinedRequests(QObject):
 
 
 def model_label(model: str) -> str:
-    """The words the window's own rows use for the model: "Photo ×4" for a catalog model,
-    else the file's name."""
-    entry = load_catalog().get(model)
+    """The words the window's own rows use for the model: "Photo ×4" for a catalog model (by
+    its id, or a path to its file), else the file's name."""
+    catalog = load_catalog()
+    entry = catalog.get(model)
+    path = Path(model)
+    if entry is None and path.suffix.lower() == ".onnx":
+        entry = next((e for e in catalog.values() if e.file == path.name), None)
     if entry is not None:
         return entry.short_label
-    path = Path(model)
     return path.stem if path.suffix.lower() == ".onnx" else model
 
 
