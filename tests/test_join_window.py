@@ -157,7 +157,7 @@ def test_a_joined_run_cancelled_from_its_row_ends_its_terminal_saying_so(
 ) -> None:
     """The row's Cancel ends the command line with the cancelled exit code and one line that
     says the window cancelled it; Ctrl+C on a running joined run leaves its row Cancelled and
-    the window's job queued behind it runs with its progress and its Cancel."""
+    the window's job queued behind it runs with its progress, and Esc cancels it."""
     win = window
     big = photo(tmp_path / "big.png", 512, 384)
     cli = start_run(big, models / "slow.onnx", tmp_path / "cli", "--tile", "64")
@@ -198,7 +198,7 @@ def test_a_joined_run_cancelled_from_its_row_ends_its_terminal_saying_so(
         qtbot.waitUntil(lambda: runs_of(own) >= 2, timeout=JOB_MS)
         row = win.job_list.row(own_id)
         assert row is not None and row.cancel_button.isVisible()
-        qtbot.mouseClick(row.cancel_button, Qt.MouseButton.LeftButton)
+        win.cancel_action.trigger()  # Esc: the running job, the window's own now
         qtbot.waitUntil(lambda: own.state is JobState.CANCELLED, timeout=10_000)
         assert not win.jobs.active()
     finally:
@@ -333,3 +333,35 @@ def test_a_joined_model_is_named_as_the_window_names_it(tmp_path: Path) -> None:
     assert model_label("realesrgan-x4plus") == "Photo ×4"
     assert model_label(str(tmp_path / "realesrgan-x4plus.onnx")) == "Photo ×4"
     assert model_label(str(tmp_path / "my-upscaler.onnx")) == "my-upscaler"
+
+
+def test_cancel_all_ends_the_joined_runs_and_the_windows_own(
+    qtbot: QtBot, window: MainWindow, models: Path, joined: JoinedRequests, tmp_path: Path
+) -> None:
+    """Cancel all takes the command lines' jobs with the window's: each terminal ends with
+    the cancelled exit code, every row Cancelled."""
+    win = window
+    use_model(win, models, "slow.onnx", tile=64)
+    win.jobs.add_paths([photo(tmp_path / "mine.png", 1024, 768)])
+    (own_id,) = win.jobs.run_selected()
+    own = win.workspace.jobs[own_id]
+    image = photo(tmp_path / "theirs.png", 48, 32)
+    clis = [start_run(image, models / "up2.onnx", tmp_path / f"cli-{i}") for i in range(2)]
+    try:
+        qtbot.waitUntil(lambda: all(job_of(win, c.pid) is not None for c in clis), timeout=JOB_MS)
+        theirs = [job_of(win, c.pid) for c in clis]
+        qtbot.mouseClick(win.job_list.cancel_all_button, Qt.MouseButton.LeftButton)
+        for cli in clis:
+            code, data, line = ended(qtbot, cli)
+            assert code == 130 and data["exit_code"] == 130, line
+            assert line.startswith("error: Cancelled in the Tessera window")
+        everyone = [own, *(job for job in theirs if job is not None)]
+        assert len(everyone) == 3
+        qtbot.waitUntil(
+            lambda: all(job.state is JobState.CANCELLED for job in everyone), timeout=10_000
+        )
+    finally:
+        for cli in clis:
+            if cli.poll() is None:
+                cli.kill()
+                cli.communicate()
