@@ -13,8 +13,9 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 
-from engine.samples.contract_models import make_u2net, make_upscaler
+from engine.samples.background_models import make_u2net
 from engine.samples.synthetic import synthetic_upscaler
+from engine.samples.upscaler_models import make_upscaler
 from tests.slow_models import make_slow_upscaler
 
 ModelMaker = Callable[[Path], object]

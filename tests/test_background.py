@@ -19,7 +19,8 @@ from engine.operations.background import RemoveBackground
 from engine.operations.foreground import box_blur, estimate_foreground
 from engine.operations.pixels import resize_bilinear
 from engine.requests import Operation, ProductKind
-from engine.samples.contract_models import LUMA, make_ben2, make_u2net
+from engine.samples.background_models import make_ben2, make_u2net
+from engine.samples.onnx_graph import LUMA
 from engine.settings import EngineSettings
 from tests.engine_helpers import gif3, photo
 from tests.family_checks import (

@@ -33,15 +33,11 @@ from PIL import Image
 
 from engine.cli import main as cli_main
 from engine.io.reading import load_image
-from engine.samples.contract_models import (
-    make_da3,
-    make_external_data,
-    make_moge,
-    make_nonfinite,
-    make_two_strings,
-    make_u2net,
-    make_upscaler,
-)
+from engine.samples.background_models import make_u2net
+from engine.samples.depth_models import make_da3
+from engine.samples.faulty_models import make_external_data, make_nonfinite, make_two_strings
+from engine.samples.geometry_models import make_moge
+from engine.samples.upscaler_models import make_upscaler
 from tests.engine_helpers import photo
 from tests.processes import drop_root_override
 from tests.test_cli import png_header_only  # the header-only PNG bomb

@@ -16,7 +16,8 @@ from pytestqt.qtbot import QtBot
 from engine.models.catalog import Family, load_catalog
 from engine.models.inventory import ModelInventory, discover
 from engine.requests import Operation
-from engine.samples.contract_models import make_two_strings, make_upscaler
+from engine.samples.faulty_models import make_two_strings
+from engine.samples.upscaler_models import make_upscaler
 from engine.settings import EngineSettings
 from gui.controllers.jobs import FOLLOW_AT_MOST, JobsController
 from gui.controllers.models import (

@@ -15,7 +15,7 @@ from engine.runtime import chain, convgraph, winograd
 from engine.runtime.handle import SessionHandle
 from engine.runtime.providers import Device, Runtime, provider_plan
 from engine.runtime.sessions import FileIdentity, SessionCache, SessionKey, create_session
-from engine.samples.contract_models import make_rrdb_upscaler
+from engine.samples.upscaler_models import make_rrdb_upscaler
 from tests.engine_helpers import Terminating
 from tests.starter_fixtures import StarterEnv, starter_env  # noqa: F401 - a fixture
 

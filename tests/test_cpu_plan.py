@@ -20,7 +20,7 @@ from engine.operations import calibration
 from engine.options import UpscaleOptions
 from engine.requests import Operation, OperationRequest
 from engine.runtime import optimize
-from engine.samples.contract_models import make_compact_upscaler, make_upscaler
+from engine.samples.upscaler_models import make_compact_upscaler, make_upscaler
 from engine.settings import EngineSettings
 from tests.engine_helpers import photo
 

@@ -20,7 +20,8 @@ from engine.models.contracts import ModelSpec
 from engine.operations.depth import Depth, upper_bound_size
 from engine.operations.depth_codec import read_depth_text
 from engine.requests import Operation, ProductKind
-from engine.samples.contract_models import LUMA, make_da3
+from engine.samples.depth_models import make_da3
+from engine.samples.onnx_graph import LUMA
 from engine.settings import EngineSettings
 from tests.engine_helpers import gif3, photo
 from tests.family_checks import (

@@ -16,7 +16,10 @@ from engine.io.exr import picture_to_linear
 from engine.io.reading import load_image
 from engine.options import OutputFormat, OutputOptions, parse_output_options
 from engine.requests import Operation, OperationRequest, ProductKind
-from engine.samples.contract_models import make_da3, make_moge, make_u2net, make_upscaler
+from engine.samples.background_models import make_u2net
+from engine.samples.depth_models import make_da3
+from engine.samples.geometry_models import make_moge
+from engine.samples.upscaler_models import make_upscaler
 from engine.settings import EngineSettings
 from tests.engine_helpers import photo
 

@@ -37,7 +37,7 @@ from engine.requests import (
     ProgressKind,
     Result,
 )
-from engine.samples.contract_models import make_upscaler
+from engine.samples.upscaler_models import make_upscaler
 from engine.settings import EngineSettings
 from gui.engine_thread import EngineThread
 from tests.engine_helpers import photo
@@ -128,7 +128,10 @@ def test_out_of_memory_releases_the_session_and_the_next_request_works(
         from engine.cli import exit_code_for, main as cli_main
         from engine.requests import Operation, OperationRequest
         from engine.settings import EngineSettings
-        from engine.samples.contract_models import make_ben2, make_da3, make_moge, make_u2net, make_upscaler
+        from engine.samples.background_models import make_ben2, make_u2net
+        from engine.samples.depth_models import make_da3
+        from engine.samples.geometry_models import make_moge
+        from engine.samples.upscaler_models import make_upscaler
         from tests.engine_helpers import photo
         w = Path({work!r})
         {setup}

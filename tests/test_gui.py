@@ -34,7 +34,8 @@ from engine.requests import (
 )
 from engine.runtime import memory as engine_memory
 from engine.runtime.memory import GpuSnapshot, MemorySnapshot, ProcessUsage, RamSnapshot
-from engine.samples.contract_models import make_two_strings, make_upscaler
+from engine.samples.faulty_models import make_two_strings
+from engine.samples.upscaler_models import make_upscaler
 from engine.settings import EngineSettings
 from gui.engine_thread import EngineThread
 from gui.jobs import JobState, progress_text

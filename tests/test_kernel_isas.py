@@ -23,7 +23,7 @@ from engine.errors import CpuIsaError
 from engine.runtime import chain, winograd
 from engine.runtime.providers import Device, Runtime, provider_plan
 from engine.runtime.sessions import FileIdentity, create_session
-from engine.samples.contract_models import make_compact_upscaler, make_rrdb_upscaler
+from engine.samples.upscaler_models import make_compact_upscaler, make_rrdb_upscaler
 from engine.settings import EngineSettings
 
 pytestmark = pytest.mark.skipif(

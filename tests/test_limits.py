@@ -30,12 +30,9 @@ from engine.io.sequences import list_sequence
 from engine.options import OutputOptions
 from engine.requests import Operation, OperationRequest
 from engine.runtime import optimize
-from engine.samples.contract_models import (
-    make_compact_upscaler,
-    make_da3,
-    make_u2net,
-    make_upscaler,
-)
+from engine.samples.background_models import make_u2net
+from engine.samples.depth_models import make_da3
+from engine.samples.upscaler_models import make_compact_upscaler, make_upscaler
 from engine.settings import EngineSettings
 from tests.engine_helpers import photo
 from tests.processes import engine_cli

@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from engine.runtime.identity import FileIdentity
-from engine.samples.contract_models import make_compact_upscaler
+from engine.samples.upscaler_models import make_compact_upscaler
 from tests.engine_helpers import photo
 
 ROOT = Path(__file__).resolve().parent.parent

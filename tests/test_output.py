@@ -15,7 +15,9 @@ from engine.io.resize import resize_frame
 from engine.operations.products import export_product
 from engine.options import OutputFormat, OutputOptions, parse_output_options
 from engine.requests import Operation, OperationRequest, ProductKind
-from engine.samples.contract_models import make_da3, make_u2net, make_upscaler
+from engine.samples.background_models import make_u2net
+from engine.samples.depth_models import make_da3
+from engine.samples.upscaler_models import make_upscaler
 from engine.settings import EngineSettings
 from tests.engine_helpers import gif3, photo
 from tests.processes import engine_cli

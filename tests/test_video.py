@@ -21,7 +21,10 @@ from engine.io.video import load_video, poster_frame, probe_video, read_frame
 from engine.options import GeometryOptions, OutputOptions, VideoCodec, VideoOptions
 from engine.requests import Operation, OperationRequest, ProductKind, Progress, ProgressKind
 from engine.runtime.providers import CUDA_EP
-from engine.samples.contract_models import make_da3, make_moge, make_u2net, make_upscaler
+from engine.samples.background_models import make_u2net
+from engine.samples.depth_models import make_da3
+from engine.samples.geometry_models import make_moge
+from engine.samples.upscaler_models import make_upscaler
 from engine.settings import EngineSettings
 from tests.engine_helpers import Recorder, cuda_shrink
 from tests.video_clips import decoded, make_clip, picture, subtitles, times, with_subtitles

@@ -17,7 +17,7 @@ from engine.errors import ErrorKind
 from engine.io.video import read_frame
 from engine.options import OutputOptions, VideoOptions, parse_video_options
 from engine.requests import Operation, OperationRequest
-from engine.samples.contract_models import make_upscaler
+from engine.samples.upscaler_models import make_upscaler
 from engine.settings import EngineSettings
 from tests.video_clips import make_clip, make_resizing_clip, with_stated_size
 

@@ -233,7 +233,7 @@ def test_geometry_on_a_clip_writes_point_clouds_only_when_ticked(
 
     from engine.options import GeometryOptions
     from engine.requests import ProductKind
-    from engine.samples.contract_models import make_moge
+    from engine.samples.geometry_models import make_moge
     from gui.settings import AppSettings
 
     folder = tmp_path / "models"

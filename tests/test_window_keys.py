@@ -15,7 +15,7 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QAbstractButton, QApplication, QFileDialog, QLineEdit, QWidget
 from pytestqt.qtbot import QtBot
 
-from engine.samples.contract_models import make_upscaler
+from engine.samples.upscaler_models import make_upscaler
 from gui.main_window import MainWindow
 from gui.settings import AppSettings
 from tests.engine_helpers import photo

@@ -17,7 +17,7 @@ from engine.runtime import chain, winograd
 from engine.runtime.handle import SessionHandle
 from engine.runtime.providers import Device, Runtime, provider_plan
 from engine.runtime.sessions import FileIdentity, SessionCache, SessionKey, create_session
-from engine.samples.contract_models import make_compact_upscaler
+from engine.samples.upscaler_models import make_compact_upscaler
 from tests.engine_helpers import Terminating
 
 pytestmark = pytest.mark.skipif(
