@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,6 @@ from engine.models.inventory import ModelInventory, discover
 from engine.requests import Operation
 from engine.samples.faulty_models import make_two_strings
 from engine.samples.upscaler_models import make_upscaler
-from engine.settings import EngineSettings
 from gui.controllers.jobs import FOLLOW_AT_MOST, JobsController
 from gui.controllers.models import (
     ModelsController,
@@ -51,16 +49,8 @@ MODELS = {"up2.onnx": upscaler(2)}
 
 
 @pytest.fixture
-def engine(models: Path) -> Iterator[EngineThread]:
-    thread = EngineThread(EngineSettings(models_dir=models))
-    thread.start(probe_runtimes=False)
-    yield thread
-    thread.stop()
-
-
-@pytest.fixture
-def jobs(engine: EngineThread, settings: AppSettings) -> JobsController:
-    return JobsController(Workspace(), engine, SpeedBook(settings))
+def jobs(engine_thread: EngineThread, settings: AppSettings) -> JobsController:
+    return JobsController(Workspace(), engine_thread, SpeedBook(settings))
 
 
 def up2(models: Path, **kwargs: object) -> JobSettings:
@@ -226,15 +216,15 @@ def test_a_model_never_run_gets_a_rough_figure_from_its_size(settings: AppSettin
 
 
 def test_choosing_a_model_runs_nothing(
-    qtbot: QtBot, engine: EngineThread, settings: AppSettings, models: Path
+    qtbot: QtBot, engine_thread: EngineThread, settings: AppSettings, models: Path
 ) -> None:
     """Issue #22: no calibration run — nothing is loaded that the person did not ask for."""
     book = SpeedBook(settings)
-    calibrator = Calibrator(engine, book)
+    calibrator = Calibrator(engine_thread, book)
     model = str(models / "up2.onnx")
     assert not calibrator.needed(model, "cpu")
     assert not calibrator.calibrate(Operation.UPSCALE, model, "cpu", "auto", engine_idle=True)
-    assert not calibrator.busy and not engine.is_busy()
+    assert not calibrator.busy and not engine_thread.is_busy()
     assert book.model_bytes is not None and book.model_bytes(model) == Path(model).stat().st_size
 
 

@@ -1,6 +1,7 @@
 """The app's main window for tests, in one place: `make_window` builds one on fresh settings over
 the `models` fixture (up2, up4 and a slow upscaler unless the test module has its own), `window`
-is one such window, and the helpers the window tests share (choosing a model, waiting for the
+is one such window, `engine_thread` a started engine thread over the same models without a
+window, and the helpers the window tests share (choosing a model, waiting for the
 jobs, what the viewer shows, dragging and dropping files, test images). Loaded for every test
 module by tests/conftest.py (`pytest_plugins`), so modules request the fixtures without
 importing them."""
@@ -20,6 +21,7 @@ from pytestqt.qtbot import QtBot
 
 from engine.requests import Operation
 from engine.settings import EngineSettings
+from gui.engine_thread import EngineThread
 from gui.jobs import SaveTo
 from gui.main_window import MainWindow
 from gui.settings import AppSettings
@@ -79,6 +81,15 @@ def window(make_window: WindowFactory) -> MainWindow:
 
 
 JOB_MS = 60_000
+
+
+@pytest.fixture
+def engine_thread(models: Path) -> Iterator[EngineThread]:
+    thread = EngineThread(EngineSettings(models_dir=models))
+    thread.start(probe_runtimes=False)
+    yield thread
+    thread.stop()
+    assert not thread.qthread.isRunning()
 
 
 def use_model(win: MainWindow, models: Path, name: str, tile: int | None = None) -> None:
