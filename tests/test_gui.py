@@ -45,7 +45,7 @@ from gui.widgets.vram_gauge import VramGauge
 from tests.engine_helpers import gif3, photo
 from tests.model_files import slow, upscaler
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
-from tests.window_fixtures import WindowFactory, use_model
+from tests.window_fixtures import WindowFactory, use_model, wait_ended
 
 GB = 1024**3
 MB = 1024**2
@@ -84,12 +84,6 @@ def drop(win: MainWindow, paths: list[Path]) -> QDropEvent:
     return event
 
 
-def wait_all_ended(qtbot: QtBot, win: MainWindow) -> None:
-    qtbot.waitUntil(
-        lambda: all(j.state.ended for j in win.workspace.jobs.values()), timeout=JOB_TIMEOUT_MS
-    )
-
-
 # ------------------------------------------------------------------------------------ dropping
 
 
@@ -112,7 +106,7 @@ def test_files_dropped_before_the_model_list_is_in_wait_for_it(
         assert win.inventory is None and not outcome.jobs and not win.workspace.jobs
         qtbot.waitUntil(lambda: len(win.workspace.jobs) == 1, timeout=10_000)
         assert next(iter(win.workspace.jobs.values())).request.inputs == (a,)
-        wait_all_ended(qtbot, win)
+        wait_ended(qtbot, win)
         assert all(job.state is JobState.FINISHED for job in win.workspace.jobs.values())
     finally:
         win.close()
@@ -138,7 +132,7 @@ def test_dropping_files_queues_the_right_jobs(
     assert all(r.operation is Operation.UPSCALE for r in requests)
     assert all(r.model == str(models / "up2.onnx") for r in requests)
     assert len(window.inputs.sources) == 4
-    wait_all_ended(qtbot, window)
+    wait_ended(qtbot, window)
     states = {
         job.request.inputs[0].name: (job.state, job.message)
         for job in window.workspace.jobs.values()

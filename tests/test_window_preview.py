@@ -38,6 +38,7 @@ from gui.main_window import MainWindow
 from tests.engine_helpers import photo
 from tests.model_files import slow, synthetic, u2net, upscaler
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
+from tests.window_fixtures import wait_ended
 
 JOB_MS = 60_000
 
@@ -91,15 +92,6 @@ def open_image(qtbot: QtBot, win: MainWindow, path: Path) -> None:
     win.accept_paths([path])
     qtbot.waitUntil(
         lambda: win.viewer.before is not None and win.viewer.before.path == path, timeout=10_000
-    )
-
-
-def wait_ended(qtbot: QtBot, win: MainWindow) -> None:
-    qtbot.waitUntil(
-        lambda: (
-            bool(win.workspace.jobs) and all(j.state.ended for j in win.workspace.jobs.values())
-        ),
-        timeout=JOB_MS,
     )
 
 
