@@ -109,6 +109,14 @@ def wait_ended(qtbot: QtBot, win: MainWindow) -> None:
     )
 
 
+def settle_layout() -> None:
+    """Deliver the layout requests Qt has posted, and those they post in turn, so geometry is
+    final: instead of waiting a while and hoping the layout ran."""
+    for _ in range(4):
+        QApplication.sendPostedEvents()
+        QApplication.processEvents()
+
+
 def shown_paths(win: MainWindow) -> tuple[Path | None, Path | None]:
     before, after = win.viewer.before, win.viewer.after
     return (before.path if before else None, after.path if after else None)
