@@ -251,7 +251,11 @@ def test_a_models_contract_is_kept_so_a_new_process_needs_no_onnx(tmp_path: Path
     # The kept contract is the one the graph gives, and a changed file is read again.
     from engine.models import contracts
 
-    kept = contracts._kept_contract(model, None, FileIdentity.read(model))
+    identity = FileIdentity.read(model)
+    record = contracts._contract_record(
+        model, None, identity.digest(None, contracts.CONTRACT_RECORD_VERSION)
+    )
+    kept = contracts._kept_contract(model, record, identity.digest())
     assert kept == contracts.inspect_model(model)
     make_compact_upscaler(model, scale=4)
     again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
