@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QSettings
 from pytestqt.qtbot import QtBot
 
 from engine.models.catalog import Family, load_catalog
@@ -38,11 +37,6 @@ from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB_MS = 60_000
-
-
-@pytest.fixture
-def settings(tmp_path: Path) -> AppSettings:
-    return AppSettings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
 
 
 MODELS = {"up2.onnx": upscaler(2)}

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 from PySide6.QtCore import QMimeData, QPointF, QSettings, Qt, QUrl
-from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtGui import QDragEnterEvent, QDropEvent, QImage
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
@@ -84,6 +84,12 @@ JOB_MS = 60_000
 
 
 @pytest.fixture
+def settings(tmp_path: Path) -> AppSettings:
+    """The app's settings in a fresh file of this test's own."""
+    return AppSettings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+
+
+@pytest.fixture
 def engine_thread(models: Path) -> Iterator[EngineThread]:
     thread = EngineThread(EngineSettings(models_dir=models))
     thread.start(probe_runtimes=False)
@@ -115,6 +121,14 @@ def settle_layout() -> None:
     for _ in range(4):
         QApplication.sendPostedEvents()
         QApplication.processEvents()
+
+
+def as_array(image: QImage) -> np.ndarray:
+    """A QImage's pixels as an H×W×3 uint8 array (RGB)."""
+    rgb = image.convertToFormat(QImage.Format.Format_RGB888)
+    h, w = rgb.height(), rgb.width()
+    data = np.frombuffer(rgb.constBits(), np.uint8, count=rgb.bytesPerLine() * h)
+    return data.reshape(h, rgb.bytesPerLine())[:, : w * 3].reshape(h, w, 3).copy()
 
 
 def shown_paths(win: MainWindow) -> tuple[Path | None, Path | None]:
