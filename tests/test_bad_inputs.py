@@ -40,6 +40,7 @@ from engine.samples.geometry_models import make_moge
 from engine.samples.upscaler_models import make_upscaler
 from tests.engine_helpers import photo
 from tests.processes import drop_root_override
+from tests.processes import engine_cli as run_engine
 from tests.test_cli import png_header_only  # the header-only PNG bomb
 from tests.test_limits import big_icc_png, gif_with_a_growing_frame, tiff_with_a_larger_page
 
@@ -207,14 +208,7 @@ FAMILIES = {
 
 
 def engine_cli(*args: str | Path, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*prefix, sys.executable, "-m", "engine", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        cwd=ROOT,
-    )
+    return run_engine(*args, timeout=300, prefix=prefix)  # a whole corpus takes its time
 
 
 def no_partial_files(folder: Path) -> list[str]:
