@@ -425,6 +425,8 @@ def test_every_request_gets_exactly_one_terminal_signal(
         signal.connect(lambda payload: terminals[payload.request_id].append(payload))
     started: list[str] = []
     engine.operationStarted.connect(lambda request: started.append(request.id))
+    ran: list[str] = []
+    engine.runFinished.connect(lambda progress: ran.append(progress.request_id))
     engine.start(probe_runtimes=False)
     try:
         big = photo(tmp_path / "big.png", 400, 300)
@@ -446,7 +448,7 @@ def test_every_request_gets_exactly_one_terminal_signal(
         # cancelled while queued: answered at once, on this thread
         assert [type(p) for p in terminals[queued.id]] == [OperationCancellation]
         assert not terminals[queued.id][0].started  # type: ignore[attr-defined]
-        qtbot.wait(100)
+        qtbot.waitUntil(lambda: running.id in ran, timeout=JOB_TIMEOUT_MS)  # mid-job: cancel it
         assert engine.cancel(running.id)
         qtbot.waitUntil(
             lambda: all(terminals[r.id] for r in (running, fine, broken)), timeout=JOB_TIMEOUT_MS
