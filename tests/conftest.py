@@ -15,6 +15,7 @@ import pytest
 
 if TYPE_CHECKING:
     from engine.api import Engine
+    from engine.operation_specs import Operation
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("ORT_LOGGING_LEVEL", "3")
@@ -121,6 +122,17 @@ def module_engine(module_models: Path, request: pytest.FixtureRequest) -> Engine
 
     options = getattr(request.module, "ENGINE_SETTINGS", {})
     return Engine(EngineSettings(models_dir=module_models, **options))
+
+
+@pytest.fixture
+def toy(monkeypatch: pytest.MonkeyPatch) -> Operation:
+    """tests/toy_operation.py's fifth operation, registered for one test (the operation table
+    is restored after it)."""
+    from engine import operation_specs
+    from tests.toy_operation import TOY
+
+    monkeypatch.setattr(operation_specs, "_BY_NAME", dict(operation_specs._BY_NAME))
+    return operation_specs.register(TOY)
 
 
 @pytest.fixture

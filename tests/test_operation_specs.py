@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from engine import operation_specs
 from engine.api import Engine
 from engine.errors import UsageError
 from engine.models.catalog import Family, load_catalog
@@ -24,13 +23,6 @@ from engine.requests import OperationRequest
 from engine.samples.background_models import make_u2net
 from engine.settings import EngineSettings
 from tests.toy_operation import TOY, ThresholdOptions
-
-
-@pytest.fixture
-def toy(monkeypatch: pytest.MonkeyPatch) -> Operation:
-    """The toy operation registered for one test (the table is restored after it)."""
-    monkeypatch.setattr(operation_specs, "_BY_NAME", dict(operation_specs._BY_NAME))
-    return register(TOY)
 
 
 def test_a_fifth_operation_is_one_row_and_runs_end_to_end(toy: Operation, tmp_path: Path) -> None:

@@ -24,13 +24,6 @@ from tests.window_fixtures import WindowFactory, wait_ended
 MODELS = {"u2netp.onnx": u2net, "up2.onnx": upscaler(2)}
 
 
-@pytest.fixture
-def toy(monkeypatch: pytest.MonkeyPatch) -> Operation:
-    """The toy operation registered for one test (the table is restored after it)."""
-    monkeypatch.setattr(operation_specs, "_BY_NAME", dict(operation_specs._BY_NAME))
-    return register(TOY)
-
-
 def test_a_fifth_operation_is_offered_by_the_window_and_runs_from_it(
     qtbot: QtBot, toy: Operation, make_window: WindowFactory, models: Path, tmp_path: Path
 ) -> None:
