@@ -185,15 +185,8 @@ class Engine:
             gpu_after_load = self._gpu_used(key)
             emit(Progress(request.id, ProgressKind.LOADED, input_count=len(groups)))
             work = JobWork()
-            job = Job(
-                self.settings, self.previews, self._completed, op, session, cancel, emit, work
-            )
-            try:
-                for index, group in enumerate(groups):
-                    spec = job.run_input(request, spec, group, index, len(groups))
-            finally:
-                # M2/M10/M11: however the operation ended, what it took is handed back.
-                hand_back(op, spec, session, work, self.settings.keep_cpu_arena)
+            job = Job(self.settings, self.previews, self._completed, session, cancel, emit, work)
+            job.run(op, request, spec, groups)
         rss_after = memory.process_rss()
         report = MemoryReport(
             rss_after_load=rss_after_load,

@@ -81,24 +81,44 @@ def completed_spec(
 
 @dataclass
 class Job:
-    """What every input of one request shares: the engine's settings, its previews' kept
-    pixels and its completed model descriptions, the operation, its session, the callbacks."""
+    """What the engine lends one request's job: its settings, its previews' kept pixels and its
+    completed model descriptions, the request's session and callbacks, and what it has done."""
 
     settings: EngineSettings
     previews: PreviewState
     completed: dict[SessionKey, ModelSpec]
-    op: OperationBase
     session: SessionHandle
     cancel: CancelToken | None
     emit: ProgressCallback
     work: JobWork
 
+    def run(
+        self,
+        op: OperationBase,
+        request: OperationRequest,
+        spec: ModelSpec,
+        groups: list[list[Path]],
+    ) -> None:
+        """Every input of the request in turn; then, however that ended, what the operation
+        took is handed back (M2, M10, M11)."""
+        try:
+            for index, group in enumerate(groups):
+                spec = self.run_input(op, request, spec, group, index, len(groups))
+        finally:
+            hand_back(op, spec, self.session, self.work, self.settings.keep_cpu_arena)
+
     def run_input(
-        self, request: OperationRequest, spec: ModelSpec, group: list[Path], index: int, count: int
+        self,
+        op: OperationBase,
+        request: OperationRequest,
+        spec: ModelSpec,
+        group: list[Path],
+        index: int,
+        count: int,
     ) -> ModelSpec:
         """One input of the batch: its failure is reported and the batch goes on; a cancel
         ends the request. Returns the model's description, completed once by a probe."""
-        op, session, cancel, emit, work = self.op, self.session, self.cancel, self.emit, self.work
+        session, cancel, emit, work = self.session, self.cancel, self.emit, self.work
         source = group[0] if len(group) == 1 else group[0].parent
         ctx = RunContext(
             request=request,
