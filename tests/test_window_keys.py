@@ -46,7 +46,7 @@ def _pointer_over(qtbot: QtBot, widget: QWidget) -> None:
     step = _moves[0] % 40
     window = widget.window()
     QTest.mouseMove(window, widget.mapTo(window, widget.rect().center() + QPoint(step, step)))
-    qtbot.wait(20)
+    settle_layout()  # the Enter and Leave the move posts are delivered
 
 
 def _pointer_away(qtbot: QtBot, win: MainWindow) -> None:
