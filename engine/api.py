@@ -11,32 +11,28 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 from engine.cancel import CancelToken
 from engine.errors import (
     BadInputError,
-    Cancelled,
     EngineError,
-    ErrorKind,
     ModelError,
     UsageError,
 )
 from engine.io.image import is_video
-from engine.io.inputs import input_groups, load_input, output_folder
-from engine.io.reading import image_size
+from engine.io.inputs import input_groups
 from engine.models.contracts import ModelSpec
 from engine.models.inventory import resolve_model
 from engine.operations.base import OperationBase, RegionDraw, RunContext
+from engine.operations.job import Job, JobWork, check_before_loading, completed_spec, hand_back
 from engine.operations.preview import PreviewState, WholePreview, tile_source
 from engine.options import OperationOptions, OutputOptions
 from engine.previews import PreviewPatch, PreviewRequest, PreviewResult
 from engine.requests import (
-    InputFailure,
     MemoryReport,
     OperationRequest,
-    Product,
     Progress,
     ProgressKind,
     Result,
@@ -60,17 +56,6 @@ ProgressCallback = Callable[[Progress], None]
 PatchCallback = Callable[[PreviewPatch], None]
 
 _RESOLVED_MAX = 16  # models a preview resolved, remembered (a few are switched between)
-
-
-@dataclass
-class _Work:
-    """What a request has done so far: products, failures, the last input's context."""
-
-    products: list[Product] = field(default_factory=list)
-    failures: list[InputFailure] = field(default_factory=list)
-    last: RunContext | None = None
-    tile: int | None = None
-    io_seconds: float = 0.0
 
 
 def _noop(_: Progress) -> None:
@@ -190,7 +175,7 @@ class Engine:
         if cancel is not None:
             cancel.check()
         groups = input_groups(request.inputs, request.sequence)
-        self._check_before_loading(op, spec, request, groups)
+        check_before_loading(op, spec, request, groups, self.settings.max_pixels)
         with memory.RssPeak() as peak:
             emit(Progress(request.id, ProgressKind.STARTED, input_count=len(groups)))
             session = SessionHandle(self.sessions, key)
@@ -199,15 +184,9 @@ class Engine:
             rss_after_load = memory.process_rss()
             gpu_after_load = self._gpu_used(key)
             emit(Progress(request.id, ProgressKind.LOADED, input_count=len(groups)))
-            work = _Work()
-            try:
-                for index, group in enumerate(groups):
-                    spec = self._input(
-                        op, spec, session, request, group, index, len(groups), cancel, emit, work
-                    )
-            finally:
-                # M2/M10/M11: however the operation ended, what it took is handed back.
-                self._hand_back(op, spec, session, work)
+            work = JobWork()
+            job = Job(self.settings, self.previews, self._completed, session, cancel, emit, work)
+            job.run(op, request, spec, groups)
         rss_after = memory.process_rss()
         report = MemoryReport(
             rss_after_load=rss_after_load,
@@ -276,153 +255,8 @@ class Engine:
         finally:
             self.previews.running = None
 
-    def _input(
-        self,
-        op: OperationBase,
-        spec: ModelSpec,
-        session: SessionHandle,
-        request: OperationRequest,
-        group: list[Path],
-        index: int,
-        count: int,
-        cancel: CancelToken | None,
-        emit: ProgressCallback,
-        work: _Work,
-    ) -> ModelSpec:
-        """One input of the batch: its failure is reported and the batch goes on; a cancel
-        ends the request. Returns the model's description, completed once by a probe."""
-        source = group[0] if len(group) == 1 else group[0].parent
-        ctx = RunContext(
-            request=request,
-            settings=self.settings,
-            session=session,
-            spec=spec,
-            cancel=cancel,
-            emit=emit,
-            input_index=index,
-            input_count=count,
-            final_input=index == count - 1,
-            sequence=len(group) > 1 or group[0].is_dir(),
-        )
-        if not ctx.sequence:
-            ctx.tiles = tile_source(self.previews, source, session.key)
-        work.last = ctx
-        failure: InputFailure | None = None
-        try:
-            if cancel is not None:
-                cancel.check()
-            # Inside the input's own handling: a reload after a release (M5) that fails is this
-            # input's failure, not the batch's.
-            ctx.spec = spec = self._complete(op, spec, session)
-            decode_start = time.perf_counter()
-            image = load_input(
-                group,
-                self.settings.max_pixels,
-                cancel.check if cancel is not None else None,
-                skip_broken=request.output.video.skip_broken_frames,
-            )
-            if not self.settings.keep_cpu_arena:
-                memory.trim_heap()  # the decoder's freed buffers go back before the model runs
-            ctx.io_seconds += time.perf_counter() - decode_start
-            ctx.out_dir = output_folder(request.output_dir, source)
-            op.check_output_names(image, ctx)  # a name the folder refuses: before inference
-            work.products.extend(op.process(image, ctx))
-            if ctx.used_tile is not None:
-                work.tile = ctx.used_tile
-            emit(ctx.progress(ProgressKind.INPUT_FINISHED))
-        except Cancelled:
-            raise
-        except EngineError as e:
-            log.info("%s failed: %s", source, e)
-            failure = InputFailure(source, e.kind, _name_file(source, str(e)))
-        except MemoryError:
-            log.warning("%s: out of memory outside the model", source, exc_info=True)
-            failure = InputFailure(
-                source,
-                ErrorKind.RESOURCE,
-                f"{source.name}: not enough memory to process this image. Close other programs "
-                "or use a smaller image.",
-            )
-        except Exception as e:  # a bug must not take the batch (or the engine thread) down
-            log.exception("unexpected error on %s", source)
-            failure = InputFailure(
-                source, ErrorKind.INTERNAL, f"{source.name}: unexpected error ({e}); see the log."
-            )
-        finally:
-            work.io_seconds += ctx.io_seconds
-        if failure is not None:
-            work.failures.append(failure)
-            emit(ctx.progress(ProgressKind.INPUT_FAILED, failure.message))
-        return spec
-
     def _gpu_used(self, key: SessionKey) -> int | None:
         return memory.gpu_used(key.device.index) if key.device.is_gpu else None
-
-    def _complete(self, op: OperationBase, spec: ModelSpec, session: SessionHandle) -> ModelSpec:
-        """The model's description completed by the operation's probe, once per session key."""
-        known = self._completed.get(session.key)
-        if known is None:
-            known = op.complete(spec, session)
-            self._completed[session.key] = known
-        return known
-
-    def _hand_back(
-        self, op: OperationBase, spec: ModelSpec, session: SessionHandle, work: _Work
-    ) -> None:
-        """What the operation took goes back, however it ended (M2, M10, M11).
-
-        Its last run asked for the arena shrink when that run was the request's last and its
-        outputs could be kept out of the arena. When not (a cancel, a failure, the final inputs
-        failed before running, or the last run's output shapes were not known), one more run
-        asks for it, its outputs in buffers of ours: the smallest input a dynamic model takes,
-        or — when the operation ended by itself, not by a cancel, which must stay prompt — the
-        full input a fixed-size model takes. Only for a session this request ran, that has an
-        arena to shrink. Then the C heap's free pages go back to the system.
-        """
-        shrunk = work.last is not None and work.last.last_run_shrunk
-        if not shrunk and session.loaded and session.attempted and session.shrink_target:
-            cancelled = (
-                work.last is not None
-                and work.last.cancel is not None
-                and (work.last.cancel.cancelled)
-            )
-            feeds = op.minimal_feeds(spec) or (None if cancelled else op.full_feeds(spec))
-            if feeds is not None:
-                try:
-                    buffers = op.output_buffers(spec, feeds) or session.buffers_for(feeds)
-                    if buffers is None:  # learn the output shapes of this input first
-                        session.run(feeds, last=False, cancel=None)
-                        buffers = session.buffers_for(feeds)
-                    # Outputs outside the arena, so no region stays pinned through the shrink.
-                    session.run(feeds, last=True, cancel=None, into=buffers)
-                except EngineError as e:
-                    log.warning("the hand-back run after the job failed: %s", e)
-        if not self.settings.keep_cpu_arena:
-            memory.trim_heap()
-
-    def _check_before_loading(
-        self,
-        op: OperationBase,
-        spec: ModelSpec,
-        request: OperationRequest,
-        groups: list[list[Path]],
-    ) -> None:
-        """What fails the whole request is said before the model loads: an output "folder"
-        that is a file, and a product over the pixel limit (from the inputs' headers)."""
-        out = request.output_dir
-        if out is not None and out.exists() and not out.is_dir():
-            raise UsageError(f"The output folder {out} is a file; give a folder with --out.")
-        for group in groups:
-            try:
-                width, height, _ = image_size(group[0])
-            except EngineError:
-                continue  # the input's own failure is said when it is reached
-            if width * height > self.settings.max_pixels:
-                continue  # so is an input over the limit itself
-            name = group[0].name if len(group) == 1 else group[0].parent.name
-            op.check_product_size(
-                name, (width, height), spec, request.output, self.settings.max_pixels
-            )
 
 
 class _Preview:
@@ -464,17 +298,17 @@ class _Preview:
             emit=emit,
             tiles=tile_source(engine.previews, source, key),
         )
-        work = _Work(last=ctx)
+        work = JobWork(last=ctx)
         decode_s = 0.0
         try:
-            ctx.spec = spec = engine._complete(op, spec, session)
+            ctx.spec = spec = completed_spec(engine._completed, op, spec, session)
             frame, decode_s = engine.previews.frame(
                 source, engine.settings.max_pixels, cancel.check if cancel is not None else None
             )
             outcome = draw(frame, ctx, request, self.send)
             del frame
         finally:
-            engine._hand_back(op, spec, session, work)
+            hand_back(op, spec, session, work, engine.settings.keep_cpu_arena)
         timings = {"load_s": session.load_seconds, "decode_s": decode_s}
         if outcome.first_pixels_at is not None:
             timings["first_pixels_s"] = outcome.first_pixels_at - self.started
@@ -538,7 +372,3 @@ class _Preview:
 
 def _no_patch(_: PreviewPatch) -> None:
     pass
-
-
-def _name_file(source: Path, message: str) -> str:
-    return message if source.name in message else f"{source.name}: {message}"

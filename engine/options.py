@@ -20,6 +20,30 @@ from typing import Any, TypeVar, get_type_hints, overload
 
 from engine.errors import UsageError
 
+# A request's tile edge in input pixels: the command line's --tile (run and watch), and a
+# request joined from the command line, checked again on the app's side.
+TILE_RANGE = (16, 65536)
+
+
+def tile_problem(given: object) -> str:
+    """What is wrong with `given` as a tile edge, in the command line's words."""
+    low, high = TILE_RANGE
+    return f"--tile takes a whole number of pixels from {low} to {high}, or auto; not {given!r}"
+
+
+def parse_tile(text: str) -> int | None:
+    """`--tile`'s value: a whole number of pixels in TILE_RANGE, or auto (None)."""
+    if text.strip().lower() == "auto":
+        return None
+    low, high = TILE_RANGE
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = 0
+    if not low <= value <= high:
+        raise UsageError(tile_problem(text))
+    return value
+
 
 class Normalization(StrEnum):
     IMAGENET = "imagenet"  # (x − mean) / std with ImageNet's mean and std, x in 0…1

@@ -24,7 +24,7 @@ from engine.cancel import CancelToken, Terminated
 from engine.errors import Cancelled, EngineError, UsageError
 from engine.files import LIVE
 from engine.operation_specs import for_family, operation_named, operations
-from engine.options import parse_output_options
+from engine.options import parse_output_options, parse_tile
 from engine.requests import OperationRequest
 from engine.runtime import records
 from engine.runtime.records import ProcessKind
@@ -37,22 +37,11 @@ DEFAULT_INTERVAL_S = 0.5  # between looks at the folder; the parser is built at 
 # the watch's modules (numpy, Pillow, the operations) are imported only when it runs
 
 
-TILE_RANGE = (16, 65536)  # as `run --tile`
-
-
 def _tile(text: str) -> int | None:
-    if text.strip().lower() == "auto":
-        return None
-    low, high = TILE_RANGE
     try:
-        value = int(text.strip())
-    except ValueError:
-        value = 0
-    if not low <= value <= high:
-        raise argparse.ArgumentTypeError(
-            f"--tile takes a whole number of pixels from {low} to {high}, or auto; not {text!r}"
-        )
-    return value
+        return parse_tile(text)
+    except UsageError as e:  # argparse says it in its own one-line error
+        raise argparse.ArgumentTypeError(str(e)) from e
 
 
 def add_watch_parser(sub: Any) -> None:

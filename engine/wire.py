@@ -39,7 +39,14 @@ from typing import Any, Union
 
 from engine.errors import EngineError, ErrorKind, UsageError
 from engine.operation_specs import Operation, operation_named
-from engine.options import BackgroundOptions, DepthOptions, GeometryOptions, UpscaleOptions
+from engine.options import (
+    TILE_RANGE,
+    BackgroundOptions,
+    DepthOptions,
+    GeometryOptions,
+    UpscaleOptions,
+    tile_problem,
+)
 from engine.requests import (
     OperationCancellation,
     OperationFailure,
@@ -51,7 +58,6 @@ from engine.requests import (
 PROTOCOL = 1
 HEADER = struct.Struct(">I")
 MAX_MESSAGE = 16 * 1024 * 1024  # thousands of long paths fit; anything larger is not ours
-TILE_RANGE = (16, 65536)  # the command line's --tile (engine/cli.py): a raw request gets no more
 
 
 class WireError(EngineError):
@@ -242,10 +248,7 @@ def check_joined(request: OperationRequest) -> None:
     if request.tile is not None and (
         isinstance(request.tile, bool) or not low <= request.tile <= high
     ):
-        raise UsageError(
-            f"--tile takes a whole number of pixels from {low} to {high}, or auto; "
-            f"not {request.tile!r}."
-        )
+        raise UsageError(f"{tile_problem(request.tile)}.")
     paths = [*request.inputs, *([request.output_dir] if request.output_dir else [])]
     model = Path(request.model)
     if len(model.parts) > 1 or model.suffix.lower() == ".onnx":

@@ -54,7 +54,7 @@ def main() -> int:
     from engine.models.browse import refreshed_snapshot_path
     from engine.models.openmodeldb import build
     from engine.requests import Operation
-    from engine.samples import contract_models as cm
+    from engine.samples.upscaler_models import make_upscaler
     from engine.settings import EngineSettings
     from engine.wire import to_json
     from gui.controllers.queue_store import JOURNAL
@@ -69,7 +69,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="tessera-shots-"))
     models = work / "models"
     models.mkdir()
-    cm.make_upscaler(models / "up4.onnx", 4)
+    make_upscaler(models / "up4.onnx", 4)
 
     def wait(condition: Callable[[], bool], seconds: float = 60) -> bool:
         end = time.monotonic() + seconds
@@ -141,7 +141,7 @@ def main() -> int:
     # A download under way, from a local server holding a catalogue of one model.
     served = work / "served"
     served.mkdir()
-    model = cm.make_upscaler(served / "model.onnx", 2)
+    model = make_upscaler(served / "model.onnx", 2)
     import onnx
 
     proto = onnx.load(str(model))

@@ -9,8 +9,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from engine.api import Engine
+    from engine.operation_specs import Operation
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("ORT_LOGGING_LEVEL", "3")
@@ -96,6 +101,38 @@ def models(models_dir: os.PathLike[str], request: pytest.FixtureRequest) -> Path
     from tests.model_files import WINDOW_MODELS, build_models
 
     return build_models(Path(models_dir), getattr(request.module, "MODELS", WINDOW_MODELS))
+
+
+@pytest.fixture(scope="module")
+def module_models(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
+    """One models folder that all the tests of a module share, with the models it declares in
+    `MODELS` (else the window's set): for a module whose engine lives across its tests."""
+    from tests.model_files import WINDOW_MODELS, build_models
+
+    folder = tmp_path_factory.mktemp("models")
+    return build_models(folder, getattr(request.module, "MODELS", WINDOW_MODELS))
+
+
+@pytest.fixture(scope="module")
+def module_engine(module_models: Path, request: pytest.FixtureRequest) -> Engine:
+    """One Engine on `module_models` for all the tests of a module, so its sessions are reused
+    across them; the module's `ENGINE_SETTINGS` (a dict of EngineSettings fields) set it up."""
+    from engine.api import Engine
+    from engine.settings import EngineSettings
+
+    options = getattr(request.module, "ENGINE_SETTINGS", {})
+    return Engine(EngineSettings(models_dir=module_models, **options))
+
+
+@pytest.fixture
+def toy(monkeypatch: pytest.MonkeyPatch) -> Operation:
+    """tests/toy_operation.py's fifth operation, registered for one test (the operation table
+    is restored after it)."""
+    from engine import operation_specs
+    from tests.toy_operation import TOY
+
+    monkeypatch.setattr(operation_specs, "_BY_NAME", dict(operation_specs._BY_NAME))
+    return operation_specs.register(TOY)
 
 
 @pytest.fixture

@@ -141,6 +141,13 @@ def photo(path: Path, width: int = 40, height: int = 30, mode: str = "RGB", seed
     return path
 
 
+def noise_png(path: Path, height: int, width: int, seed: int = 0) -> tuple[Path, np.ndarray]:
+    """A picture of uniform random RGB noise, saved as PNG; returns its path and its pixels."""
+    rgb = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    Image.fromarray(rgb).save(path)
+    return path, rgb
+
+
 def gif3(
     path: Path, width: int = 24, height: int = 16, durations: tuple[int, ...] = (80, 120, 200)
 ) -> Path:

@@ -21,6 +21,9 @@ from tests.processes import engine_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 GIF_DURATIONS = (80, 120, 200)
+# ImageNet normalisation as the model cards state it: the tests' own, not the engine's copy.
+IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32)
+IMAGENET_STD = np.array([0.229, 0.224, 0.225], np.float32)
 
 
 class FeedLog:

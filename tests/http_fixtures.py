@@ -19,7 +19,7 @@ import pytest
 from engine.models.browse import refreshed_snapshot_path
 from engine.models.downloads import CHUNK
 from engine.models.openmodeldb import build
-from engine.samples import contract_models as cm
+from engine.samples.upscaler_models import make_upscaler
 
 PAYLOAD = os.urandom(20 * CHUNK + 123)
 SHA = hashlib.sha256(PAYLOAD).hexdigest()
@@ -147,8 +147,8 @@ def catalogue(
 ) -> tuple[str, ServerState, Path, bytes]:
     """A models folder whose browser catalogue points at the local server."""
     url, state = server
-    up2 = cm.make_upscaler(tmp_path / "up2.onnx", 2).read_bytes()
-    up1 = cm.make_upscaler(tmp_path / "up1.onnx", 1).read_bytes()
+    up2 = make_upscaler(tmp_path / "up2.onnx", 2).read_bytes()
+    up1 = make_upscaler(tmp_path / "up1.onnx", 1).read_bytes()
     big = _padded(tmp_path / "up2.onnx", 5 * CHUNK)  # several chunks: a cancel falls mid-file
     state.files.update(
         {"/big.onnx": big, "/up2.onnx": up2, "/up1.onnx": up1, "/new/moved.onnx": up2}

@@ -1,15 +1,23 @@
 """Small graphs for the kernel's tests, built with onnx.helper: SRVGG-shaped chains of any
-channel count and activation, and graphs the kernel must leave to ORT."""
+channel count and activation, and graphs the kernel must leave to ORT; and one 3×3 layer with
+its input and the float64 convolution it must match."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from engine.runtime import chain
+from engine.runtime.identity import FileIdentity
+from engine.runtime.providers import Device, Runtime, provider_plan
+from engine.runtime.sessions import create_session
+
 OPSET = 17
+CPU_PLAN = provider_plan(Device("cpu"), Runtime.CPU)
 
 ACTIVATIONS = ("PRelu", "PRelu1", "PReluC11", "Relu", "LeakyRelu", "none")
 
@@ -235,3 +243,48 @@ def random_rrdb(path: Path, rng: np.random.Generator) -> Path:
         inits,
     )
     return _save(graph, path)
+
+
+@dataclass(frozen=True)
+class ConvCase:
+    """One 3×3 layer, 40 → 27 channels (both padded, neither a whole number of any instruction
+    set's vectors), at an odd size: its weights, bias and slope, its NHWC input padded as the
+    kernel wants it, and the float64 result it must match."""
+
+    w: np.ndarray
+    b: np.ndarray
+    s: np.ndarray
+    x: np.ndarray
+    expected: np.ndarray
+
+
+def conv_case(channels_padded: int, seed: int = 3, h: int = 13, wd: int = 30) -> ConvCase:
+    """`channels_padded`: the kernel's padded width of 40 input channels (winograd.padded(40))."""
+    rng = np.random.default_rng(seed)
+    w = rng.normal(0, 0.2, (27, 40, 3, 3)).astype(np.float32)
+    b = rng.normal(0, 0.1, 27).astype(np.float32)
+    s = rng.uniform(-0.5, 2, 27).astype(np.float32)
+    x = np.zeros((h, wd, channels_padded), np.float32)
+    x[:, :, :40] = rng.normal(0, 1, (h, wd, 40))
+    return ConvCase(w, b, s, x, direct_conv3x3(x[:, :, :40], w, b, s))
+
+
+def direct_conv3x3(x: np.ndarray, w: np.ndarray, b: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """A 3×3, pad-1 convolution of NHWC `x` in float64, with the bias and the slope."""
+    h, wd = x.shape[:2]
+    p = np.pad(x.astype(np.float64), ((1, 1), (1, 1), (0, 0)))
+    taps = (
+        p[dy : dy + h, dx : dx + wd] @ w[:, :, dy, dx].T.astype(np.float64)
+        for dy in range(3)
+        for dx in range(3)
+    )
+    ref = sum(taps) + b
+    return np.asarray(np.where(ref < 0, ref * s, ref))
+
+
+def load_chain(path: Path) -> chain.ChainSession | chain.GraphSession | None:
+    """The kernel's session of the model at `path` on two threads (None where the kernel
+    cannot take the graph), with ORT's CPU sessions for the parts it leaves."""
+    return chain.load(
+        path, FileIdentity.of(path), 2, lambda g: create_session(g, CPU_PLAN, threads=2)
+    )

@@ -20,10 +20,12 @@ def engine_cli(
     cwd: Path | None = None,
     timeout: float = 120,
     env: dict[str, str] | None = None,
+    prefix: tuple[str, ...] = (),
 ) -> subprocess.CompletedProcess[str]:
-    """`python -m engine ARGS…` in a child, this checkout first on its path."""
+    """`python -m engine ARGS…` in a child, this checkout first on its path; `prefix` is a
+    command that runs it (another user's, say)."""
     return subprocess.run(
-        [sys.executable, "-m", "engine", *map(str, args)],
+        [*prefix, sys.executable, "-m", "engine", *map(str, args)],
         capture_output=True,
         text=True,
         timeout=timeout,

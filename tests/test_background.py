@@ -19,10 +19,13 @@ from engine.operations.background import RemoveBackground
 from engine.operations.foreground import box_blur, estimate_foreground
 from engine.operations.pixels import resize_bilinear
 from engine.requests import Operation, ProductKind
-from engine.samples.contract_models import LUMA, make_ben2, make_u2net
+from engine.samples.background_models import make_ben2, make_u2net
+from engine.samples.onnx_graph import LUMA
 from engine.settings import EngineSettings
-from tests.engine_helpers import gif3, photo
+from tests.engine_helpers import gif3, noise_png, photo
 from tests.family_checks import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
     check_cli,
     check_gif_gives_animated_products,
     check_m1_session_reused,
@@ -36,8 +39,6 @@ from tests.family_checks import (
 )
 
 OP = Operation.REMOVE_BACKGROUND
-MEAN = np.array([0.485, 0.456, 0.406], np.float32)
-STD = np.array([0.229, 0.224, 0.225], np.float32)
 
 
 @pytest.fixture(scope="module")
@@ -48,12 +49,6 @@ def u2net(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def ben2(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_ben2(tmp_path_factory.mktemp("models") / "BEN2_Base.onnx")
-
-
-def random_png(path: Path, size: int, seed: int = 0) -> tuple[Path, np.ndarray]:
-    rgb = np.random.default_rng(seed).integers(0, 256, (size, size, 3), dtype=np.uint8)
-    Image.fromarray(rgb).save(path)
-    return path, rgb
 
 
 def contract_mask(model_input: np.ndarray) -> np.ndarray:
@@ -74,11 +69,13 @@ def test_u2net_mask_is_the_stretched_contract_mask_of_imagenet_input(
     u2net: Path, tmp_path: Path
 ) -> None:
     # At the model's own size the resizes are identities: the mask is predictable exactly.
-    path, rgb = random_png(tmp_path / "a.png", 320)
+    path, rgb = noise_png(tmp_path / "a.png", 320, 320)
     result = run(OP, u2net, [path], tmp_path / "out")
     mask = read(product(result, ProductKind.MASK)).frames[0]
     assert mask.shape == (320, 320, 1) and mask.dtype == np.uint8
-    expected = stretched_u8(contract_mask((rgb.astype(np.float32) / 255 - MEAN) / STD))
+    expected = stretched_u8(
+        contract_mask((rgb.astype(np.float32) / 255 - IMAGENET_MEAN) / IMAGENET_STD)
+    )
     assert_close_u8(mask[..., 0], expected)
     cutout = read(product(result, ProductKind.IMAGE)).frames[0]
     assert cutout.shape == (320, 320, 4)
@@ -89,15 +86,15 @@ def test_u2net_mask_is_the_stretched_contract_mask_of_imagenet_input(
 def test_ben2_float16_output_and_normalisation_option(
     ben2: Path, tmp_path: Path, norm: str
 ) -> None:
-    path, rgb = random_png(tmp_path / "b.png", 1024, seed=1)
+    path, rgb = noise_png(tmp_path / "b.png", 1024, 1024, seed=1)
     result = run(OP, ben2, [path], tmp_path / "out", options={"normalization": norm})
     mask = read(product(result, ProductKind.MASK)).frames[0][..., 0]
     x = rgb.astype(np.float32) / 255
-    model_input = (x - MEAN) / STD if norm == "imagenet" else x
+    model_input = (x - IMAGENET_MEAN) / IMAGENET_STD if norm == "imagenet" else x
     # The export declares its mask float16: the values are float16-rounded before the stretch.
     expected = stretched_u8(contract_mask(model_input).astype(np.float16).astype(np.float32))
     assert_close_u8(mask, expected)
-    other = (x - MEAN) / STD if norm == "zero_one" else x
+    other = (x - IMAGENET_MEAN) / IMAGENET_STD if norm == "zero_one" else x
     assert np.abs(mask.astype(int) - stretched_u8(contract_mask(other)).astype(int)).max() > 10
 
 

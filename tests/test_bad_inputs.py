@@ -33,17 +33,14 @@ from PIL import Image
 
 from engine.cli import main as cli_main
 from engine.io.reading import load_image
-from engine.samples.contract_models import (
-    make_da3,
-    make_external_data,
-    make_moge,
-    make_nonfinite,
-    make_two_strings,
-    make_u2net,
-    make_upscaler,
-)
+from engine.samples.background_models import make_u2net
+from engine.samples.depth_models import make_da3
+from engine.samples.faulty_models import make_external_data, make_nonfinite, make_two_strings
+from engine.samples.geometry_models import make_moge
+from engine.samples.upscaler_models import make_upscaler
 from tests.engine_helpers import photo
 from tests.processes import drop_root_override
+from tests.processes import engine_cli as run_engine
 from tests.test_cli import png_header_only  # the header-only PNG bomb
 from tests.test_limits import big_icc_png, gif_with_a_growing_frame, tiff_with_a_larger_page
 
@@ -211,14 +208,7 @@ FAMILIES = {
 
 
 def engine_cli(*args: str | Path, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*prefix, sys.executable, "-m", "engine", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        cwd=ROOT,
-    )
+    return run_engine(*args, timeout=300, prefix=prefix)  # a whole corpus takes its time
 
 
 def no_partial_files(folder: Path) -> list[str]:

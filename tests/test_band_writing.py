@@ -17,7 +17,7 @@ from engine.cancel import CancelToken
 from engine.errors import Cancelled
 from engine.requests import Operation, OperationRequest
 from engine.runtime.sessions import SessionKey
-from engine.samples.contract_models import make_upscaler
+from engine.samples.upscaler_models import make_upscaler
 from engine.settings import EngineSettings
 from engine.tiling.assembly import TileAssembler
 from engine.tiling.plan import plan_tiles

@@ -16,7 +16,7 @@ from engine.cancel import CancelToken
 from engine.errors import Cancelled
 from engine.requests import Operation, OperationRequest, Progress, ProgressKind
 from engine.runtime.sessions import SessionKey
-from engine.samples.contract_models import make_upscaler
+from engine.samples.upscaler_models import make_upscaler
 from engine.settings import EngineSettings
 from tests.engine_helpers import SessionProxy, photo
 from tests.test_memory_bytes import LIVE_BYTES_ENV, MB, run_case

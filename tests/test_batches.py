@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from PySide6.QtCore import QSettings
 from pytestqt.qtbot import QtBot
 
 import gui.controllers.inputs as inputs_controller
@@ -31,11 +30,6 @@ from tests.engine_helpers import photo
 from tests.window_fixtures import use_model
 
 COUNT = 1000
-
-
-@pytest.fixture
-def settings(tmp_path: Path) -> AppSettings:
-    return AppSettings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
 
 
 def test_a_thousand_images_run_cancel_and_clear_without_stalling_the_window(

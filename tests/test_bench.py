@@ -16,7 +16,7 @@ import pytest
 
 from engine.cli import main as cli_main
 from engine.runtime import optimize
-from engine.samples.contract_models import make_u2net
+from engine.samples.background_models import make_u2net
 
 FIGURES = (
     "overhead vs bare ORT, synthetic-x4",

@@ -19,7 +19,7 @@ from engine.bench.peers import (
     ncnn_unavailable,
 )
 from engine.bench.table import Table
-from engine.samples.contract_models import make_compact_upscaler
+from engine.samples.upscaler_models import make_compact_upscaler
 from engine.settings import EngineSettings
 from tests.starter_fixtures import StarterEnv, starter_env  # noqa: F401 - a fixture
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from engine.samples.contract_models import make_upscaler
+from engine.samples.upscaler_models import make_upscaler
 from tests.engine_helpers import photo
 from tests.processes import engine_cli
 

@@ -6,18 +6,16 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QSettings
 from pytestqt.qtbot import QtBot
 
 from engine.models.catalog import Family, load_catalog
 from engine.models.inventory import ModelInventory, discover
 from engine.requests import Operation
-from engine.samples.contract_models import make_two_strings, make_upscaler
-from engine.settings import EngineSettings
+from engine.samples.faulty_models import make_two_strings
+from engine.samples.upscaler_models import make_upscaler
 from gui.controllers.jobs import FOLLOW_AT_MOST, JobsController
 from gui.controllers.models import (
     ModelsController,
@@ -41,25 +39,12 @@ ROOT = Path(__file__).resolve().parent.parent
 JOB_MS = 60_000
 
 
-@pytest.fixture
-def settings(tmp_path: Path) -> AppSettings:
-    return AppSettings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
-
-
 MODELS = {"up2.onnx": upscaler(2)}
 
 
 @pytest.fixture
-def engine(models: Path) -> Iterator[EngineThread]:
-    thread = EngineThread(EngineSettings(models_dir=models))
-    thread.start(probe_runtimes=False)
-    yield thread
-    thread.stop()
-
-
-@pytest.fixture
-def jobs(engine: EngineThread, settings: AppSettings) -> JobsController:
-    return JobsController(Workspace(), engine, SpeedBook(settings))
+def jobs(engine_thread: EngineThread, settings: AppSettings) -> JobsController:
+    return JobsController(Workspace(), engine_thread, SpeedBook(settings))
 
 
 def up2(models: Path, **kwargs: object) -> JobSettings:
@@ -225,15 +210,15 @@ def test_a_model_never_run_gets_a_rough_figure_from_its_size(settings: AppSettin
 
 
 def test_choosing_a_model_runs_nothing(
-    qtbot: QtBot, engine: EngineThread, settings: AppSettings, models: Path
+    qtbot: QtBot, engine_thread: EngineThread, settings: AppSettings, models: Path
 ) -> None:
     """Issue #22: no calibration run — nothing is loaded that the person did not ask for."""
     book = SpeedBook(settings)
-    calibrator = Calibrator(engine, book)
+    calibrator = Calibrator(engine_thread, book)
     model = str(models / "up2.onnx")
     assert not calibrator.needed(model, "cpu")
     assert not calibrator.calibrate(Operation.UPSCALE, model, "cpu", "auto", engine_idle=True)
-    assert not calibrator.busy and not engine.is_busy()
+    assert not calibrator.busy and not engine_thread.is_busy()
     assert book.model_bytes is not None and book.model_bytes(model) == Path(model).stat().st_size
 
 

@@ -13,25 +13,16 @@ from onnx import helper, numpy_helper
 
 from engine.runtime import chain, convgraph, winograd
 from engine.runtime.handle import SessionHandle
-from engine.runtime.providers import Device, Runtime, provider_plan
-from engine.runtime.sessions import FileIdentity, SessionCache, SessionKey, create_session
-from engine.samples.contract_models import make_rrdb_upscaler
+from engine.runtime.providers import Device, Runtime
+from engine.runtime.sessions import SessionCache, SessionKey
+from engine.samples.upscaler_models import make_rrdb_upscaler
 from tests.engine_helpers import Terminating
+from tests.kernel_models import load_chain
 from tests.starter_fixtures import StarterEnv, starter_env  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.skipif(
     not winograd.available(), reason="the kernel is not built (no C compiler at install)"
 )
-
-PLAN = provider_plan(Device("cpu"), Runtime.CPU)
-
-
-def _ids(path: Path) -> FileIdentity:
-    return FileIdentity.of(path)
-
-
-def _load(path: Path) -> chain.ChainSession | chain.GraphSession | None:
-    return chain.load(path, _ids(path), 2, lambda g: create_session(g, PLAN, threads=2))
 
 
 def _ort(path: Path) -> ort.InferenceSession:
@@ -58,7 +49,7 @@ def test_an_rrdb_upscaler_matches_ort(
     4×4 Winograd tiles cut short) and with widths the kernel pads (13 features: the graph is
     not taken, its Concat members are not whole vectors, and ORT runs it)."""
     model = make_rrdb_upscaler(tmp_path / "r.onnx", features=features, growth=growth)
-    session = _load(model)
+    session = load_chain(model)
     if features % winograd.LANES:
         assert session is None
         return
@@ -124,7 +115,7 @@ def test_a_sum_with_a_later_convolution_is_that_ones_to_take(tmp_path: Path) -> 
     analysed = convgraph.analyse(onnx.load(model))
     assert analysed is not None
     assert [len(s.residuals) for s in analysed.steps] == [0, 0, 1, 0, 0]
-    session = _load(model)
+    session = load_chain(model)
     assert isinstance(session, chain.GraphSession)
     x = _image(11, 9)
     assert (
@@ -163,7 +154,7 @@ def test_a_graph_the_kernel_cannot_take_stays_with_ort(tmp_path: Path, edit: str
     """One node the kernel does not take anywhere: no kernel session, a marker so the graph is
     not analysed again, and the engine's session (ORT) gives ORT's product."""
     model = _edited(make_rrdb_upscaler(tmp_path / "r.onnx"), tmp_path / "e.onnx", edit)
-    assert _load(model) is None
+    assert load_chain(model) is None
     assert len(list((tmp_path / ".tessera-optimized").glob("e-*.nochain"))) == 1
     cache = SessionCache(threads=2)
     handle = SessionHandle(cache, SessionKey.make(model, Device("cpu"), Runtime.CPU))
@@ -206,7 +197,7 @@ def test_the_session_cache_runs_the_graph_into_the_callers_buffer(tmp_path: Path
 
 def test_a_cancelled_run_stops_between_two_convolutions(tmp_path: Path) -> None:
     model = make_rrdb_upscaler(tmp_path / "r.onnx", blocks=2)
-    session = _load(model)
+    session = load_chain(model)
     assert isinstance(session, chain.GraphSession)
 
     options = Terminating(at=5)
@@ -227,7 +218,7 @@ def test_the_starter_rrdb_models_are_taken_whole(
         assert graph is not None and len(graph.steps) == convs
         assert graph.scale == 4 and graph.channels_out == 3
     path = starter_env.models_dir / "realesrgan-x4plus-anime.onnx"
-    session = _load(path)
+    session = load_chain(path)
     assert isinstance(session, chain.GraphSession)
     x = _image(20, 24)
     assert _close(session.run(None, {"input": x})[0], _ort(path).run(None, {"input": x})[0]) <= 2e-5
@@ -252,7 +243,7 @@ def test_both_analysers_read_prelu_slopes_as_onnx_broadcasts_them(
     model.graph.node.extend(nodes)
     path = tmp_path / "prelu.onnx"
     onnx.save(model, str(path))
-    session = _load(path)
+    session = load_chain(path)
     assert (session is not None) == taken
     x = _image(12, 16)  # the width is the slope's length: ORT broadcasts (C,) along it
     theirs = _ort(path).run(None, {"input": x})[0]

@@ -20,7 +20,8 @@ from engine.operations import calibration
 from engine.options import UpscaleOptions
 from engine.requests import Operation, OperationRequest
 from engine.runtime import optimize
-from engine.samples.contract_models import make_compact_upscaler, make_upscaler
+from engine.runtime.identity import FileIdentity
+from engine.samples.upscaler_models import make_compact_upscaler, make_upscaler
 from engine.settings import EngineSettings
 from tests.engine_helpers import photo
 
@@ -250,7 +251,12 @@ def test_a_models_contract_is_kept_so_a_new_process_needs_no_onnx(tmp_path: Path
     # The kept contract is the one the graph gives, and a changed file is read again.
     from engine.models import contracts
 
-    assert contracts._kept_contract(model, None) == contracts.inspect_model(model)
+    identity = FileIdentity.read(model)
+    record = contracts._contract_record(
+        model, None, identity.digest(None, contracts.CONTRACT_RECORD_VERSION)
+    )
+    kept = contracts._kept_contract(model, record, identity.digest())
+    assert kept == contracts.inspect_model(model)
     make_compact_upscaler(model, scale=4)
     again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert again.stdout.split() == ["upscale", "4", "True"]

@@ -20,10 +20,13 @@ from engine.models.contracts import ModelSpec
 from engine.operations.depth import Depth, upper_bound_size
 from engine.operations.depth_codec import read_depth_text
 from engine.requests import Operation, ProductKind
-from engine.samples.contract_models import LUMA, make_da3
+from engine.samples.depth_models import make_da3
+from engine.samples.onnx_graph import LUMA
 from engine.settings import EngineSettings
-from tests.engine_helpers import gif3, photo
+from tests.engine_helpers import gif3, noise_png, photo
 from tests.family_checks import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
     FeedLog,
     check_cli,
     check_gif_gives_animated_products,
@@ -39,8 +42,6 @@ from tests.family_checks import (
 )
 
 OP = Operation.DEPTH
-MEAN = np.array([0.485, 0.456, 0.406], np.float32)
-STD = np.array([0.229, 0.224, 0.225], np.float32)
 
 
 @pytest.fixture(scope="module")
@@ -53,14 +54,10 @@ def dynamic(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_da3(tmp_path_factory.mktemp("models") / "da3_dynamic.onnx", fixed=False)
 
 
-def random_png(path: Path, height: int, width: int, seed: int = 0) -> tuple[Path, np.ndarray]:
-    rgb = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
-    Image.fromarray(rgb).save(path)
-    return path, rgb
-
-
 def luma_of(rgb: np.ndarray) -> np.ndarray:
-    return ((rgb.astype(np.float32) / 255 - MEAN) / STD) @ np.array(LUMA, np.float32)
+    return ((rgb.astype(np.float32) / 255 - IMAGENET_MEAN) / IMAGENET_STD) @ np.array(
+        LUMA, np.float32
+    )
 
 
 def contract_depth(luma: np.ndarray) -> np.ndarray:
@@ -70,7 +67,7 @@ def contract_depth(luma: np.ndarray) -> np.ndarray:
 
 
 def test_fixed_504_depth_and_confidence_match_the_contract(fixed: Path, tmp_path: Path) -> None:
-    path, rgb = random_png(tmp_path / "a.png", 504, 504)
+    path, rgb = noise_png(tmp_path / "a.png", 504, 504)
     result = run(OP, fixed, [path], tmp_path / "out")
     luma = luma_of(rgb)
     depth = read_tiff(product(result, ProductKind.DEPTH_FLOAT))[0]
@@ -89,7 +86,7 @@ def test_fixed_input_is_padded_centred_and_cropped_back(
     # equal the contract depth of exactly that canvas.
     log = FeedLog()
     engine = Engine(EngineSettings(models_dir=fixed.parent), session_wrap=log)
-    path, rgb = random_png(tmp_path / "wide.png", height, 504, seed=2)
+    path, rgb = noise_png(tmp_path / "wide.png", height, 504, seed=2)
     result = engine.run(request(OP, fixed, [path], tmp_path / "out"))
     assert result.ok
     assert log.feeds[0]["image"][:2] == ((1, 3, 504, 504), "float32")
@@ -102,7 +99,7 @@ def test_fixed_input_is_padded_centred_and_cropped_back(
 
 
 def test_dynamic_model_runs_at_the_image_size_when_it_fits(dynamic: Path, tmp_path: Path) -> None:
-    path, rgb = random_png(tmp_path / "s.png", 28, 56, seed=4)
+    path, rgb = noise_png(tmp_path / "s.png", 28, 56, seed=4)
     result = run(OP, dynamic, [path], tmp_path / "out", options={"process_res": 56})
     depth = read_tiff(product(result, ProductKind.DEPTH_FLOAT))[0]
     assert np.allclose(depth, contract_depth(luma_of(rgb)), rtol=1e-5)
@@ -143,7 +140,7 @@ def test_five_d_input_gives_the_same_depth_as_four_d(
     fixed: Path, tmp_path: Path, views: int
 ) -> None:
     model = make_da3(tmp_path / f"da3_v{views}.onnx", views=views)
-    path, _ = random_png(tmp_path / "a.png", 120, 90, seed=5)
+    path, _ = noise_png(tmp_path / "a.png", 120, 90, seed=5)
     four = read_tiff(product(run(OP, fixed, [path], tmp_path / "four"), ProductKind.DEPTH_FLOAT))[0]
     five = read_tiff(product(run(OP, model, [path], tmp_path / "five"), ProductKind.DEPTH_FLOAT))[0]
     assert np.array_equal(four, five)
@@ -226,7 +223,7 @@ def test_sky_output_gives_a_sky_mask(tmp_path: Path) -> None:
         helper.make_tensor_value_info("sky", TensorProto.FLOAT, [1, 504, 504])
     )
     onnx.save(model, str(tmp_path / "da3_sky.onnx"))
-    path, rgb = random_png(tmp_path / "a.png", 504, 504, seed=6)
+    path, rgb = noise_png(tmp_path / "a.png", 504, 504, seed=6)
     result = run(OP, tmp_path / "da3_sky.onnx", [path], tmp_path / "out")
     sky = read(product(result, ProductKind.SKY)).frames[0][..., 0]
     expected = np.where(luma_of(rgb) >= 0.5, 255, 0)

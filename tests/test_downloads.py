@@ -35,7 +35,7 @@ from engine.models.downloads import (
     download_model,
     part_path,
 )
-from engine.samples import contract_models as cm
+from engine.samples.upscaler_models import make_upscaler
 from tests.http_fixtures import PAYLOAD, SHA, ServerState, server
 
 __all__ = ["server"]  # the fixture, used by name
@@ -215,7 +215,7 @@ def local_catalog(
 ) -> Iterator[tuple[ServerState, Path]]:
     """A catalog whose download entries point at the local server."""
     url, state = server
-    model = cm.make_upscaler(tmp_path / "served.onnx", 2).read_bytes()
+    model = make_upscaler(tmp_path / "served.onnx", 2).read_bytes()
     state.files["/up.onnx"] = model
     page = b"<!DOCTYPE html><html>Sign in to continue</html>"
     state.files["/page.onnx"] = page

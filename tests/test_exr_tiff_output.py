@@ -16,33 +16,24 @@ from engine.io.exr import picture_to_linear
 from engine.io.reading import load_image
 from engine.options import OutputFormat, OutputOptions, parse_output_options
 from engine.requests import Operation, OperationRequest, ProductKind
-from engine.samples.contract_models import make_da3, make_moge, make_u2net, make_upscaler
-from engine.settings import EngineSettings
 from tests.engine_helpers import photo
+from tests.model_files import da3, moge, u2net, upscaler
 
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("models")
-    make_upscaler(folder / "up2.onnx", scale=2)
-    make_u2net(folder / "u2netp.onnx")
-    make_da3(folder / "da3.onnx")
-    make_moge(folder / "moge.onnx")
-    return folder
-
-
-@pytest.fixture(scope="module")
-def engine(models: Path) -> Engine:
-    return Engine(EngineSettings(models_dir=models))
+MODELS = {
+    "up2.onnx": upscaler(2),
+    "u2netp.onnx": u2net,
+    "da3.onnx": da3,
+    "moge.onnx": moge,
+}
 
 
 def _run(
-    engine: Engine, operation: Operation, model: str, image: Path, out: Path, fmt: str
+    module_engine: Engine, operation: Operation, model: str, image: Path, out: Path, fmt: str
 ) -> dict[ProductKind, list[Path]]:
     request = OperationRequest(
         operation, model, (image,), output_dir=out, output=parse_output_options(fmt)
     )
-    result = engine.run(request)
+    result = module_engine.run(request)
     assert result.ok, result.failures
     found: dict[ProductKind, list[Path]] = {}
     for product in result.products:
@@ -50,8 +41,10 @@ def _run(
     return found
 
 
-def _png_twin(engine: Engine, operation: Operation, model: str, image: Path, out: Path) -> Path:
-    return _run(engine, operation, model, image, out, "png")[ProductKind.IMAGE][0]
+def _png_twin(
+    module_engine: Engine, operation: Operation, model: str, image: Path, out: Path
+) -> Path:
+    return _run(module_engine, operation, model, image, out, "png")[ProductKind.IMAGE][0]
 
 
 def _exr_channels(path: Path) -> dict[str, np.ndarray]:
@@ -60,7 +53,7 @@ def _exr_channels(path: Path) -> dict[str, np.ndarray]:
 
 
 def test_sixteen_bit_input_upscaled_to_tiff_keeps_sixteen_bits_and_alpha(
-    engine: Engine, models: Path, tmp_path: Path
+    module_engine: Engine, module_models: Path, tmp_path: Path
 ) -> None:
     rng = np.random.default_rng(1)
     pixels = rng.integers(0, 65536, (12, 10, 4), dtype=np.uint16)
@@ -68,11 +61,11 @@ def test_sixteen_bit_input_upscaled_to_tiff_keeps_sixteen_bits_and_alpha(
     from engine.io.writing import write_image
 
     write_image(image, pixels)
-    model = str(models / "up2.onnx")
-    (tif,) = _run(engine, Operation.UPSCALE, model, image, tmp_path / "t", "tiff")[
+    model = str(module_models / "up2.onnx")
+    (tif,) = _run(module_engine, Operation.UPSCALE, model, image, tmp_path / "t", "tiff")[
         ProductKind.IMAGE
     ]
-    png = _png_twin(engine, Operation.UPSCALE, model, image, tmp_path / "p")
+    png = _png_twin(module_engine, Operation.UPSCALE, model, image, tmp_path / "p")
     assert tif.name == "wide-up2.tif"
     read = tifffile.imread(tif)
     assert read.dtype == np.uint16 and read.shape == (24, 20, 4)
@@ -82,26 +75,28 @@ def test_sixteen_bit_input_upscaled_to_tiff_keeps_sixteen_bits_and_alpha(
 
 
 def test_eight_bit_input_to_tiff_is_eight_bits_like_its_png(
-    engine: Engine, models: Path, tmp_path: Path
+    module_engine: Engine, module_models: Path, tmp_path: Path
 ) -> None:
     image = photo(tmp_path / "photo.png", 14, 9)
-    model = str(models / "up2.onnx")
-    (tif,) = _run(engine, Operation.UPSCALE, model, image, tmp_path / "t", "tif")[ProductKind.IMAGE]
-    png = _png_twin(engine, Operation.UPSCALE, model, image, tmp_path / "p")
+    model = str(module_models / "up2.onnx")
+    (tif,) = _run(module_engine, Operation.UPSCALE, model, image, tmp_path / "t", "tif")[
+        ProductKind.IMAGE
+    ]
+    png = _png_twin(module_engine, Operation.UPSCALE, model, image, tmp_path / "p")
     read = tifffile.imread(tif)
     assert read.dtype == np.uint8
     np.testing.assert_array_equal(read, np.asarray(Image.open(png)))
 
 
 def test_cutout_as_exr_is_linear_premultiplied_half_with_alpha(
-    engine: Engine, tmp_path: Path
+    module_engine: Engine, tmp_path: Path
 ) -> None:
     image = photo(tmp_path / "photo.png", 20, 16)
-    found = _run(engine, Operation.REMOVE_BACKGROUND, "u2netp", image, tmp_path / "e", "exr")
+    found = _run(module_engine, Operation.REMOVE_BACKGROUND, "u2netp", image, tmp_path / "e", "exr")
     (exr,) = found[ProductKind.IMAGE]
     assert exr.name == "photo-cutout.exr"
     assert found[ProductKind.MASK][0].suffix == ".png"  # the mask keeps its format
-    png = _png_twin(engine, Operation.REMOVE_BACKGROUND, "u2netp", image, tmp_path / "p")
+    png = _png_twin(module_engine, Operation.REMOVE_BACKGROUND, "u2netp", image, tmp_path / "p")
     channels = _exr_channels(exr)
     (name,) = channels
     assert name == "RGBA"
@@ -118,10 +113,10 @@ def test_cutout_as_exr_is_linear_premultiplied_half_with_alpha(
 
 
 def test_depth_asked_as_exr_writes_a_float_exr_beside_todays_files(
-    engine: Engine, tmp_path: Path
+    module_engine: Engine, tmp_path: Path
 ) -> None:
     image = photo(tmp_path / "room.png", 30, 22)
-    found = _run(engine, Operation.DEPTH, "da3", image, tmp_path / "d", "exr")
+    found = _run(module_engine, Operation.DEPTH, "da3", image, tmp_path / "d", "exr")
     names = sorted(p.name for paths in found.values() for p in paths)
     assert "room-depth.tif" in names and "room-depth.png" in names
     assert "room-depth.exr" in names
@@ -134,10 +129,10 @@ def test_depth_asked_as_exr_writes_a_float_exr_beside_todays_files(
 
 
 def test_geometry_asked_as_exr_writes_float_depth_and_unit_normals_beside_its_files(
-    engine: Engine, tmp_path: Path
+    module_engine: Engine, tmp_path: Path
 ) -> None:
     image = photo(tmp_path / "room.png", 32, 24)
-    found = _run(engine, Operation.GEOMETRY, "moge", image, tmp_path / "g", "exr")
+    found = _run(module_engine, Operation.GEOMETRY, "moge", image, tmp_path / "g", "exr")
     names = sorted(p.name for paths in found.values() for p in paths)
     for name in ("room-geometry-depth.exr", "room-normal.exr", "room-normal.png"):
         assert name in names
@@ -156,19 +151,26 @@ def test_geometry_asked_as_exr_writes_float_depth_and_unit_normals_beside_its_fi
     np.testing.assert_allclose(normals[valid], encoded[valid] / 127.5 - 1, atol=1 / 127.5)
 
 
-def test_geometry_as_png_writes_no_exr(engine: Engine, tmp_path: Path) -> None:
+def test_geometry_as_png_writes_no_exr(module_engine: Engine, tmp_path: Path) -> None:
     image = photo(tmp_path / "room.png", 32, 24)
-    found = _run(engine, Operation.GEOMETRY, "moge", image, tmp_path / "g", "png")
+    found = _run(module_engine, Operation.GEOMETRY, "moge", image, tmp_path / "g", "png")
     assert not [p for paths in found.values() for p in paths if p.suffix == ".exr"]
 
 
 def test_animation_as_exr_is_one_numbered_file_per_frame(
-    engine: Engine, models: Path, tmp_path: Path
+    module_engine: Engine, module_models: Path, tmp_path: Path
 ) -> None:
     from tests.engine_helpers import gif3
 
     gif = gif3(tmp_path / "anim.gif")
-    found = _run(engine, Operation.UPSCALE, str(models / "up2.onnx"), gif, tmp_path / "a", "exr")
+    found = _run(
+        module_engine,
+        Operation.UPSCALE,
+        str(module_models / "up2.onnx"),
+        gif,
+        tmp_path / "a",
+        "exr",
+    )
     names = sorted(p.name for p in found[ProductKind.IMAGE])
     assert names == ["anim-up2-0001.exr", "anim-up2-0002.exr", "anim-up2-0003.exr"]
     first = load_image(gif, 10**8).frames[0]
@@ -194,15 +196,15 @@ def test_picture_to_linear_undoes_srgb_and_premultiplies() -> None:
 
 
 def test_save_as_exr_or_tiff_writes_the_product_again_in_that_format(
-    engine: Engine, models: Path, tmp_path: Path
+    module_engine: Engine, module_models: Path, tmp_path: Path
 ) -> None:
     from engine.operations.products import export_product
     from tests.engine_helpers import gif3
 
     gif = gif3(tmp_path / "anim.gif")
-    (product,) = _run(engine, Operation.UPSCALE, str(models / "up2.onnx"), gif, tmp_path, "png")[
-        ProductKind.IMAGE
-    ]
+    (product,) = _run(
+        module_engine, Operation.UPSCALE, str(module_models / "up2.onnx"), gif, tmp_path, "png"
+    )[ProductKind.IMAGE]
     exr = export_product(product, tmp_path / "saved.exr", parse_output_options("exr"), (0, 0))
     first = load_image(product, 10**8).frames[0]
     (pixels,) = _exr_channels(exr).values()

@@ -17,7 +17,7 @@ import textwrap
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +37,7 @@ from engine.requests import (
     ProgressKind,
     Result,
 )
-from engine.samples.contract_models import make_upscaler
+from engine.samples.upscaler_models import make_upscaler
 from engine.settings import EngineSettings
 from gui.engine_thread import EngineThread
 from tests.engine_helpers import photo
@@ -128,7 +128,10 @@ def test_out_of_memory_releases_the_session_and_the_next_request_works(
         from engine.cli import exit_code_for, main as cli_main
         from engine.requests import Operation, OperationRequest
         from engine.settings import EngineSettings
-        from engine.samples.contract_models import make_ben2, make_da3, make_moge, make_u2net, make_upscaler
+        from engine.samples.background_models import make_ben2, make_u2net
+        from engine.samples.depth_models import make_da3
+        from engine.samples.geometry_models import make_moge
+        from engine.samples.upscaler_models import make_upscaler
         from tests.engine_helpers import photo
         w = Path({work!r})
         {setup}
@@ -197,11 +200,11 @@ MODELS = {"up2.onnx": upscaler(2), "slow.onnx": slow(150)}
 class Terminals:
     """Every terminal signal of an EngineThread, per request id."""
 
-    def __init__(self, engine: EngineThread) -> None:
+    def __init__(self, engine_thread: EngineThread) -> None:
         self.by_id: dict[str, list[object]] = defaultdict(list)
-        engine.operationFinished.connect(self._add)
-        engine.operationFailed.connect(self._add)
-        engine.operationCancelled.connect(self._add)
+        engine_thread.operationFinished.connect(self._add)
+        engine_thread.operationFailed.connect(self._add)
+        engine_thread.operationCancelled.connect(self._add)
 
     def _add(self, payload: Result | OperationFailure | OperationCancellation) -> None:
         self.by_id[payload.request_id].append(payload)
@@ -213,15 +216,6 @@ class Terminals:
         got = self.by_id[request_id]
         assert len(got) == 1, f"{request_id} ended {len(got)} times: {got}"
         return got[0]
-
-
-@pytest.fixture
-def engine(models: Path) -> Iterator[EngineThread]:
-    thread = EngineThread(EngineSettings(models_dir=models))
-    thread.start(probe_runtimes=False)
-    yield thread
-    thread.stop()
-    assert not thread.qthread.isRunning()
 
 
 def upscale(model: str, image: Path, out: Path, **kw: object) -> OperationRequest:
@@ -241,20 +235,20 @@ def raise_once(original: Callable[..., object], error: Exception) -> Callable[..
 
 
 def test_an_exception_inside_an_operation_fails_that_input_and_the_thread_serves_on(
-    qtbot: QtBot, engine: EngineThread, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    qtbot: QtBot, engine_thread: EngineThread, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     # Fault injection inside the operation's own work: the batch goes on (the design's
     # per-input failure), so the request finishes with the fault named in its failures.
     monkeypatch.setattr(
         Upscale, "process", raise_once(Upscale.process, RuntimeError("injected fault #1"))
     )
-    ends = Terminals(engine)
+    ends = Terminals(engine_thread)
     first, second = photo(tmp_path / "first.png"), photo(tmp_path / "second.png", seed=1)
     batch = OperationRequest(
         Operation.UPSCALE, "up2", (first, second), output_dir=tmp_path / "out", tile=64
     )
     after = upscale("up2", first, tmp_path / "after")
-    ids = [engine.submit(batch), engine.submit(after)]
+    ids = [engine_thread.submit(batch), engine_thread.submit(after)]
     qtbot.waitUntil(lambda: ends.ended(ids), timeout=TIMEOUT_MS)
     qtbot.wait(100)  # a duplicate terminal signal would arrive now
     result = ends.one(batch.id)
@@ -265,11 +259,11 @@ def test_an_exception_inside_an_operation_fails_that_input_and_the_thread_serves
     assert [p.source for p in result.products] == [second]
     served = ends.one(after.id)
     assert isinstance(served, Result) and served.ok and served.sessions_created == 0
-    assert engine.is_running()
+    assert engine_thread.is_running()
 
 
 def test_an_exception_for_the_whole_request_emits_operation_failed_and_the_thread_serves_on(
-    qtbot: QtBot, engine: EngineThread, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    qtbot: QtBot, engine_thread: EngineThread, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     # Fault injection before any input is touched: nothing can go on, so the request fails.
     monkeypatch.setattr(
@@ -277,10 +271,10 @@ def test_an_exception_for_the_whole_request_emits_operation_failed_and_the_threa
         "check_request",
         raise_once(Upscale.check_request, ValueError("injected fault #2")),
     )
-    ends = Terminals(engine)
+    ends = Terminals(engine_thread)
     img = photo(tmp_path / "a.png")
     broken, fine = upscale("up2", img, tmp_path / "o1"), upscale("up2", img, tmp_path / "o2")
-    ids = [engine.submit(broken), engine.submit(fine)]
+    ids = [engine_thread.submit(broken), engine_thread.submit(fine)]
     qtbot.waitUntil(lambda: ends.ended(ids), timeout=TIMEOUT_MS)
     qtbot.wait(100)
     failure = ends.one(broken.id)
@@ -290,13 +284,13 @@ def test_an_exception_for_the_whole_request_emits_operation_failed_and_the_threa
     served = ends.one(fine.id)
     assert isinstance(served, Result) and served.ok and len(served.products) == 1
     assert not (tmp_path / "o1").exists() or not list((tmp_path / "o1").iterdir())
-    assert engine.is_running()
+    assert engine_thread.is_running()
 
 
 def test_cancel_storm_every_job_ends_exactly_once(
-    qtbot: QtBot, engine: EngineThread, tmp_path: Path
+    qtbot: QtBot, engine_thread: EngineThread, tmp_path: Path
 ) -> None:
-    ends = Terminals(engine)
+    ends = Terminals(engine_thread)
     small = photo(tmp_path / "small.png", 24, 18)
     medium = photo(tmp_path / "medium.png", 96, 64)
     out = tmp_path / "out"
@@ -304,36 +298,36 @@ def test_cancel_storm_every_job_ends_exactly_once(
 
     def on_started(request: OperationRequest) -> None:
         if request.id in cancel_at_start:
-            engine.cancel(request.id)  # the job is running (or just ended) by now
+            engine_thread.cancel(request.id)  # the job is running (or just ended) by now
 
-    engine.operationStarted.connect(on_started)
+    engine_thread.operationStarted.connect(on_started)
     ids: list[str] = []
     cancelled_queued: list[str] = []
     untouched: list[str] = []
     for i in range(100):
         slow = i % 3 == 0
         req = upscale("slow" if slow else "up2", medium if slow else small, out)
-        ids.append(engine.submit(req))
+        ids.append(engine_thread.submit(req))
         if slow:
             cancel_at_start.add(req.id)
-        if i % 2 == 0 and engine.cancel(req.id):  # still queued, or running by now
+        if i % 2 == 0 and engine_thread.cancel(req.id):  # still queued, or running by now
             cancelled_queued.append(req.id)
             again = upscale("up2", small, out)  # re-queue the cancelled job
-            ids.append(engine.submit(again))
+            ids.append(engine_thread.submit(again))
             if i % 4 == 0:
-                engine.cancel(again.id)
+                engine_thread.cancel(again.id)
             else:
                 untouched.append(again.id)
         elif not slow:
             untouched.append(req.id)
     # A final cancel pass over everything still open, while the worker is busy.
     for rid in ids[::7]:
-        engine.cancel(rid)
+        engine_thread.cancel(rid)
     qtbot.waitUntil(lambda: ends.ended(ids), timeout=TIMEOUT_MS)
     qtbot.wait(200)  # any duplicate terminal signal would have arrived
     counts = {rid: len(ends.by_id[rid]) for rid in ids}
     assert set(counts.values()) == {1}, {k: v for k, v in counts.items() if v != 1}
-    assert len(ids) >= 150 and not engine.open_requests()
+    assert len(ids) >= 150 and not engine_thread.open_requests()
     kinds = [type(ends.one(rid)).__name__ for rid in ids]
     for rid in cancelled_queued:
         assert isinstance(ends.one(rid), OperationCancellation | Result)
@@ -346,8 +340,8 @@ def test_cancel_storm_every_job_ends_exactly_once(
     )
     # The thread still serves a job after the storm.
     last = upscale("up2", small, out)
-    with qtbot.waitSignal(engine.operationFinished, timeout=TIMEOUT_MS) as blocker:
-        engine.submit(last)
+    with qtbot.waitSignal(engine_thread.operationFinished, timeout=TIMEOUT_MS) as blocker:
+        engine_thread.submit(last)
     assert blocker.args[0].request_id == last.id and blocker.args[0].ok
     assert leftovers(out) == []
 

@@ -20,7 +20,8 @@ from engine.errors import UsageError
 from engine.operations.depth_codec import read_depth_text
 from engine.operations.geometry import Geometry, depth_edge, infer, recover_focal_shift
 from engine.requests import Operation, ProductKind
-from engine.samples.contract_models import LUMA, make_moge
+from engine.samples.geometry_models import make_moge
+from engine.samples.onnx_graph import LUMA
 from engine.settings import EngineSettings
 from tests.engine_helpers import gif3, photo
 from tests.family_checks import (

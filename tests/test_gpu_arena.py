@@ -22,7 +22,7 @@ from engine.runtime import arena
 from engine.runtime.arena import USE_ENV_ALLOCATORS
 from engine.runtime.providers import CUDA_EP
 from engine.runtime.sessions import DEVICE_ALLOCATOR_FOR_INITIALIZERS
-from engine.samples.contract_models import make_upscaler
+from engine.samples.upscaler_models import make_upscaler
 from engine.settings import EngineSettings
 from tests.engine_helpers import Recorder, cuda_shrink, photo
 

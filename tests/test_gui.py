@@ -34,7 +34,8 @@ from engine.requests import (
 )
 from engine.runtime import memory as engine_memory
 from engine.runtime.memory import GpuSnapshot, MemorySnapshot, ProcessUsage, RamSnapshot
-from engine.samples.contract_models import make_two_strings, make_upscaler
+from engine.samples.faulty_models import make_two_strings
+from engine.samples.upscaler_models import make_upscaler
 from engine.settings import EngineSettings
 from gui.engine_thread import EngineThread
 from gui.jobs import JobState, progress_text
@@ -44,7 +45,7 @@ from gui.widgets.vram_gauge import VramGauge
 from tests.engine_helpers import gif3, photo
 from tests.model_files import slow, upscaler
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
-from tests.window_fixtures import WindowFactory, use_model
+from tests.window_fixtures import WindowFactory, use_model, wait_ended
 
 GB = 1024**3
 MB = 1024**2
@@ -83,12 +84,6 @@ def drop(win: MainWindow, paths: list[Path]) -> QDropEvent:
     return event
 
 
-def wait_all_ended(qtbot: QtBot, win: MainWindow) -> None:
-    qtbot.waitUntil(
-        lambda: all(j.state.ended for j in win.workspace.jobs.values()), timeout=JOB_TIMEOUT_MS
-    )
-
-
 # ------------------------------------------------------------------------------------ dropping
 
 
@@ -111,7 +106,7 @@ def test_files_dropped_before_the_model_list_is_in_wait_for_it(
         assert win.inventory is None and not outcome.jobs and not win.workspace.jobs
         qtbot.waitUntil(lambda: len(win.workspace.jobs) == 1, timeout=10_000)
         assert next(iter(win.workspace.jobs.values())).request.inputs == (a,)
-        wait_all_ended(qtbot, win)
+        wait_ended(qtbot, win)
         assert all(job.state is JobState.FINISHED for job in win.workspace.jobs.values())
     finally:
         win.close()
@@ -137,7 +132,7 @@ def test_dropping_files_queues_the_right_jobs(
     assert all(r.operation is Operation.UPSCALE for r in requests)
     assert all(r.model == str(models / "up2.onnx") for r in requests)
     assert len(window.inputs.sources) == 4
-    wait_all_ended(qtbot, window)
+    wait_ended(qtbot, window)
     states = {
         job.request.inputs[0].name: (job.state, job.message)
         for job in window.workspace.jobs.values()
@@ -430,6 +425,8 @@ def test_every_request_gets_exactly_one_terminal_signal(
         signal.connect(lambda payload: terminals[payload.request_id].append(payload))
     started: list[str] = []
     engine.operationStarted.connect(lambda request: started.append(request.id))
+    ran: list[str] = []
+    engine.runFinished.connect(lambda progress: ran.append(progress.request_id))
     engine.start(probe_runtimes=False)
     try:
         big = photo(tmp_path / "big.png", 400, 300)
@@ -451,7 +448,7 @@ def test_every_request_gets_exactly_one_terminal_signal(
         # cancelled while queued: answered at once, on this thread
         assert [type(p) for p in terminals[queued.id]] == [OperationCancellation]
         assert not terminals[queued.id][0].started  # type: ignore[attr-defined]
-        qtbot.wait(100)
+        qtbot.waitUntil(lambda: running.id in ran, timeout=JOB_TIMEOUT_MS)  # mid-job: cancel it
         assert engine.cancel(running.id)
         qtbot.waitUntil(
             lambda: all(terminals[r.id] for r in (running, fine, broken)), timeout=JOB_TIMEOUT_MS

@@ -14,7 +14,7 @@ from PySide6.QtGui import QColor, QImage
 from pytestqt.qtbot import QtBot
 
 from engine.requests import Operation, OperationRequest
-from engine.samples.contract_models import make_upscaler
+from engine.samples.upscaler_models import make_upscaler
 from gui.fetcher import FetchOutcome, ModelFetcher
 from gui.inputs import classify_paths, numbered_sequence
 from gui.jobs import Job, JobState, fmt_duration

@@ -23,7 +23,7 @@ from tests.engine_helpers import photo
 from tests.model_files import upscaler
 from tests.processes import end_process
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
-from tests.window_fixtures import WindowFactory
+from tests.window_fixtures import WindowFactory, wait_ended
 
 JOB_MS = 60_000
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,12 +57,7 @@ def test_the_idle_window_holds_no_model_at_start_nor_after_unload(
     win.accept_paths([image])
     qtbot.waitUntil(lambda: bool(win.workspace.sources), timeout=10_000)
     win.jobs.queue(list(win.workspace.sources.values()), settings)
-    qtbot.waitUntil(
-        lambda: (
-            bool(win.workspace.jobs) and all(j.state.ended for j in win.workspace.jobs.values())
-        ),
-        timeout=JOB_MS,
-    )
+    wait_ended(qtbot, win)
     assert [s.model_name for s in loaded(qtbot, win)] == ["realesrgan-x4plus.onnx"]
     assert [s.model for s in records.THIS.record().sessions] == ["realesrgan-x4plus"]
     with qtbot.waitSignal(win.engine.sessionsChanged, timeout=10_000):

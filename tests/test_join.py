@@ -33,8 +33,8 @@ from engine.requests import (
     Progress,
     Result,
 )
-from engine.samples.contract_models import make_upscaler
 from engine.samples.synthetic import slow_model
+from engine.samples.upscaler_models import make_upscaler
 from gui.controllers.joined import JoinedRequests
 from gui.jobs import JobState
 from gui.main_window import MainWindow

@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 from engine import __version__, wire
-from engine.samples.contract_models import make_upscaler
+from engine.samples.upscaler_models import make_upscaler
 from tests.engine_helpers import photo
 
 ROOT = Path(__file__).resolve().parents[1]

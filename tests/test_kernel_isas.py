@@ -21,17 +21,15 @@ from engine.bench.kernel_isas import measure_kernel_isas
 from engine.bench.table import Table
 from engine.errors import CpuIsaError
 from engine.runtime import chain, winograd
-from engine.runtime.providers import Device, Runtime, provider_plan
-from engine.runtime.sessions import FileIdentity, create_session
-from engine.samples.contract_models import make_compact_upscaler, make_rrdb_upscaler
+from engine.samples.upscaler_models import make_compact_upscaler, make_rrdb_upscaler
 from engine.settings import EngineSettings
+from tests.kernel_models import conv_case, load_chain
 
 pytestmark = pytest.mark.skipif(
     not winograd.available(), reason="the kernel is not built (no C compiler at install)"
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-PLAN = provider_plan(Device("cpu"), Runtime.CPU)
 ISAS = [
     pytest.param(
         isa,
@@ -43,10 +41,6 @@ ISAS = [
 ]
 
 
-def _load(path: Path) -> chain.ChainSession | chain.GraphSession | None:
-    return chain.load(path, FileIdentity.of(path), 2, lambda g: create_session(g, PLAN, threads=2))
-
-
 def _ort(path: Path, x: np.ndarray) -> np.ndarray:
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     return np.concatenate([session.run(None, {"input": x[i : i + 1]})[0] for i in range(len(x))])
@@ -54,15 +48,6 @@ def _ort(path: Path, x: np.ndarray) -> np.ndarray:
 
 def _image(h: int, w: int, n: int = 1) -> np.ndarray:
     return np.random.default_rng(7).random((n, 3, h, w), dtype=np.float32)
-
-
-def _direct(x: np.ndarray, w: np.ndarray, b: np.ndarray, s: np.ndarray) -> np.ndarray:
-    """A 3×3, pad-1 convolution of NHWC `x` in float64, with the bias and the slope."""
-    h, wd = x.shape[:2]
-    p = np.pad(x.astype(np.float64), ((1, 1), (1, 1), (0, 0)))
-    taps = (p[dy : dy + h, dx : dx + wd] @ w[:, :, dy, dx].T for dy in range(3) for dx in range(3))
-    ref = sum(taps) + b
-    return np.asarray(np.where(ref < 0, ref * s, ref))
 
 
 def test_the_cpus_sets_are_exported() -> None:
@@ -79,18 +64,13 @@ def test_each_set_matches_a_float64_convolution(isa: str, monkeypatch: pytest.Mo
     """One layer, 40 → 27 channels (both padded, neither a whole number of any set's
     vectors), an odd size: the set's own transforms and micro-kernels, against float64."""
     monkeypatch.setenv(winograd.ISA_ENV, isa)
-    rng = np.random.default_rng(3)
-    w = rng.normal(0, 0.2, (27, 40, 3, 3)).astype(np.float32)
-    b = rng.normal(0, 0.1, 27).astype(np.float32)
-    s = rng.uniform(-0.5, 2, 27).astype(np.float32)
-    layer = winograd.Conv3x3.make(w, b, s)
-    h, wd = 13, 30
-    x = np.zeros((h, wd, winograd.padded(40)), np.float32)
-    x[:, :, :40] = rng.normal(0, 1, (h, wd, 40))
+    case = conv_case(winograd.padded(40))
+    layer = winograd.Conv3x3.make(case.w, case.b, case.s)
+    h, wd = case.x.shape[:2]
     out = np.empty((h, wd, winograd.padded(27)), np.float32)
-    winograd.conv(layer, winograd.Slice(x), winograd.Slice(out), 2)
+    winograd.conv(layer, winograd.Slice(case.x), winograd.Slice(out), 2)
     assert winograd.active_isa() == isa
-    ref = _direct(x[:, :, :40], w, b, s)
+    ref = case.expected
     # Relative: the baseline has no FMA, so each product is rounded before its sum.
     assert np.abs(out[:, :, :27] - ref).max() <= 2e-5 * float(np.abs(ref).max())
     np.testing.assert_array_equal(out[:, :, 27:], 0)  # the padding stays zero for the next layer
@@ -105,7 +85,7 @@ def test_each_set_runs_the_contract_models_as_ort_does(
     compact = make_compact_upscaler(tmp_path / "c.onnx", 4, features=48, convs=4)
     rrdb = make_rrdb_upscaler(tmp_path / "r.onnx", features=32, growth=16)
     for model, kind in ((compact, chain.ChainSession), (rrdb, chain.GraphSession)):
-        session = _load(model)
+        session = load_chain(model)
         assert isinstance(session, kind)
         x = _image(19, 26)
         ours = session.run(None, {"input": x})[0]

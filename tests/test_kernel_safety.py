@@ -18,22 +18,17 @@ from PIL import Image
 from engine.errors import ModelError
 from engine.runtime import chain, optimize, winograd
 from engine.runtime.handle import SessionHandle
-from engine.runtime.providers import Device, Runtime, provider_plan
-from engine.runtime.sessions import FileIdentity, SessionCache, SessionKey, create_session
+from engine.runtime.providers import Device, Runtime
+from engine.runtime.sessions import SessionCache, SessionKey
 from tests.engine_helpers import photo
-from tests.kernel_models import srvgg
+from tests.kernel_models import load_chain, srvgg
 
 pytestmark = pytest.mark.skipif(
     not winograd.available(), reason="the kernel is not built (no C compiler at install)"
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-PLAN = provider_plan(Device("cpu"), Runtime.CPU)
 CPU = Device("cpu")
-
-
-def _load(path: Path) -> chain.ChainSession | chain.GraphSession | None:
-    return chain.load(path, FileIdentity.of(path), 2, lambda g: create_session(g, PLAN, threads=2))
 
 
 def _ort(path: Path, x: np.ndarray) -> np.ndarray:
@@ -78,7 +73,7 @@ def test_a_kept_chain_claiming_other_channels_is_dropped_and_the_run_made(
     want = _cli("run", "upscale", image, "--model", model, "--out", tmp_path / "ort",
                 "--standalone", env={"TESSERA_CPU_KERNELS": "ort"})  # fmt: skip
     assert want.returncode == 0, want.stderr
-    assert _load(model) is not None
+    assert load_chain(model) is not None
     kept = _kept(model.parent)
     _craft(kept, 2, cin)
     done = _cli("run", "upscale", image, "--model", model, "--out", tmp_path / "k", "--standalone")
@@ -96,12 +91,12 @@ def test_a_chain_whose_layers_do_not_follow_one_another_is_refused_before_the_ke
     tmp_path: Path,
 ) -> None:
     model = srvgg(tmp_path / "m.onnx", features=16, scale=2)
-    assert _load(model) is not None
+    assert load_chain(model) is not None
     kept = _kept(tmp_path)
     _craft(kept, 2, 4096)
     with pytest.raises(ValueError, match="channels"):
         chain.Chain.read(kept).check()
-    session = _load(model)  # the crafted file is dropped and the graph analysed again
+    session = load_chain(model)  # the crafted file is dropped and the graph analysed again
     assert session is not None and session.kept is None
     assert chain.Chain.read(_kept(tmp_path)).weights[2][0].shape[1] == 16
 
@@ -110,11 +105,11 @@ def test_a_kept_chain_of_another_model_is_not_used(tmp_path: Path) -> None:
     """A kept chain copied under another model's name claims that model's identity."""
     model = srvgg(tmp_path / "m.onnx", features=16, scale=2, seed=1)
     other = srvgg(tmp_path / "o.onnx", features=16, scale=2, seed=2)
-    assert _load(model) is not None and _load(other) is not None
+    assert load_chain(model) is not None and load_chain(other) is not None
     mine = next((tmp_path / optimize.FOLDER).glob("m-*.chain.npz"))
     theirs = next((tmp_path / optimize.FOLDER).glob("o-*.chain.npz"))
     os.replace(theirs, mine)
-    session = _load(model)
+    session = load_chain(model)
     assert session is not None and session.kept is None  # analysed again from the graph
     x = np.random.default_rng(0).random((1, 3, 12, 10), dtype=np.float32)
     np.testing.assert_allclose(session.run(None, {"input": x})[0], _ort(model, x), atol=1e-4)
@@ -124,7 +119,7 @@ def test_a_grey_chain_whose_sum_broadcasts_its_input_stays_exact(tmp_path: Path)
     """One input channel, three output channels: the input added to every one of them (ONNX
     broadcasts). The kernel's sum read three planes of a one-plane image (NaN, 1e38)."""
     model = srvgg(tmp_path / "grey.onnx", channels=1, image_channels=3, scale=2)
-    session = _load(model)
+    session = load_chain(model)
     x = np.random.default_rng(0).random((1, 1, 20, 18), dtype=np.float32)
     ours = session.run(None, {"input": x})[0] if session is not None else _ort(model, x)
     theirs = _ort(model, x)
@@ -134,7 +129,7 @@ def test_a_grey_chain_whose_sum_broadcasts_its_input_stays_exact(tmp_path: Path)
 
 def test_an_image_of_other_channels_is_refused_before_the_kernel(tmp_path: Path) -> None:
     model = srvgg(tmp_path / "m.onnx", features=16, scale=2)
-    session = _load(model)
+    session = load_chain(model)
     assert isinstance(session, chain.ChainSession)
     grey = np.zeros((1, 1, 8, 8), np.float32)
     with pytest.raises(ValueError, match="channels"):
@@ -159,7 +154,7 @@ def test_a_chain_that_comes_back_nan_is_run_again_on_ort_and_dropped(tmp_path: P
     """A kept chain that holds what it claims but computes NaN (its weights damaged): the run
     is made again on ORT, whose product is finite, and the kept chain goes."""
     model = srvgg(tmp_path / "m.onnx", features=16, scale=2)
-    assert _load(model) is not None
+    assert load_chain(model) is not None
     kept = _kept(tmp_path)
     c = chain.Chain.read(kept)
     w, b, s = c.weights[1]

@@ -30,14 +30,10 @@ from engine.io.sequences import list_sequence
 from engine.options import OutputOptions
 from engine.requests import Operation, OperationRequest
 from engine.runtime import optimize
-from engine.samples.contract_models import (
-    make_compact_upscaler,
-    make_da3,
-    make_u2net,
-    make_upscaler,
-)
+from engine.samples.upscaler_models import make_compact_upscaler, make_upscaler
 from engine.settings import EngineSettings
 from tests.engine_helpers import photo
+from tests.model_files import da3, u2net, upscaler
 from tests.processes import engine_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,14 +96,12 @@ def test_a_larger_later_page_is_refused_from_its_header(
 # ------------------------------------------------------------------ 2. an output-size bomb
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("models")
-    make_upscaler(folder / "up2.onnx", scale=2)
-    make_upscaler(folder / "a-rather-long-model-name.onnx", scale=2)
-    make_u2net(folder / "u2netp.onnx")
-    make_da3(folder / "da3.onnx")
-    return folder
+MODELS = {
+    "up2.onnx": upscaler(2),
+    "a-rather-long-model-name.onnx": upscaler(2),
+    "u2netp.onnx": u2net,
+    "da3.onnx": da3,
+}
 
 
 def _limited(megabytes: int) -> Callable[[], None]:
@@ -118,13 +112,13 @@ def _limited(megabytes: int) -> Callable[[], None]:
 
 
 def test_a_size_over_the_pixel_limit_exits_2_before_the_model_loads(
-    models: Path, tmp_path: Path
+    module_models: Path, tmp_path: Path
 ) -> None:
     image = photo(tmp_path / "small.png", 64, 48)
     out = tmp_path / "out"
     done = subprocess.run(
         [sys.executable, "-m", "engine", "run", "upscale", str(image), "--model",
-         str(models / "up2.onnx"), "--out", str(out), "--size", "65535"],
+         str(module_models / "up2.onnx"), "--out", str(out), "--size", "65535"],
         capture_output=True, text=True, timeout=120, cwd=ROOT, preexec_fn=_limited(3000),
         env=dict(os.environ, PYTHONPATH=str(ROOT)),
     )  # fmt: skip
@@ -143,12 +137,12 @@ def test_a_size_over_the_pixel_limit_exits_2_before_the_model_loads(
     ],
 )
 def test_a_product_over_the_limit_is_refused_from_the_header(
-    models: Path, tmp_path: Path, operation: Operation, model: str, output: OutputOptions
+    module_models: Path, tmp_path: Path, operation: Operation, model: str, output: OutputOptions
 ) -> None:
     image = photo(tmp_path / "photo.png", 80, 60)  # 4800 pixels: under the limit of 9000
-    engine = Engine(EngineSettings(models_dir=models, max_pixels=9000))
+    engine = Engine(EngineSettings(models_dir=module_models, max_pixels=9000))
     request = OperationRequest(
-        operation, str(models / model), (image,), output_dir=tmp_path / "out", output=output
+        operation, str(module_models / model), (image,), output_dir=tmp_path / "out", output=output
     )
     with pytest.raises(UsageError, match=r"photo\.png: the product would be \d+×\d+ pixels"):
         engine.run(request)
@@ -169,13 +163,13 @@ def test_save_as_refuses_a_size_over_the_limit(tmp_path: Path) -> None:
 
 
 def test_a_real_product_name_too_long_is_refused_before_any_run(
-    models: Path, tmp_path: Path
+    module_models: Path, tmp_path: Path
 ) -> None:
     # "-x2.webp" (the stale template) fits after this stem; "-a-rather-long-model-name.png"
     # (the real name) does not.
     image = photo(tmp_path / ("n" * 240 + ".png"), 16, 12)
-    engine = Engine(EngineSettings(models_dir=models))
-    model = str(models / "a-rather-long-model-name.onnx")
+    engine = Engine(EngineSettings(models_dir=module_models))
+    model = str(module_models / "a-rather-long-model-name.onnx")
     request = OperationRequest(Operation.UPSCALE, model, (image,), output_dir=tmp_path / "out")
     result = engine.run(request)
     (failure,) = result.failures
@@ -235,7 +229,7 @@ def _leftovers(folder: Path) -> list[str]:
     ],
 )
 def test_a_full_disk_while_streaming_exits_3_with_a_sentence(
-    models: Path,
+    module_models: Path,
     tmp_path: Path,
     small_disk: Path,
     what: str,
@@ -244,7 +238,7 @@ def test_a_full_disk_while_streaming_exits_3_with_a_sentence(
     make: Callable[[Path], Path],
 ) -> None:
     image = make(tmp_path)
-    done = cli("run", operation, image, "--model", models / model, "--out", small_disk)
+    done = cli("run", operation, image, "--model", module_models / model, "--out", small_disk)
     assert done.returncode == 3, f"{what}: exit {done.returncode}\n{done.stderr[-2000:]}"
     assert "Traceback" not in done.stderr and "unexpected error" not in done.stderr
     assert f"the disk holding {small_disk} is full" in done.stderr
@@ -252,7 +246,7 @@ def test_a_full_disk_while_streaming_exits_3_with_a_sentence(
 
 
 def test_a_full_temporary_disk_while_spilling_frames_exits_3(
-    models: Path, tmp_path: Path, small_disk: Path
+    module_models: Path, tmp_path: Path, small_disk: Path
 ) -> None:
     frames = tmp_path / "frames"
     frames.mkdir()
@@ -260,7 +254,7 @@ def test_a_full_temporary_disk_while_spilling_frames_exits_3(
         noise(frames / f"f{index:02d}.png", 500, 500)
     out = tmp_path / "out"
     done = cli(
-        "run", "depth", frames, "--model", models / "da3.onnx", "--out", out,
+        "run", "depth", frames, "--model", module_models / "da3.onnx", "--out", out,
         env={"TMPDIR": str(small_disk)},
     )  # fmt: skip
     assert done.returncode == 3, done.stderr[-2000:]
@@ -390,7 +384,7 @@ def _killed_while(code: str) -> int:
 
 
 def test_the_leftovers_of_a_killed_process_are_swept_by_the_next_run(
-    models: Path, tmp_path: Path
+    module_models: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "out"
     out.mkdir()
@@ -433,13 +427,15 @@ def _dead_pid() -> int:
 # ------------------------------------------------------- 6. a folder's products are not its frames
 
 
-def test_running_a_folder_again_takes_only_its_frames(models: Path, tmp_path: Path) -> None:
+def test_running_a_folder_again_takes_only_its_frames(module_models: Path, tmp_path: Path) -> None:
     folder = tmp_path / "frames"
     folder.mkdir()
     for index in range(3):
         photo(folder / f"shot{index + 1:02d}.png", 20, 14, seed=index)
     for _ in range(2):
-        done = cli("run", "remove-background", folder, "--model", models / "u2netp.onnx", "--json")
+        done = cli(
+            "run", "remove-background", folder, "--model", module_models / "u2netp.onnx", "--json"
+        )
         assert done.returncode == 0, done.stderr
         cutouts = [p for p in json.loads(done.stdout)["products"] if p["kind"] == "image"]
         assert len(cutouts) == 3  # one per frame: not 9, then 27
@@ -463,13 +459,15 @@ def test_products_left_among_the_frames_are_not_frames(tmp_path: Path) -> None:
 # ------------------------------------------------------ 8. a product name that is not UTF-8
 
 
-def test_a_name_that_is_not_utf8_is_printed_as_its_bytes(models: Path, tmp_path: Path) -> None:
+def test_a_name_that_is_not_utf8_is_printed_as_its_bytes(
+    module_models: Path, tmp_path: Path
+) -> None:
     folder = os.fsencode(tmp_path)
     name = b"caf\xe9.png"  # Latin-1: not UTF-8
     photo(Path(os.fsdecode(folder + b"/" + name)), 12, 10)
     done = subprocess.run(
         [sys.executable, "-m", "engine", "run", "upscale", os.fsdecode(folder + b"/" + name),
-         "--model", str(models / "up2.onnx")],
+         "--model", str(module_models / "up2.onnx")],
         capture_output=True, timeout=120, cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONIOENCODING": "utf-8:strict"},
     )  # fmt: skip
@@ -612,23 +610,23 @@ def test_an_8_mb_icc_profile_is_not_damage(tmp_path: Path) -> None:
 
 
 def test_an_output_folder_that_takes_no_files_is_named_as_such(
-    models: Path, tmp_path: Path
+    module_models: Path, tmp_path: Path
 ) -> None:
     if not Path("/proc/self").is_dir():
         pytest.skip("no /proc here")
     image = photo(tmp_path / "p.png", 12, 10)
-    done = cli("run", "upscale", image, "--model", models / "up2.onnx", "--out", "/proc")
+    done = cli("run", "upscale", image, "--model", module_models / "up2.onnx", "--out", "/proc")
     assert done.returncode == 4, done.stderr
     assert "the folder /proc does not take new files" in done.stderr
     assert "does not exist" not in done.stderr
 
 
 def test_a_whole_image_model_out_of_memory_does_not_offer_a_tile(
-    models: Path, tmp_path: Path
+    module_models: Path, tmp_path: Path
 ) -> None:
     image = photo(tmp_path / "p.png", 40, 30)
     done = cli(
-        "run", "remove-background", image, "--model", models / "u2netp.onnx",
+        "run", "remove-background", image, "--model", module_models / "u2netp.onnx",
         "--out", tmp_path / "out", "--cpu-mem-limit", "1",
     )  # fmt: skip
     assert done.returncode == 3, done.stderr

@@ -22,7 +22,8 @@ from PIL import Image
 from engine.api import Engine
 from engine.requests import Operation, OperationRequest
 from engine.runtime.providers import CPU_EP
-from engine.samples.contract_models import make_u2net, make_upscaler
+from engine.samples.background_models import make_u2net
+from engine.samples.upscaler_models import make_upscaler
 from engine.settings import EngineSettings
 from tests.engine_helpers import Recorder, SessionProxy, photo
 
@@ -39,7 +40,7 @@ from engine.api import Engine
 from engine.settings import EngineSettings
 from engine.requests import Operation, OperationRequest, ProgressKind
 from engine.errors import Cancelled
-from engine.samples.contract_models import make_upscaler
+from engine.samples.upscaler_models import make_upscaler
 from tests.engine_helpers import photo
 w = Path(sys.argv[1])
 

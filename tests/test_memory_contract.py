@@ -23,7 +23,7 @@ from engine.runtime.providers import (
     provider_plan,
     shrink_target,
 )
-from engine.samples.contract_models import make_upscaler
+from engine.samples.upscaler_models import make_upscaler
 from engine.settings import EngineSettings
 from tests.engine_helpers import Recorder, SessionProxy, cuda_shrink, gif3, photo
 

@@ -26,7 +26,7 @@ from engine.models.browse import (
 from engine.models.catalog import Family
 from engine.models.cli import add_models_parser, run_models_command
 from engine.models.downloads import CHUNK, DownloadError, DownloadFailure, part_path
-from engine.samples import contract_models as cm
+from engine.samples.upscaler_models import make_upscaler
 from tests.http_fixtures import ServerState, card, catalogue, server
 
 __all__ = ["catalogue", "server"]  # the fixtures, used by name
@@ -192,7 +192,7 @@ def test_refresh_reads_openmodeldbs_api_and_a_bad_answer_keeps_the_catalogue(
     server: tuple[str, ServerState], tmp_path: Path
 ) -> None:
     url, state = server
-    up = cm.make_upscaler(tmp_path / "up.onnx", 2).read_bytes()
+    up = make_upscaler(tmp_path / "up.onnx", 2).read_bytes()
     cards = {"2x-Fresh": card("Fresh", 2, "MIT", [f"{url}/up.onnx"], up)}
     state.files["/api/v1/models.json"] = json.dumps(cards).encode()
     state.files["/api/v1/architectures.json"] = b'{"span": {"name": "SPAN"}}'

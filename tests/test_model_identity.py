@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from engine.models.catalog import Family
 from engine.runtime.identity import FileIdentity
-from engine.samples.contract_models import make_compact_upscaler
+from engine.samples.upscaler_models import make_compact_upscaler, make_upscaler
 from tests.engine_helpers import photo
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,3 +77,25 @@ def test_the_identity_of_a_rewritten_file_changes_with_its_times_kept(tmp_path: 
     after = FileIdentity.read(model)
     assert after != before and after.digest() != before.digest()
     assert FileIdentity.read(model) == after  # stable while the file is not written
+
+
+def test_a_model_replaced_while_its_graph_is_read_is_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kept contract belongs to the file version read before its graph was parsed: a
+    model replaced meanwhile (a download finishing, `cat … >`) is not given the old one's."""
+    from engine.models import contracts
+
+    model = make_upscaler(tmp_path / "m.onnx", scale=2)
+    read_graph = contracts.inspect_model
+
+    def read_then_replaced(path: Path, family: Family | None = None) -> contracts.Contract:
+        contract = read_graph(path, family)
+        make_upscaler(model, scale=4)
+        return contract
+
+    monkeypatch.setattr(contracts, "inspect_model", read_then_replaced)
+    assert contracts.validate_model(model).scale == 2  # what was read
+    monkeypatch.setattr(contracts, "inspect_model", read_graph)
+    monkeypatch.setattr(contracts, "_contract_cache", {})  # as a new process finds it
+    assert contracts.validate_model(model).scale == 4

@@ -25,7 +25,15 @@ from engine.options import (
     Normalization,
     UpscaleOptions,
 )
-from engine.samples import contract_models as cm
+from engine.samples.background_models import make_ben2, make_u2net
+from engine.samples.depth_models import make_da3
+from engine.samples.faulty_models import make_external_data, make_two_strings
+from engine.samples.geometry_models import make_moge
+from engine.samples.upscaler_models import (
+    UPSCALER_RADIUS,
+    make_pixelshuffle_upscaler,
+    make_upscaler,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -111,21 +119,21 @@ def test_damaged_catalog_is_a_readable_error(tmp_path: Path) -> None:
     ("build", "expect"),
     [
         (
-            lambda p: cm.make_upscaler(p, 2),
+            lambda p: make_upscaler(p, 2),
             {"scale": 2, "layout": Layout.NCHW, "fp16": False, "multiple_of": 1},
         ),
-        (lambda p: cm.make_upscaler(p, 4, fp16=True), {"scale": 4, "fp16": True, "multiple_of": 1}),
-        (lambda p: cm.make_upscaler(p, 3, layout="NHWC"), {"scale": 3, "layout": Layout.NHWC}),
-        (lambda p: cm.make_upscaler(p, 2, multiple_of=2), {"scale": 2, "multiple_of": 2}),
-        (lambda p: cm.make_upscaler(p, 4, multiple_of=4), {"scale": 4, "multiple_of": 4}),
-        (lambda p: cm.make_upscaler(p, 1), {"scale": 1}),
-        (lambda p: cm.make_upscaler(p, 1, channels=1), {"scale": 1, "channels": 1}),
+        (lambda p: make_upscaler(p, 4, fp16=True), {"scale": 4, "fp16": True, "multiple_of": 1}),
+        (lambda p: make_upscaler(p, 3, layout="NHWC"), {"scale": 3, "layout": Layout.NHWC}),
+        (lambda p: make_upscaler(p, 2, multiple_of=2), {"scale": 2, "multiple_of": 2}),
+        (lambda p: make_upscaler(p, 4, multiple_of=4), {"scale": 4, "multiple_of": 4}),
+        (lambda p: make_upscaler(p, 1), {"scale": 1}),
+        (lambda p: make_upscaler(p, 1, channels=1), {"scale": 1, "channels": 1}),
         (
-            lambda p: cm.make_upscaler(p, 4, dynamic=False, size=32),
+            lambda p: make_upscaler(p, 4, dynamic=False, size=32),
             {"scale": 4, "fixed_size": (32, 32)},
         ),
-        (lambda p: cm.make_pixelshuffle_upscaler(p, 2), {"scale": 2}),
-        (lambda p: cm.make_upscaler(p, 2, dynamic_channels=True), {"scale": 2, "channels": 3}),
+        (lambda p: make_pixelshuffle_upscaler(p, 2), {"scale": 2}),
+        (lambda p: make_upscaler(p, 2, dynamic_channels=True), {"scale": 2, "channels": 3}),
     ],
 )
 def test_upscalers_are_detected(tmp_path: Path, build: object, expect: dict[str, object]) -> None:
@@ -137,14 +145,14 @@ def test_upscalers_are_detected(tmp_path: Path, build: object, expect: dict[str,
 
 
 def test_background_models_are_detected(tmp_path: Path) -> None:
-    ben = inspect_model(cm.make_ben2(tmp_path / "ben2.onnx"))
+    ben = inspect_model(make_ben2(tmp_path / "ben2.onnx"))
     assert (ben.family, ben.fixed_size, ben.image_input) == (
         Family.BACKGROUND,
         (1024, 1024),
         "input.1",
     )
     assert ben.outputs[0].dtype == "float16" and not ben.fp16  # fed float32, answers float16
-    u2 = inspect_model(cm.make_u2net(tmp_path / "u2.onnx"))
+    u2 = inspect_model(make_u2net(tmp_path / "u2.onnx"))
     assert (u2.family, u2.fixed_size, len(u2.outputs)) == (Family.BACKGROUND, (320, 320), 7)
 
 
@@ -162,13 +170,13 @@ def test_background_models_are_detected(tmp_path: Path) -> None:
 def test_depth_models_are_detected(
     tmp_path: Path, kwargs: dict[str, object], fixed: tuple[int, int] | None, views: int | None
 ) -> None:
-    c = inspect_model(cm.make_da3(tmp_path / "da3.onnx", **kwargs))  # type: ignore[arg-type]
+    c = inspect_model(make_da3(tmp_path / "da3.onnx", **kwargs))  # type: ignore[arg-type]
     assert (c.family, c.fixed_size, c.views, c.multiple_of) == (Family.DEPTH, fixed, views, 14)
 
 
 @pytest.mark.parametrize("rank", [0, 1])
 def test_geometry_models_are_detected(tmp_path: Path, rank: int) -> None:
-    c = inspect_model(cm.make_moge(tmp_path / "moge.onnx", num_tokens_rank=rank))
+    c = inspect_model(make_moge(tmp_path / "moge.onnx", num_tokens_rank=rank))
     assert c.family is Family.GEOMETRY and c.image_input == "image"
     assert c.tensor("num_tokens").shape == (() if rank == 0 else (1,))
     assert set(c.output_names) == {"points", "normal", "mask", "metric_scale"}
@@ -182,7 +190,7 @@ def test_contract_models_run_as_their_contracts_say(tmp_path: Path) -> None:
         return list(sess.run(None, feeds))
 
     rng = np.random.default_rng(0)
-    up = cm.make_upscaler(tmp_path / "up.onnx", 2)
+    up = make_upscaler(tmp_path / "up.onnx", 2)
     flat = np.full((1, 3, 10, 12), 0.25, np.float32)
     assert np.allclose(run(up, {"input": flat})[0], 0.25)  # reflect padding: no dark border
     x = rng.random((1, 3, 16, 16), dtype=np.float32)
@@ -191,25 +199,25 @@ def test_contract_models_run_as_their_contracts_say(tmp_path: Path) -> None:
     poked[0, :, 8, 8] += 0.5
     changed = np.argwhere(np.abs(run(up, {"input": poked})[0] - base).max(axis=1)[0] > 0)
     # Output rows/cols touched map back to input pixels within UPSCALER_RADIUS of (8, 8).
-    assert (np.abs(changed // 2 - 8) <= cm.UPSCALER_RADIUS).all()
+    assert (np.abs(changed // 2 - 8) <= UPSCALER_RADIUS).all()
 
-    half = cm.make_upscaler(tmp_path / "h.onnx", 4, fp16=True)
+    half = make_upscaler(tmp_path / "h.onnx", 4, fp16=True)
     out = run(half, {"input": x.astype(np.float16)})[0]
     assert out.dtype == np.float16 and out.shape == (1, 3, 64, 64)
 
     mask = run(
-        cm.make_ben2(tmp_path / "b.onnx"), {"input.1": np.ones((1, 3, 1024, 1024), np.float32)}
+        make_ben2(tmp_path / "b.onnx"), {"input.1": np.ones((1, 3, 1024, 1024), np.float32)}
     )[0]
     assert mask.dtype == np.float16 and mask.shape == (1, 1, 1024, 1024) and mask.min() > 0.99
 
     depth = run(
-        cm.make_da3(tmp_path / "d.onnx", fixed=False),
+        make_da3(tmp_path / "d.onnx", fixed=False),
         {"image": rng.random((1, 3, 28, 42), dtype=np.float32)},
     )
     assert depth[0].shape == (1, 28, 42) and depth[0].min() > 0 and depth[1].min() >= 1
 
     moge = run(
-        cm.make_moge(tmp_path / "m.onnx"),
+        make_moge(tmp_path / "m.onnx"),
         {"image": np.zeros((1, 3, 6, 8), np.float32), "num_tokens": np.array(1800, np.int64)},
     )
     points, normal, m, metric = moge
@@ -241,7 +249,7 @@ def test_empty_and_missing_files_are_refused(tmp_path: Path) -> None:
 
 
 def test_truncated_file_is_refused(tmp_path: Path) -> None:
-    full = cm.make_pixelshuffle_upscaler(tmp_path / "full.onnx").read_bytes()
+    full = make_pixelshuffle_upscaler(tmp_path / "full.onnx").read_bytes()
     cut = tmp_path / "cut.onnx"
     cut.write_bytes(full[: len(full) // 2])
     with pytest.raises(ModelError, match="truncated") as err:
@@ -263,13 +271,13 @@ def test_external_data_outside_the_folder_is_refused(
     folder = tmp_path / "models"
     if location == "ABSOLUTE":
         location = str(tmp_path / "elsewhere" / "w.bin")
-    path = cm.make_external_data(folder / "ext.onnx", location)
+    path = make_external_data(folder / "ext.onnx", location)
     with pytest.raises(ModelError, match=match):
         validate_model(path)
 
 
 def test_external_data_missing_or_short_is_refused(tmp_path: Path) -> None:
-    path = cm.make_external_data(tmp_path / "ext.onnx", "w.bin", write_data=False)
+    path = make_external_data(tmp_path / "ext.onnx", "w.bin", write_data=False)
     with pytest.raises(ModelError, match="missing"):
         validate_model(path)
     (tmp_path / "w.bin").write_bytes(b"\0" * 10)
@@ -278,31 +286,31 @@ def test_external_data_missing_or_short_is_refused(tmp_path: Path) -> None:
 
 
 def test_external_data_beside_the_model_is_accepted(tmp_path: Path) -> None:
-    c = inspect_model(cm.make_external_data(tmp_path / "ext.onnx", "weights/w.bin"))
+    c = inspect_model(make_external_data(tmp_path / "ext.onnx", "weights/w.bin"))
     assert c.family is Family.UPSCALE and c.scale == 1 and c.external_data == ("weights/w.bin",)
 
 
 def test_model_that_fits_nothing_says_what_it_found(tmp_path: Path) -> None:
     with pytest.raises(ModelError, match="fits none") as err:
-        validate_model(cm.make_two_strings(tmp_path / "strings.onnx"))
+        validate_model(make_two_strings(tmp_path / "strings.onnx"))
     assert "a: string[1]" in str(err.value) and "upscale:" in str(err.value)
 
 
 def test_wrong_family_is_refused_with_a_hint(tmp_path: Path) -> None:
-    path = cm.make_upscaler(tmp_path / "up.onnx", 2)
+    path = make_upscaler(tmp_path / "up.onnx", 2)
     with pytest.raises(ModelError, match=r"not a depth model.*fits the upscale contract"):
         validate_model(path, Family.DEPTH)
     with pytest.raises(ModelError, match="not a background model"):
-        validate_model(cm.make_da3(tmp_path / "d.onnx"), Family.BACKGROUND)
+        validate_model(make_da3(tmp_path / "d.onnx"), Family.BACKGROUND)
     # Told the family, a static 1-channel square that is a depth model still passes as depth.
     assert validate_model(tmp_path / "d.onnx", Family.DEPTH).family is Family.DEPTH
 
 
 def test_validation_is_remembered_per_file_version(tmp_path: Path) -> None:
-    path = cm.make_upscaler(tmp_path / "up.onnx", 2)
+    path = make_upscaler(tmp_path / "up.onnx", 2)
     first = validate_model(path)
     assert validate_model(path) is first
-    cm.make_upscaler(path, 4)  # rewritten: a new size/mtime, a new contract
+    make_upscaler(path, 4)  # rewritten: a new size/mtime, a new contract
     assert validate_model(path).scale == 4
 
 
@@ -325,14 +333,14 @@ def test_resolve_model_by_id_name_and_path(tmp_path: Path) -> None:
         resolve_model("ben2-base", tmp_path)
     with pytest.raises(ModelError, match=r"not installed.*fetch-starter"):
         resolve_model("u2netp", tmp_path)
-    cm.make_u2net(tmp_path / "u2netp.onnx")
+    make_u2net(tmp_path / "u2netp.onnx")
     ref = resolve_model("u2netp", tmp_path)
     assert ref.entry is not None and ref.entry.id == "u2netp" and ref.family is Family.BACKGROUND
     assert ref.id == "u2netp" and ref.contract.fixed_size == (320, 320)
     same = resolve_model(str(tmp_path / "u2netp.onnx"), tmp_path)
     assert same.entry is not None and same.entry.id == "u2netp"
 
-    cm.make_upscaler(tmp_path / "mine.onnx", 2)
+    make_upscaler(tmp_path / "mine.onnx", 2)
     for ask in ("mine", "mine.onnx", str(tmp_path / "mine.onnx")):
         ref = resolve_model(ask, tmp_path)
         assert ref.entry is None and ref.family is Family.UPSCALE and ref.id == "mine"
@@ -343,21 +351,21 @@ def test_resolve_model_by_id_name_and_path(tmp_path: Path) -> None:
 
 
 def test_catalog_file_must_fit_its_family(tmp_path: Path) -> None:
-    cm.make_upscaler(tmp_path / "u2netp.onnx", 2)
+    make_upscaler(tmp_path / "u2netp.onnx", 2)
     with pytest.raises(ModelError, match="not a background model"):
         resolve_model("u2netp", tmp_path)
 
 
 def test_catalog_fills_what_the_graph_cannot_tell(tmp_path: Path) -> None:
-    cm.make_upscaler(tmp_path / "RealESRGAN_x2plus.onnx", 2)  # graph: multiple_of 1
+    make_upscaler(tmp_path / "RealESRGAN_x2plus.onnx", 2)  # graph: multiple_of 1
     ref = resolve_model("realesrgan-x2plus", tmp_path)
     assert ref.contract.scale == 2 and ref.contract.multiple_of == 2  # catalog: even sizes
 
 
 def test_discover_lists_installed_missing_and_unknown(tmp_path: Path) -> None:
-    cm.make_u2net(tmp_path / "u2netp.onnx")
+    make_u2net(tmp_path / "u2netp.onnx")
     (tmp_path / "BEN2_Base.onnx").write_bytes(b"x" * 10)  # wrong size for the catalog
-    cm.make_upscaler(tmp_path / "custom.onnx", 3)
+    make_upscaler(tmp_path / "custom.onnx", 3)
     (tmp_path / "junk.onnx").write_text("not a model")
     (tmp_path / "da3_small.onnx.part").write_bytes(b"partial")
     (tmp_path / ".custom.onnx.1234.tmp").write_bytes(b"temp")
@@ -383,12 +391,12 @@ def test_discover_lists_installed_missing_and_unknown(tmp_path: Path) -> None:
 
 def test_install_model_copies_validates_and_never_overwrites(tmp_path: Path) -> None:
     src_dir, models_dir = tmp_path / "src", tmp_path / "models"
-    src = cm.make_upscaler(src_dir / "4x-custom.onnx", 4)
+    src = make_upscaler(src_dir / "4x-custom.onnx", 4)
     ref = install_model(src, models_dir)
     assert ref.path == models_dir / "4x-custom.onnx" and ref.contract.scale == 4
     assert ref.path.read_bytes() == src.read_bytes()
     assert install_model(src, models_dir).path == ref.path  # the same file again: fine
-    other = cm.make_upscaler(tmp_path / "other" / "4x-custom.onnx", 2)
+    other = make_upscaler(tmp_path / "other" / "4x-custom.onnx", 2)
     with pytest.raises(ModelError, match=r"different file named 4x-custom.onnx"):
         install_model(other, models_dir)
     assert ref.path.read_bytes() == src.read_bytes()  # untouched
@@ -404,14 +412,14 @@ def test_install_model_copies_validates_and_never_overwrites(tmp_path: Path) -> 
         not (models_dir / "bad.onnx").exists() and not (tmp_path / "m2" / "4x-custom.onnx").exists()
     )
     with pytest.raises(ModelError, match="named like the catalog's"):
-        install_model(cm.make_upscaler(src_dir / "u2netp.onnx", 2), models_dir)
+        install_model(make_upscaler(src_dir / "u2netp.onnx", 2), models_dir)
     (src_dir / "model.txt").write_text("x")
     with pytest.raises(UsageError, match=r"\.onnx"):
         install_model(src_dir / "model.txt", models_dir)
 
 
 def test_install_model_brings_its_external_data(tmp_path: Path) -> None:
-    src = cm.make_external_data(tmp_path / "src" / "ext.onnx", "data/w.bin")
+    src = make_external_data(tmp_path / "src" / "ext.onnx", "data/w.bin")
     ref = install_model(src, tmp_path / "models")
     assert (tmp_path / "models" / "data" / "w.bin").read_bytes() == (
         tmp_path / "src/data/w.bin"
@@ -431,8 +439,8 @@ def _cli(argv: list[str]) -> int:
 def test_cli_list_json_and_text(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cm.make_u2net(tmp_path / "u2netp.onnx")
-    cm.make_upscaler(tmp_path / "extra.onnx", 2)
+    make_u2net(tmp_path / "u2netp.onnx")
+    make_upscaler(tmp_path / "extra.onnx", 2)
     assert _cli(["models", "list", "--models-dir", str(tmp_path), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [m["id"] for m in data["installed"]] == ["u2netp"]
@@ -455,7 +463,7 @@ def test_cli_list_json_and_text(
 
 def test_cli_add_verify_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     models_dir = tmp_path / "models"
-    src = cm.make_da3(tmp_path / "depth.onnx")
+    src = make_da3(tmp_path / "depth.onnx")
     assert _cli(["models", "--models-dir", str(models_dir), "add", str(src)]) == 0
     assert (models_dir / "depth.onnx").is_file()
     assert "Added depth.onnx (depth" in capsys.readouterr().out
@@ -498,7 +506,7 @@ def test_a_packaged_build_uses_its_bundled_starter_models(
 
     from engine.models.catalog import catalog_path
     from engine.models.inventory import discover, resolve_model
-    from engine.samples.contract_models import make_upscaler
+    from engine.samples.upscaler_models import make_upscaler
 
     bundle = tmp_path / "bundle"
     make_upscaler(bundle / "models" / "realesrgan-animevideov3-x2.onnx", scale=2)

@@ -14,7 +14,7 @@ import pytest
 
 from engine.cli import main
 from engine.models import starter
-from engine.samples.contract_models import make_upscaler
+from engine.samples.upscaler_models import make_upscaler
 from tests.engine_helpers import photo
 from tests.processes import drop_root_override
 from tests.starter_fixtures import starter_cache_dir

@@ -12,7 +12,7 @@ from engine.api import Engine
 from engine.io.reading import load_image
 from engine.io.writing import write_image
 from engine.requests import Operation, OperationRequest
-from engine.samples.contract_models import make_upscaler
+from engine.samples.upscaler_models import make_upscaler
 from engine.settings import EngineSettings
 from tests.engine_helpers import photo
 

@@ -32,7 +32,7 @@ from engine.runtime.providers import (
     shrink_target,
 )
 from engine.runtime.sessions import SessionCache, SessionKey, create_session, env_allocators
-from engine.samples.contract_models import make_compact_upscaler
+from engine.samples.upscaler_models import make_compact_upscaler
 
 REPO = Path(__file__).resolve().parent.parent
 

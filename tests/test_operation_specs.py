@@ -14,23 +14,15 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from engine import operation_specs
 from engine.api import Engine
 from engine.errors import UsageError
 from engine.models.catalog import Family, load_catalog
 from engine.operation_specs import Operation, for_family, operation_named, operations, register
 from engine.previews import PreviewRequest, Region
 from engine.requests import OperationRequest
-from engine.samples.contract_models import make_u2net
+from engine.samples.background_models import make_u2net
 from engine.settings import EngineSettings
 from tests.toy_operation import TOY, ThresholdOptions
-
-
-@pytest.fixture
-def toy(monkeypatch: pytest.MonkeyPatch) -> Operation:
-    """The toy operation registered for one test (the table is restored after it)."""
-    monkeypatch.setattr(operation_specs, "_BY_NAME", dict(operation_specs._BY_NAME))
-    return register(TOY)
 
 
 def test_a_fifth_operation_is_one_row_and_runs_end_to_end(toy: Operation, tmp_path: Path) -> None:
@@ -66,7 +58,7 @@ def test_a_fifth_operation_is_one_row_and_runs_end_to_end(toy: Operation, tmp_pa
     assert typed.typed_options() == ThresholdOptions(level=7)
     # A model of another family is refused with the operation's own label.
     up = tmp_path / "not-a-mask.onnx"
-    from engine.samples.contract_models import make_upscaler
+    from engine.samples.upscaler_models import make_upscaler
 
     make_upscaler(up, scale=2)
     with pytest.raises(Exception, match="Black and white mask needs a background model"):

@@ -17,7 +17,7 @@ from engine.api import Engine
 from engine.requests import Operation, OperationRequest
 from engine.runtime import optimize
 from engine.runtime.identity import FileIdentity
-from engine.samples.contract_models import make_compact_upscaler, make_upscaler
+from engine.samples.upscaler_models import make_compact_upscaler, make_upscaler
 from engine.settings import EngineSettings
 
 

@@ -15,32 +15,23 @@ from engine.io.resize import resize_frame
 from engine.operations.products import export_product
 from engine.options import OutputFormat, OutputOptions, parse_output_options
 from engine.requests import Operation, OperationRequest, ProductKind
-from engine.samples.contract_models import make_da3, make_u2net, make_upscaler
-from engine.settings import EngineSettings
 from tests.engine_helpers import gif3, photo
+from tests.model_files import da3, u2net, upscaler
 from tests.processes import engine_cli
 
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("models")
-    make_upscaler(folder / "up4.onnx", scale=4)
+MODELS = {
+    "up4.onnx": upscaler(4),
     # the file names of catalog models: resolved by id, so their products carry the id
-    make_upscaler(folder / "realesrgan-x4plus.onnx", scale=4)
-    make_upscaler(folder / "realesrgan-x4plus-anime.onnx", scale=4)
-    make_upscaler(folder / "realesrgan-animevideov3-x4.onnx", scale=4)
-    make_u2net(folder / "u2netp.onnx")
-    make_da3(folder / "da3.onnx")
-    return folder
-
-
-@pytest.fixture(scope="module")
-def engine(models: Path) -> Engine:
-    return Engine(EngineSettings(models_dir=models))
+    "realesrgan-x4plus.onnx": upscaler(4),
+    "realesrgan-x4plus-anime.onnx": upscaler(4),
+    "realesrgan-animevideov3-x4.onnx": upscaler(4),
+    "u2netp.onnx": u2net,
+    "da3.onnx": da3,
+}
 
 
 def run(
-    engine: Engine,
+    module_engine: Engine,
     operation: Operation,
     model: str,
     inputs: tuple[Path, ...],
@@ -50,20 +41,26 @@ def run(
     request = OperationRequest(
         operation, model, inputs, output_dir=out, output=output or OutputOptions()
     )
-    result = engine.run(request)
+    result = module_engine.run(request)
     assert result.ok, result.failures
     return [p.path for p in result.products]
 
 
 def test_three_x4_models_write_three_names_that_carry_the_model(
-    engine: Engine, models: Path, tmp_path: Path
+    module_engine: Engine, module_models: Path, tmp_path: Path
 ) -> None:
     image = photo(tmp_path / "photo.jpg", 24, 16)
     names = []
     for model in ("realesrgan-x4plus", "realesrgan-x4plus-anime", "realesrgan-animevideov3-x4"):
-        (path,) = run(engine, Operation.UPSCALE, model, (image,), tmp_path / "out")
+        (path,) = run(module_engine, Operation.UPSCALE, model, (image,), tmp_path / "out")
         names.append(path.name)
-    (own,) = run(engine, Operation.UPSCALE, str(models / "up4.onnx"), (image,), tmp_path / "out")
+    (own,) = run(
+        module_engine,
+        Operation.UPSCALE,
+        str(module_models / "up4.onnx"),
+        (image,),
+        tmp_path / "out",
+    )
     assert names == [
         "photo-realesrgan-x4plus.png",
         "photo-realesrgan-x4plus-anime.png",
@@ -73,13 +70,13 @@ def test_three_x4_models_write_three_names_that_carry_the_model(
 
 
 def test_jpeg_at_x2_of_a_x4_model_is_written_directly(
-    engine: Engine, models: Path, tmp_path: Path
+    module_engine: Engine, module_models: Path, tmp_path: Path
 ) -> None:
     image = photo(tmp_path / "photo.jpg", 60, 40)
-    model = str(models / "up4.onnx")
-    (png,) = run(engine, Operation.UPSCALE, model, (image,), tmp_path / "png")
+    model = str(module_models / "up4.onnx")
+    (png,) = run(module_engine, Operation.UPSCALE, model, (image,), tmp_path / "png")
     (jpeg,) = run(
-        engine,
+        module_engine,
         Operation.UPSCALE,
         model,
         (image,),
@@ -97,7 +94,7 @@ def test_jpeg_at_x2_of_a_x4_model_is_written_directly(
     assert np.abs(pixels - expected).mean() < 3  # JPEG's loss only
 
     small = run(
-        engine,
+        module_engine,
         Operation.UPSCALE,
         model,
         (image,),
@@ -108,12 +105,12 @@ def test_jpeg_at_x2_of_a_x4_model_is_written_directly(
 
 
 def test_a_width_keeps_the_aspect_and_webp_100_is_lossless(
-    engine: Engine, models: Path, tmp_path: Path
+    module_engine: Engine, module_models: Path, tmp_path: Path
 ) -> None:
     image = photo(tmp_path / "wide.png", 50, 20)
-    model = str(models / "up4.onnx")
+    model = str(module_models / "up4.onnx")
     (sized,) = run(
-        engine,
+        module_engine,
         Operation.UPSCALE,
         model,
         (image,),
@@ -121,7 +118,7 @@ def test_a_width_keeps_the_aspect_and_webp_100_is_lossless(
         OutputOptions(OutputFormat.WEBP, quality=100, width=100),
     )
     assert sized.name == "wide-up4-100w.webp"
-    (png,) = run(engine, Operation.UPSCALE, model, (image,), tmp_path / "b")
+    (png,) = run(module_engine, Operation.UPSCALE, model, (image,), tmp_path / "b")
     with Image.open(sized) as webp, Image.open(png) as full:
         assert webp.format == "WEBP" and webp.size == (100, 40)
         expected = np.asarray(resize_frame(np.asarray(full), 100, 40))
@@ -129,13 +126,13 @@ def test_a_width_keeps_the_aspect_and_webp_100_is_lossless(
 
 
 def test_a_jpeg_cut_out_is_flattened_and_the_mask_stays_png(
-    engine: Engine, models: Path, tmp_path: Path
+    module_engine: Engine, module_models: Path, tmp_path: Path
 ) -> None:
     image = photo(tmp_path / "subject.png", 40, 30)
     products = run(
-        engine,
+        module_engine,
         Operation.REMOVE_BACKGROUND,
-        str(models / "u2netp.onnx"),
+        str(module_models / "u2netp.onnx"),
         (image,),
         tmp_path / "out",
         OutputOptions(OutputFormat.JPEG),
@@ -146,12 +143,14 @@ def test_a_jpeg_cut_out_is_flattened_and_the_mask_stays_png(
         assert cutout.mode == "RGB"  # no alpha in a JPEG: flattened on white
 
 
-def test_data_products_keep_their_formats(engine: Engine, models: Path, tmp_path: Path) -> None:
+def test_data_products_keep_their_formats(
+    module_engine: Engine, module_models: Path, tmp_path: Path
+) -> None:
     image = photo(tmp_path / "scene.png", 56, 42)
-    result = engine.run(
+    result = module_engine.run(
         OperationRequest(
             Operation.DEPTH,
-            str(models / "da3.onnx"),
+            str(module_models / "da3.onnx"),
             (image,),
             output_dir=tmp_path / "out",
             output=OutputOptions(OutputFormat.JPEG, factor=0.5),
@@ -167,13 +166,13 @@ def test_data_products_keep_their_formats(engine: Engine, models: Path, tmp_path
 
 
 def test_an_animation_asked_as_webp_stays_animated(
-    engine: Engine, models: Path, tmp_path: Path
+    module_engine: Engine, module_models: Path, tmp_path: Path
 ) -> None:
     anim = gif3(tmp_path / "anim.gif")
     (webp,) = run(
-        engine,
+        module_engine,
         Operation.UPSCALE,
-        str(models / "up4.onnx"),
+        str(module_models / "up4.onnx"),
         (anim,),
         tmp_path / "w",
         OutputOptions(OutputFormat.WEBP, quality=80, factor=2),
@@ -183,9 +182,9 @@ def test_an_animation_asked_as_webp_stays_animated(
         assert image.size == (48, 32)
     # JPEG holds one frame: the animation keeps a lossless animated container
     (kept,) = run(
-        engine,
+        module_engine,
         Operation.UPSCALE,
-        str(models / "up4.onnx"),
+        str(module_models / "up4.onnx"),
         (anim,),
         tmp_path / "j",
         OutputOptions(OutputFormat.JPEG),
@@ -235,25 +234,25 @@ def test_transparent_colour_does_not_bleed_and_16_bit_stays_16_bit() -> None:
     ],
 )
 def test_bad_output_options_exit_2(
-    args: tuple[str, ...], needle: str, models: Path, tmp_path: Path
+    args: tuple[str, ...], needle: str, module_models: Path, tmp_path: Path
 ) -> None:
     image = photo(tmp_path / "p.png", 12, 10)
     done = engine_cli(
-        "run", "upscale", image, "--model", models / "up4.onnx", "--out", tmp_path, *args
+        "run", "upscale", image, "--model", module_models / "up4.onnx", "--out", tmp_path, *args
     )
     assert done.returncode == 2, done.stderr
     assert needle in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.png"]
 
 
-def test_the_command_line_writes_the_chosen_format(models: Path, tmp_path: Path) -> None:
+def test_the_command_line_writes_the_chosen_format(module_models: Path, tmp_path: Path) -> None:
     image = photo(tmp_path / "p.png", 30, 20)
     done = engine_cli(
         "run",
         "upscale",
         image,
         "--model",
-        models / "up4.onnx",
+        module_models / "up4.onnx",
         "--out",
         tmp_path / "o",
         "--format",
@@ -286,14 +285,16 @@ def test_output_options_are_checked() -> None:
     assert OutputOptions().target_size(100, 50) is None
 
 
-def test_save_as_is_the_jobs_own_output_step(engine: Engine, models: Path, tmp_path: Path) -> None:
+def test_save_as_is_the_jobs_own_output_step(
+    module_engine: Engine, module_models: Path, tmp_path: Path
+) -> None:
     """Save as… (`export_product`) of the lossless product at JPEG ×2 writes the bytes a job
     asked for JPEG ×2 writes; a WebP at a width has the job's size; a replaced file is whole."""
     image = photo(tmp_path / "photo.png", 60, 40)
-    model = str(models / "up4.onnx")
-    (png,) = run(engine, Operation.UPSCALE, model, (image,), tmp_path / "png")
+    model = str(module_models / "up4.onnx")
+    (png,) = run(module_engine, Operation.UPSCALE, model, (image,), tmp_path / "png")
     options = OutputOptions(OutputFormat.JPEG, 85, factor=2.0)
-    (jpeg,) = run(engine, Operation.UPSCALE, model, (image,), tmp_path / "jpeg", options)
+    (jpeg,) = run(module_engine, Operation.UPSCALE, model, (image,), tmp_path / "jpeg", options)
     saved = export_product(png, tmp_path / "saved.jpg", options, (60, 40))
     assert saved == tmp_path / "saved.jpg"
     assert saved.read_bytes() == jpeg.read_bytes()

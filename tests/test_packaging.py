@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from engine.samples.contract_models import make_upscaler
+from engine.samples.upscaler_models import make_upscaler
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGING = ROOT / "packaging"

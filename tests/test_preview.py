@@ -23,9 +23,10 @@ from engine.options import UpscaleOptions
 from engine.previews import PreviewPatch, PreviewRequest, Region
 from engine.requests import Operation, OperationRequest, Progress, ProgressKind
 from engine.runtime.providers import CUDA_EP
-from engine.samples.contract_models import make_u2net, make_upscaler
+from engine.samples.background_models import make_u2net
 from engine.samples.synthetic import synthetic_upscaler
 from engine.samples.synthetic import test_image as smooth_image
+from engine.samples.upscaler_models import make_upscaler
 from engine.settings import EngineSettings
 from engine.tiling.assembly import TileAssembler
 from engine.tiling.cache import TileCache

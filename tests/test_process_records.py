@@ -17,8 +17,8 @@ import pytest
 
 from engine.runtime import census, records
 from engine.runtime.records import HeldSession, ProcessKind, ProcessRecord
-from engine.samples.contract_models import make_upscaler
 from engine.samples.synthetic import slow_model
+from engine.samples.upscaler_models import make_upscaler
 from engine.settings import private_runtime_dir
 from tests.engine_helpers import photo
 

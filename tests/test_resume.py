@@ -22,7 +22,7 @@ from engine.models.inventory import resolve_model
 from engine.options import parse_output_options
 from engine.requests import Operation, OperationRequest
 from engine.resume import expected_products, is_whole, pending_inputs
-from engine.samples.contract_models import make_upscaler
+from engine.samples.upscaler_models import make_upscaler
 from tests.engine_helpers import photo
 from tests.test_cli import ROOT, engine_cli
 
@@ -200,7 +200,7 @@ def test_a_product_cut_short_is_not_whole(suffix: str, tmp_path: Path) -> None:
 
 
 def test_expected_products_carry_model_format_size_and_exr_depth(tmp_path: Path) -> None:
-    from engine.samples.contract_models import make_da3
+    from engine.samples.depth_models import make_da3
 
     up = resolve_model(str(make_upscaler(tmp_path / "up4.onnx", scale=4)), tmp_path)
     request = OperationRequest(

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.samples.contract_models import make_upscaler
+from engine.samples.upscaler_models import make_upscaler
 from tests.engine_helpers import photo
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -28,7 +28,10 @@ from engine.requests import (
 )
 from engine.runtime import memory
 from engine.runtime.sessions import SessionInfo, SessionKey
-from engine.samples.contract_models import make_da3, make_moge, make_u2net, make_upscaler
+from engine.samples.background_models import make_u2net
+from engine.samples.depth_models import make_da3
+from engine.samples.geometry_models import make_moge
+from engine.samples.upscaler_models import make_upscaler
 from engine.settings import EngineSettings
 from gui.engine_thread import EngineThread
 from tests.engine_helpers import gif3, photo

@@ -14,7 +14,7 @@ from engine.api import Engine
 from engine.bench.window_memory import make_product
 from engine.requests import Operation, OperationRequest
 from engine.runtime.memory import rss_split
-from engine.samples.contract_models import make_upscaler
+from engine.samples.upscaler_models import make_upscaler
 from engine.settings import EngineSettings
 
 MIB = 2**20

@@ -21,29 +21,26 @@ from engine.io.video import load_video, poster_frame, probe_video, read_frame
 from engine.options import GeometryOptions, OutputOptions, VideoCodec, VideoOptions
 from engine.requests import Operation, OperationRequest, ProductKind, Progress, ProgressKind
 from engine.runtime.providers import CUDA_EP
-from engine.samples.contract_models import make_da3, make_moge, make_u2net, make_upscaler
+from engine.samples.background_models import make_u2net
+from engine.samples.depth_models import make_da3
+from engine.samples.geometry_models import make_moge
 from engine.settings import EngineSettings
 from tests.engine_helpers import Recorder, cuda_shrink
+from tests.model_files import upscaler
 from tests.video_clips import decoded, make_clip, picture, subtitles, times, with_subtitles
 
 ROOT = Path(__file__).resolve().parents[1]
 BT709 = {"colorspace": 1, "color_primaries": 1, "color_trc": 1, "color_range": 1}
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("models")
-    make_upscaler(folder / "up2.onnx", scale=2)
-    return folder
+MODELS = {"up2.onnx": upscaler(2)}
 
 
-@pytest.fixture(scope="module")
-def engine(models: Path) -> Engine:
-    return Engine(EngineSettings(models_dir=models, overlap=8))
+ENGINE_SETTINGS = {"overlap": 8}
 
 
 def _run(
-    engine: Engine,
+    module_engine: Engine,
     model: Path | str,
     inputs: list[Path],
     out: Path,
@@ -57,7 +54,7 @@ def _run(
         output_dir=out,
         output=OutputOptions(video=VideoOptions(**video)),  # type: ignore[arg-type]
     )
-    return engine.run(request)
+    return module_engine.run(request)
 
 
 def _files(folder: Path) -> list[str]:
@@ -69,14 +66,14 @@ def _files(folder: Path) -> list[str]:
 
 
 def test_h264_aac_mp4_keeps_frames_rate_timestamps_audio_tags_chapters(
-    engine: Engine, models: Path, tmp_path: Path
+    module_engine: Engine, module_models: Path, tmp_path: Path
 ) -> None:
     chapters = [
         {"id": 1, "start": 0, "end": 6, "time_base": Fraction(1, 25), "metadata": {"title": "A"}},
         {"id": 2, "start": 6, "end": 12, "time_base": Fraction(1, 25), "metadata": {"title": "B"}},
     ]
     clip = make_clip(tmp_path / "clip.mp4", 12, tags={"title": "Holiday"}, chapters=chapters)
-    result = _run(engine, models / "up2.onnx", [clip], tmp_path / "o")
+    result = _run(module_engine, module_models / "up2.onnx", [clip], tmp_path / "o")
     assert result.ok, result.failures  # type: ignore[attr-defined]
     (product,) = result.products  # type: ignore[attr-defined]
     assert product.path.name == "clip-up2.mp4" and product.frames == 12
@@ -92,11 +89,13 @@ def test_h264_aac_mp4_keeps_frames_rate_timestamps_audio_tags_chapters(
     assert [c["metadata"].get("title") for c in info["chapters"]] == ["A", "B"]
 
 
-def test_subtitles_are_copied_as_they_are(engine: Engine, models: Path, tmp_path: Path) -> None:
+def test_subtitles_are_copied_as_they_are(
+    module_engine: Engine, module_models: Path, tmp_path: Path
+) -> None:
     clip = make_clip(tmp_path / "plain.mkv", 8, audio="aac")
     cues = [(0, 100, "Hello there"), (160, 300, "General Kenobi")]
     subbed = with_subtitles(clip, tmp_path / "film.mkv", cues)
-    result = _run(engine, models / "up2.onnx", [subbed], tmp_path / "o")
+    result = _run(module_engine, module_models / "up2.onnx", [subbed], tmp_path / "o")
     assert result.ok, result.failures  # type: ignore[attr-defined]
     product = result.products[0].path  # type: ignore[attr-defined]
     _, _, info = decoded(product)
@@ -107,9 +106,11 @@ def test_subtitles_are_copied_as_they_are(engine: Engine, models: Path, tmp_path
     )
 
 
-def test_vp9_webm_with_opus_stays_webm(engine: Engine, models: Path, tmp_path: Path) -> None:
+def test_vp9_webm_with_opus_stays_webm(
+    module_engine: Engine, module_models: Path, tmp_path: Path
+) -> None:
     clip = make_clip(tmp_path / "clip.webm", 6, codec="libvpx-vp9", audio="libopus")
-    result = _run(engine, models / "up2.onnx", [clip], tmp_path / "o")
+    result = _run(module_engine, module_models / "up2.onnx", [clip], tmp_path / "o")
     (product,) = result.products  # type: ignore[attr-defined]
     assert product.path.suffix == ".webm"
     arrays, _, info = decoded(product.path)
@@ -117,35 +118,39 @@ def test_vp9_webm_with_opus_stays_webm(engine: Engine, models: Path, tmp_path: P
     assert info["audio_codecs"] == ["opus"]
 
 
-def test_10bit_hevc_mkv_stays_10bit(engine: Engine, models: Path, tmp_path: Path) -> None:
+def test_10bit_hevc_mkv_stays_10bit(
+    module_engine: Engine, module_models: Path, tmp_path: Path
+) -> None:
     clip = make_clip(tmp_path / "clip.mkv", 5, codec="libx265", pix_fmt="yuv420p10le", audio=None)
     image = load_video(clip, 10**8)
     assert image.frames[0].dtype == np.uint16 and image.meta.video is not None
     assert image.meta.video.bit_depth == 10
     image.frames.close()  # type: ignore[attr-defined]
     out = tmp_path / "o"
-    result = _run(engine, models / "up2.onnx", [clip], out)
+    result = _run(module_engine, module_models / "up2.onnx", [clip], out)
     (product,) = result.products  # type: ignore[attr-defined]
     assert product.path.suffix == ".mkv"
     _, _, info = decoded(product.path, "rgb48le")
     assert info["codec"] == "hevc" and info["pix_fmt"] == "yuv420p10le"
-    prores = _run(engine, models / "up2.onnx", [clip], out, codec=VideoCodec.PRORES)
+    prores = _run(module_engine, module_models / "up2.onnx", [clip], out, codec=VideoCodec.PRORES)
     _, _, info = decoded(prores.products[0].path, "rgb48le")  # type: ignore[attr-defined]
     assert info["codec"] == "prores" and info["pix_fmt"] == "yuv422p10le"
-    ffv1 = _run(engine, models / "up2.onnx", [clip], out, codec=VideoCodec.FFV1)
+    ffv1 = _run(module_engine, module_models / "up2.onnx", [clip], out, codec=VideoCodec.FFV1)
     _, _, info = decoded(ffv1.products[0].path, "rgb48le")  # type: ignore[attr-defined]
     assert info["codec"] == "ffv1" and info["pix_fmt"] == "gbrp16le"
-    av1 = _run(engine, models / "up2.onnx", [clip], out, codec=VideoCodec.AV1)
+    av1 = _run(module_engine, module_models / "up2.onnx", [clip], out, codec=VideoCodec.AV1)
     _, _, info = decoded(av1.products[0].path, "rgb48le")  # type: ignore[attr-defined]
     assert info["codec"] in ("av1", "libdav1d") and info["pix_fmt"] == "yuv420p10le"
 
 
-def test_rotation_and_colour_metadata_kept(engine: Engine, models: Path, tmp_path: Path) -> None:
+def test_rotation_and_colour_metadata_kept(
+    module_engine: Engine, module_models: Path, tmp_path: Path
+) -> None:
     clip = make_clip(tmp_path / "phone.mp4", 4, rotation=90, colour=BT709)
     image = load_video(clip, 10**8)
     assert image.size == (48, 64)  # upright, as the person sees it
     image.frames.close()  # type: ignore[attr-defined]
-    result = _run(engine, models / "up2.onnx", [clip], tmp_path / "o")
+    result = _run(module_engine, module_models / "up2.onnx", [clip], tmp_path / "o")
     (product,) = result.products  # type: ignore[attr-defined]
     _, frames, _ = decoded(product.path)
     first = frames[0]
@@ -160,12 +165,12 @@ def test_rotation_and_colour_metadata_kept(engine: Engine, models: Path, tmp_pat
 
 
 def test_colours_go_through_the_clips_own_matrix(
-    engine: Engine, models: Path, tmp_path: Path
+    module_engine: Engine, module_models: Path, tmp_path: Path
 ) -> None:
     """BT.709 in, BT.709 out: decoded and encoded with the clip's matrix (BT.601 for either
     would shift the colours by twice as much as 4:2:0 and the model's blur do)."""
     clip = make_clip(tmp_path / "hd.mp4", 3, colour=BT709, audio=None)
-    result = _run(engine, models / "up2.onnx", [clip], tmp_path / "o", crf=0)
+    result = _run(module_engine, module_models / "up2.onnx", [clip], tmp_path / "o", crf=0)
     source, product = load_video(clip, 10**8), load_video(result.products[0].path, 10**8)  # type: ignore[attr-defined]
     before = source.frames[1].astype(np.float32)
     after = product.frames[1].astype(np.float32).reshape(48, 2, 64, 2, 3).mean(axis=(1, 3))
@@ -174,28 +179,36 @@ def test_colours_go_through_the_clips_own_matrix(
     assert np.abs(after - before).mean() < 4.5
 
 
-def test_non_square_pixels_stay_non_square(engine: Engine, models: Path, tmp_path: Path) -> None:
+def test_non_square_pixels_stay_non_square(
+    module_engine: Engine, module_models: Path, tmp_path: Path
+) -> None:
     clip = make_clip(tmp_path / "dvd.mkv", 3, audio=None, sample_aspect=Fraction(32, 27))
     # H.264 and HEVC carry it in their own headers; the other encoders here do not.
     for codec in (VideoCodec.AUTO, VideoCodec.HEVC):
-        result = _run(engine, models / "up2.onnx", [clip], tmp_path / "o", codec=codec)
+        result = _run(
+            module_engine, module_models / "up2.onnx", [clip], tmp_path / "o", codec=codec
+        )
         _, _, info = decoded(result.products[0].path)  # type: ignore[attr-defined]
         assert info["sample_aspect"] == Fraction(32, 27)
 
 
-def test_variable_frame_rate_timestamps_kept(engine: Engine, models: Path, tmp_path: Path) -> None:
+def test_variable_frame_rate_timestamps_kept(
+    module_engine: Engine, module_models: Path, tmp_path: Path
+) -> None:
     pts = [0, 40, 80, 200, 220, 400, 410, 600]  # milliseconds
     clip = make_clip(
         tmp_path / "vfr.mkv", len(pts), pts=pts, time_base=Fraction(1, 1000), audio=None
     )
     assert probe_video(clip, 10**8).pts == tuple(pts)
-    result = _run(engine, models / "up2.onnx", [clip], tmp_path / "o", codec=VideoCodec.H264)
+    result = _run(
+        module_engine, module_models / "up2.onnx", [clip], tmp_path / "o", codec=VideoCodec.H264
+    )
     _, frames, _ = decoded(result.products[0].path)  # type: ignore[attr-defined]
     assert times(frames) == pytest.approx([p / 1000 for p in pts], abs=1e-3)
 
 
 def test_the_product_frames_equal_the_same_frames_run_as_images(
-    engine: Engine, models: Path, tmp_path: Path
+    module_engine: Engine, module_models: Path, tmp_path: Path
 ) -> None:
     """Bit for bit before encoding: the clip's product in FFV1 (lossless RGB) against the
     clip's own decoded frames written as PNG files and run as a sequence."""
@@ -208,8 +221,10 @@ def test_the_product_frames_equal_the_same_frames_run_as_images(
     for i, frame in enumerate(image.frames):
         write_image(frames_dir / f"f{i + 1:02d}.png", frame)
     image.frames.close()  # type: ignore[attr-defined]
-    as_images = _run(engine, models / "up2.onnx", [frames_dir], tmp_path / "images")
-    as_clip = _run(engine, models / "up2.onnx", [clip], tmp_path / "clip", codec=VideoCodec.FFV1)
+    as_images = _run(module_engine, module_models / "up2.onnx", [frames_dir], tmp_path / "images")
+    as_clip = _run(
+        module_engine, module_models / "up2.onnx", [clip], tmp_path / "clip", codec=VideoCodec.FFV1
+    )
     product = as_clip.products[0].path  # type: ignore[attr-defined]
     assert product.suffix == ".mkv"
     back = load_video(product, 10**8)  # upright again, through the same reader
@@ -220,14 +235,14 @@ def test_the_product_frames_equal_the_same_frames_run_as_images(
 
 
 def test_one_session_per_clip_and_the_shrink_only_at_its_last_run(
-    models: Path, tmp_path: Path
+    module_models: Path, tmp_path: Path
 ) -> None:
     recorder = Recorder(CUDA_EP)
-    engine = Engine(EngineSettings(models_dir=models, overlap=8), session_wrap=recorder)
+    engine = Engine(EngineSettings(models_dir=module_models, overlap=8), session_wrap=recorder)
     clip = make_clip(tmp_path / "clip.mp4", 3, size=(80, 48), audio=None)
     request = OperationRequest(
         Operation.UPSCALE,
-        str(models / "up2.onnx"),
+        str(module_models / "up2.onnx"),
         (clip,),
         device="gpu:0",
         runtime="cuda",
@@ -407,7 +422,7 @@ def test_the_point_cloud_option_on_the_command_line(tmp_path: Path) -> None:
 
 
 def test_a_cancel_leaves_nothing_and_no_thread(
-    engine: Engine, models: Path, tmp_path: Path
+    module_engine: Engine, module_models: Path, tmp_path: Path
 ) -> None:
     clip = make_clip(tmp_path / "clip.mp4", 20)
     token = CancelToken()
@@ -417,15 +432,17 @@ def test_a_cancel_leaves_nothing_and_no_thread(
             token.cancel()
 
     out = tmp_path / "o"
-    request = OperationRequest(Operation.UPSCALE, str(models / "up2.onnx"), (clip,), output_dir=out)
+    request = OperationRequest(
+        Operation.UPSCALE, str(module_models / "up2.onnx"), (clip,), output_dir=out
+    )
     with pytest.raises(Cancelled):
-        engine.run(request, progress, token)
+        module_engine.run(request, progress, token)
     assert _files(out) == []  # no product, no hidden partial file
     assert not [t for t in threading.enumerate() if t.name.startswith("tessera-video")]
 
 
 def test_a_broken_frame_fails_with_its_number_or_is_skipped_when_asked(
-    engine: Engine, models: Path, tmp_path: Path
+    module_engine: Engine, module_models: Path, tmp_path: Path
 ) -> None:
     clip = make_clip(tmp_path / "mj.mkv", 6, codec="mjpeg", pix_fmt="yuvj420p", audio=None)
     broken = tmp_path / "broken.mkv"
@@ -438,11 +455,13 @@ def test_a_broken_frame_fails_with_its_number_or_is_skipped_when_asked(
                 packet = _garbage_like(packet)
             packet.stream = stream
             out.mux(packet)
-    result = _run(engine, models / "up2.onnx", [broken], tmp_path / "o")
+    result = _run(module_engine, module_models / "up2.onnx", [broken], tmp_path / "o")
     (failure,) = result.failures  # type: ignore[attr-defined]
     assert failure.kind is ErrorKind.BAD_INPUT and "frame 4 of 6" in failure.message
     assert _files(tmp_path / "o") == []
-    skipped = _run(engine, models / "up2.onnx", [broken], tmp_path / "s", skip_broken_frames=True)
+    skipped = _run(
+        module_engine, module_models / "up2.onnx", [broken], tmp_path / "s", skip_broken_frames=True
+    )
     assert skipped.ok  # type: ignore[attr-defined]
     arrays, _, _ = decoded(skipped.products[0].path)  # type: ignore[attr-defined]
     assert len(arrays) == 6
@@ -456,7 +475,7 @@ def _garbage_like(packet: av.Packet) -> av.Packet:
 
 
 def test_each_bad_clip_is_refused_with_a_reason_and_the_batch_goes_on(
-    engine: Engine, models: Path, tmp_path: Path
+    module_engine: Engine, module_models: Path, tmp_path: Path
 ) -> None:
     good = make_clip(tmp_path / "good.mp4", 3)
     data = good.read_bytes()
@@ -481,7 +500,7 @@ def test_each_bad_clip_is_refused_with_a_reason_and_the_batch_goes_on(
         for packet in [*a.encode(piece), *a.encode()]:
             out.mux(packet)
     inputs = [truncated, unknown, text, sound, empty, good]
-    result = _run(engine, models / "up2.onnx", inputs, tmp_path / "o")
+    result = _run(module_engine, module_models / "up2.onnx", inputs, tmp_path / "o")
     messages = {f.source.name: f.message for f in result.failures}  # type: ignore[attr-defined]
     assert {f.kind for f in result.failures} == {ErrorKind.BAD_INPUT}  # type: ignore[attr-defined]
     assert "truncated" in messages["truncated.mp4"]
@@ -493,11 +512,11 @@ def test_each_bad_clip_is_refused_with_a_reason_and_the_batch_goes_on(
 
 
 def test_frames_over_the_pixel_limit_are_refused_from_the_header(
-    models: Path, tmp_path: Path
+    module_models: Path, tmp_path: Path
 ) -> None:
     clip = make_clip(tmp_path / "big.mp4", 3, audio=None)
-    engine = Engine(EngineSettings(models_dir=models, max_pixels=64 * 48 - 1))
-    result = _run(engine, models / "up2.onnx", [clip], tmp_path / "o")
+    engine = Engine(EngineSettings(models_dir=module_models, max_pixels=64 * 48 - 1))
+    result = _run(engine, module_models / "up2.onnx", [clip], tmp_path / "o")
     (failure,) = result.failures  # type: ignore[attr-defined]
     assert "64×48" in failure.message and "limit" in failure.message
     assert result.runs == 0  # type: ignore[attr-defined]
@@ -517,13 +536,13 @@ def test_poster_and_frame_n_without_decoding_the_clip(tmp_path: Path) -> None:
     assert np.abs(twentieth.astype(int) - picture(5).astype(int)).mean() > 8
 
 
-def test_command_line_runs_a_clip_with_video_choices(models: Path, tmp_path: Path) -> None:
+def test_command_line_runs_a_clip_with_video_choices(module_models: Path, tmp_path: Path) -> None:
     clip = make_clip(tmp_path / "clip.mp4", 3)
     bad = tmp_path / "bad.mp4"
     bad.write_text("nope")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     command = [sys.executable, "-m", "engine", "run", "upscale", str(clip), str(bad)]
-    command += ["--model", str(models / "up2.onnx"), "--out", str(tmp_path / "o"), "--json"]
+    command += ["--model", str(module_models / "up2.onnx"), "--out", str(tmp_path / "o"), "--json"]
     command += ["--video-codec", "hevc", "--crf", "28"]
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 4, done.stderr  # the bad clip; the good one is still made
@@ -536,16 +555,18 @@ def test_command_line_runs_a_clip_with_video_choices(models: Path, tmp_path: Pat
     assert usage.returncode == 2 and "--crf" in usage.stderr
 
 
-def test_the_size_rule_applies_to_a_clip(engine: Engine, models: Path, tmp_path: Path) -> None:
+def test_the_size_rule_applies_to_a_clip(
+    module_engine: Engine, module_models: Path, tmp_path: Path
+) -> None:
     clip = make_clip(tmp_path / "clip.mp4", 3, audio=None)
     request = OperationRequest(
         Operation.UPSCALE,
-        str(models / "up2.onnx"),
+        str(module_models / "up2.onnx"),
         (clip,),
         output_dir=tmp_path / "o",
         output=OutputOptions(width=101),
     )
-    (product,) = engine.run(request).products
+    (product,) = module_engine.run(request).products
     assert product.path.name == "clip-up2-101w.mp4"
     arrays, _, info = decoded(product.path)
     # An odd side: 4:4:4, which H.264 takes at any size (4:2:0 needs even sides).
@@ -562,7 +583,7 @@ def _partial_bytes(folder: Path) -> int:
 
 
 def test_sigterm_while_a_clip_is_encoded_leaves_no_partial_file(
-    models: Path, tmp_path: Path
+    module_models: Path, tmp_path: Path
 ) -> None:
     import signal
     import time
@@ -571,7 +592,7 @@ def test_sigterm_while_a_clip_is_encoded_leaves_no_partial_file(
     out = tmp_path / "o"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     command = [sys.executable, "-m", "engine", "run", "upscale", str(clip), "--quiet"]
-    command += ["--model", str(models / "up2.onnx"), "--out", str(out), "--tile", "64"]
+    command += ["--model", str(module_models / "up2.onnx"), "--out", str(out), "--tile", "64"]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 60

@@ -17,25 +17,21 @@ from engine.errors import ErrorKind
 from engine.io.video import read_frame
 from engine.options import OutputOptions, VideoOptions, parse_video_options
 from engine.requests import Operation, OperationRequest
-from engine.samples.contract_models import make_upscaler
 from engine.settings import EngineSettings
+from tests.model_files import upscaler
 from tests.video_clips import make_clip, make_resizing_clip, with_stated_size
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("models")
-    make_upscaler(folder / "up2.onnx", scale=2)
-    return folder
+MODELS = {"up2.onnx": upscaler(2)}
 
 
-def _engine_run(models: Path, inputs: list[Path], out: Path, **video: object) -> object:
-    engine = Engine(EngineSettings(models_dir=models, overlap=8))
+def _engine_run(module_models: Path, inputs: list[Path], out: Path, **video: object) -> object:
+    engine = Engine(EngineSettings(models_dir=module_models, overlap=8))
     request = OperationRequest(
         Operation.UPSCALE,
-        str(models / "up2.onnx"),
+        str(module_models / "up2.onnx"),
         tuple(inputs),
         output_dir=out,
         output=OutputOptions(video=VideoOptions(**video)),  # type: ignore[arg-type]
@@ -52,10 +48,10 @@ def _cli(*args: str, limit: int = 120, **popen: object) -> subprocess.CompletedP
 
 
 def test_a_frame_of_another_size_fails_the_clip_with_its_number_and_sizes(
-    models: Path, tmp_path: Path
+    module_models: Path, tmp_path: Path
 ) -> None:
     clip = make_resizing_clip(tmp_path / "grows.mkv", [(64, 48), (64, 48), (200, 150), (64, 48)])
-    result = _engine_run(models, [clip], tmp_path / "o")
+    result = _engine_run(module_models, [clip], tmp_path / "o")
     (failure,) = result.failures  # type: ignore[attr-defined]
     assert failure.kind is ErrorKind.BAD_INPUT
     assert "frame 3 is 200×150, the clip is 64×48" in failure.message
@@ -63,7 +59,12 @@ def test_a_frame_of_another_size_fails_the_clip_with_its_number_and_sizes(
     with pytest.raises(Exception, match="frame 3 is 200×150"):
         read_frame(clip, 2, 10**8)
     done = _cli(
-        "upscale", str(clip), "--model", str(models / "up2.onnx"), "--out", str(tmp_path / "c")
+        "upscale",
+        str(clip),
+        "--model",
+        str(module_models / "up2.onnx"),
+        "--out",
+        str(tmp_path / "c"),
     )
     assert done.returncode == 4, done.stderr
     assert "frame 3 is 200×150, the clip is 64×48" in done.stderr
@@ -83,7 +84,7 @@ def _file_size_limit(limit: int) -> Callable[[], None]:
 
 @pytest.mark.parametrize("codec", ["ffv1", "png"])
 def test_a_full_disk_while_a_clip_is_encoded_is_exit_3_and_leaves_nothing(
-    models: Path, tmp_path: Path, codec: str
+    module_models: Path, tmp_path: Path, codec: str
 ) -> None:
     clip = make_clip(tmp_path / "clip.mp4", 6, size=(320, 240), audio=None)
     out = tmp_path / "o"
@@ -91,7 +92,7 @@ def test_a_full_disk_while_a_clip_is_encoded_is_exit_3_and_leaves_nothing(
         "upscale",
         str(clip),
         "--model",
-        str(models / "up2.onnx"),
+        str(module_models / "up2.onnx"),
         "--out",
         str(out),
         "--video-codec",
@@ -106,27 +107,27 @@ def test_a_full_disk_while_a_clip_is_encoded_is_exit_3_and_leaves_nothing(
 
 
 def test_a_crf_past_what_the_codec_takes_is_refused_naming_the_range(
-    models: Path, tmp_path: Path
+    module_models: Path, tmp_path: Path
 ) -> None:
     clip = make_clip(tmp_path / "clip.mp4", 2, audio=None)
-    model = str(models / "up2.onnx")
+    model = str(module_models / "up2.onnx")
     done = _cli("upscale", str(clip), "--model", model, "--video-codec", "h264", "--crf", "63")
     assert done.returncode == 2, done.stderr
     assert "--crf 63" in done.stderr and "h264 0 to 51" in done.stderr
     assert parse_video_options("vp9", "63").crf == 63  # libvpx goes to 63
     # Left to the input's codec (H.264 here), the same refusal, before anything is written.
-    result = _engine_run(models, [clip], tmp_path / "o", crf=63)
+    result = _engine_run(module_models, [clip], tmp_path / "o", crf=63)
     (failure,) = result.failures  # type: ignore[attr-defined]
     assert failure.kind is ErrorKind.USAGE and "h264 0 to 51" in failure.message
     assert not (tmp_path / "o").exists() or list((tmp_path / "o").iterdir()) == []
 
 
 def test_a_frame_too_large_for_ffmpeg_is_refused_for_its_size_not_as_damaged(
-    models: Path, tmp_path: Path
+    module_models: Path, tmp_path: Path
 ) -> None:
     small = make_clip(tmp_path / "s.mkv", 2, size=(256, 256), codec="ffv1", audio=None)
     huge = with_stated_size(small, tmp_path / "huge.mkv", 17000)
-    result = _engine_run(models, [huge], tmp_path / "o")
+    result = _engine_run(module_models, [huge], tmp_path / "o")
     (failure,) = result.failures  # type: ignore[attr-defined]
     assert failure.kind is ErrorKind.BAD_INPUT
     assert "17000×17000 pixels" in failure.message and "larger than FFmpeg" in failure.message

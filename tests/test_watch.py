@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from engine.samples.contract_models import make_upscaler
+from engine.samples.upscaler_models import make_upscaler
 from engine.watch import STALLED_LOOKS, FolderWatch
 from tests.test_cli import ROOT
 

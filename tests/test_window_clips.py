@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from PySide6.QtGui import QImage
 from pytestqt.qtbot import QtBot
 
 from engine.api import Engine
@@ -31,16 +30,9 @@ from gui.widgets.clip_bar import ClipBar
 from gui.widgets.images import to_qimage
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
 from tests.video_clips import make_clip
-from tests.window_fixtures import drop_files, use_model, wait_ended
+from tests.window_fixtures import as_array, drop_files, use_model, wait_ended
 
 FRAMES = 10
-
-
-def as_array(image: QImage) -> np.ndarray:
-    rgb = image.convertToFormat(QImage.Format.Format_RGB888)
-    h, w = rgb.height(), rgb.width()
-    data = np.frombuffer(rgb.constBits(), np.uint8, count=rgb.bytesPerLine() * h)
-    return data.reshape(h, rgb.bytesPerLine())[:, : w * 3].reshape(h, w, 3).copy()
 
 
 def shown(win: MainWindow) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -233,7 +225,7 @@ def test_geometry_on_a_clip_writes_point_clouds_only_when_ticked(
 
     from engine.options import GeometryOptions
     from engine.requests import ProductKind
-    from engine.samples.contract_models import make_moge
+    from engine.samples.geometry_models import make_moge
     from gui.settings import AppSettings
 
     folder = tmp_path / "models"

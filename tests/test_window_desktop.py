@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QLabel, QWidget
 from pytestqt.qtbot import QtBot
 
 from engine.requests import Operation
-from engine.samples.contract_models import make_upscaler
+from engine.samples.upscaler_models import make_upscaler
 from gui.jobs import JobState
 from gui.main_window import MainWindow
 from gui.widgets.preferences import PreferencesDialog

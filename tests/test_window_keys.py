@@ -15,12 +15,12 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QAbstractButton, QApplication, QFileDialog, QLineEdit, QWidget
 from pytestqt.qtbot import QtBot
 
-from engine.samples.contract_models import make_upscaler
+from engine.samples.upscaler_models import make_upscaler
 from gui.main_window import MainWindow
 from gui.settings import AppSettings
 from tests.engine_helpers import photo
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
-from tests.window_fixtures import WindowFactory, use_model, wait_ended
+from tests.window_fixtures import WindowFactory, settle_layout, use_model, wait_ended
 
 
 def _ready(qtbot: QtBot, win: MainWindow, tmp_path: Path, models: Path) -> None:
@@ -46,7 +46,7 @@ def _pointer_over(qtbot: QtBot, widget: QWidget) -> None:
     step = _moves[0] % 40
     window = widget.window()
     QTest.mouseMove(window, widget.mapTo(window, widget.rect().center() + QPoint(step, step)))
-    qtbot.wait(20)
+    settle_layout()  # the Enter and Leave the move posts are delivered
 
 
 def _pointer_away(qtbot: QtBot, win: MainWindow) -> None:
@@ -178,8 +178,8 @@ def test_a_notice_never_covers_the_viewers_toolbar(
     qtbot.waitUntil(lambda: window.viewer.before is not None)
     viewer = window.viewer
     window.warn("Could not read broken.png: the file ends early. " * 4)
-    qtbot.waitUntil(lambda: bool(window.notice.text()))
-    qtbot.wait(50)
+    qtbot.waitUntil(lambda: bool(window.notice.text()) and window.notice.isVisible())
+    settle_layout()
     notice = window.notice.rect().translated(window.notice.mapTo(window, QPoint()))
     for button in (
         viewer.preview_button,
@@ -195,7 +195,7 @@ def test_a_notice_never_covers_the_viewers_toolbar(
     # nor the picture's top: it stays where it was, and so does the toolbar
     view_top = viewer.view.mapTo(window, QPoint()).y()
     window.notice.dismiss()
-    qtbot.wait(50)
+    settle_layout()
     assert viewer.view.mapTo(window, QPoint()).y() == view_top
 
 
@@ -277,7 +277,7 @@ def test_at_1024x640_three_versions_fit_the_strip_without_scrolling(
         wait_ended(qtbot, win)
     strip = win.viewer.strip
     qtbot.waitUntil(lambda: len(strip.buttons) == 3)
-    qtbot.wait(50)
+    settle_layout()
     bar = strip.horizontalScrollBar()
     assert bar.maximum() == 0, (strip.width(), bar.maximum())
     assert not bar.isVisible()

@@ -19,16 +19,9 @@ from engine.options import OutputFormat, OutputOptions
 from tests.model_files import u2net, upscaler
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
 from tests.toy_operation import TOY
-from tests.window_fixtures import JOB_MS, WindowFactory
+from tests.window_fixtures import WindowFactory, wait_ended
 
 MODELS = {"u2netp.onnx": u2net, "up2.onnx": upscaler(2)}
-
-
-@pytest.fixture
-def toy(monkeypatch: pytest.MonkeyPatch) -> Operation:
-    """The toy operation registered for one test (the table is restored after it)."""
-    monkeypatch.setattr(operation_specs, "_BY_NAME", dict(operation_specs._BY_NAME))
-    return register(TOY)
 
 
 def test_a_fifth_operation_is_offered_by_the_window_and_runs_from_it(
@@ -61,12 +54,7 @@ def test_a_fifth_operation_is_offered_by_the_window_and_runs_from_it(
     win.accept_paths([image])
     qtbot.waitUntil(lambda: bool(win.workspace.sources), timeout=10_000)
     win.jobs.queue(list(win.workspace.sources.values()), settings)
-    qtbot.waitUntil(
-        lambda: (
-            bool(win.workspace.jobs) and all(j.state.ended for j in win.workspace.jobs.values())
-        ),
-        timeout=JOB_MS,
-    )
+    wait_ended(qtbot, win)
     assert (tmp_path / "in-bw.png").is_file()
 
 

@@ -103,8 +103,7 @@ def test_1_at_1_to_1_the_view_shows_the_files_own_pixels(
     assert np.array_equal(got, want)
     # Zoomed in further the detail stays the file's own pixels; zoomed out it is dropped.
     view.zoom_in()
-    qtbot.wait(300)
-    assert view.detail(0) is not None
+    qtbot.waitUntil(lambda: view.detail(0) is not None, timeout=LOAD_MS)
     view.fit()
     qtbot.waitUntil(lambda: view.detail(0) is None, timeout=LOAD_MS)
 

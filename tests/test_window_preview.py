@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 from PySide6.QtCore import QPoint, Qt
-from PySide6.QtGui import QImage
 from PySide6.QtTest import QTest
 from pytestqt.qtbot import QtBot
 
@@ -38,6 +37,7 @@ from gui.main_window import MainWindow
 from tests.engine_helpers import photo
 from tests.model_files import slow, synthetic, u2net, upscaler
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
+from tests.window_fixtures import as_array, wait_ended
 
 JOB_MS = 60_000
 
@@ -94,15 +94,6 @@ def open_image(qtbot: QtBot, win: MainWindow, path: Path) -> None:
     )
 
 
-def wait_ended(qtbot: QtBot, win: MainWindow) -> None:
-    qtbot.waitUntil(
-        lambda: (
-            bool(win.workspace.jobs) and all(j.state.ended for j in win.workspace.jobs.values())
-        ),
-        timeout=JOB_MS,
-    )
-
-
 def wait_preview(qtbot: QtBot, win: MainWindow, events: Events) -> PreviewResult:
     """The newest preview's result, once the view has stopped moving (the debounce)."""
     qtbot.waitUntil(lambda: not win.preview.waiting, timeout=5000)
@@ -115,13 +106,6 @@ def wait_preview(qtbot: QtBot, win: MainWindow, events: Events) -> PreviewResult
 def pixels(path: Path) -> np.ndarray:
     with Image.open(path) as im:
         return np.asarray(im)
-
-
-def as_array(image: QImage) -> np.ndarray:
-    rgb = image.convertToFormat(QImage.Format.Format_RGB888)
-    h, w = rgb.height(), rgb.width()
-    data = np.frombuffer(rgb.constBits(), np.uint8, count=rgb.bytesPerLine() * h)
-    return data.reshape(h, rgb.bytesPerLine())[:, : w * 3].reshape(h, w, 3).copy()
 
 
 def drag(qtbot: QtBot, win: MainWindow, dx: int, dy: int) -> None:

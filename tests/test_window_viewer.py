@@ -20,7 +20,7 @@ from gui.main_window import MainWindow
 from gui.widgets.compare_view import CompareView, ViewMode
 from tests.engine_helpers import gif3, photo
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
-from tests.window_fixtures import drag_files, shown_paths, use_model, wait_ended
+from tests.window_fixtures import drag_files, settle_layout, shown_paths, use_model, wait_ended
 
 
 def _viewer_size(win: MainWindow) -> tuple[int, int]:
@@ -39,18 +39,19 @@ def test_9_the_viewer_takes_the_space(
     window.resize(*size)
     window.accept_paths([photo(tmp_path / "v.png", 64, 48)])
     qtbot.waitUntil(lambda: window.viewer.before is not None)
-    qtbot.wait(50)
+    settle_layout()
     width, height = _viewer_size(window)
     assert width >= least[0] and height >= least[1], (width, height)
     assert window.job_list.height() <= 40  # idle: one line
     # a notice opens under the viewer: the picture and its toolbar do not move
     top = window.viewer.view.mapTo(window, QPoint(0, 0)).y()
     window.warn("Something to say")
-    qtbot.wait(20)
+    qtbot.waitUntil(window.notice.isVisible)
+    settle_layout()
     assert window.viewer.view.mapTo(window, QPoint(0, 0)).y() == top
     # the memory panel leaves the viewer most of its height
     window.show_memory_panel()
-    qtbot.wait(50)
+    settle_layout()
     assert _viewer_size(window)[1] >= least[1] * 0.6
 
 

@@ -15,29 +15,20 @@ from onnx import TensorProto, helper, numpy_helper
 from engine.errors import Cancelled, map_error
 from engine.runtime import chain, winograd
 from engine.runtime.handle import SessionHandle
-from engine.runtime.providers import Device, Runtime, provider_plan
-from engine.runtime.sessions import FileIdentity, SessionCache, SessionKey, create_session
-from engine.samples.contract_models import make_compact_upscaler
+from engine.runtime.providers import Device, Runtime
+from engine.runtime.sessions import SessionCache, SessionKey
+from engine.samples.upscaler_models import make_compact_upscaler
 from tests.engine_helpers import Terminating
+from tests.kernel_models import conv_case, direct_conv3x3, load_chain
 
 pytestmark = pytest.mark.skipif(
     not winograd.available(), reason="the kernel is not built (no C compiler at install)"
 )
 
-PLAN = provider_plan(Device("cpu"), Runtime.CPU)
-
 
 def _ort(path: Path | bytes) -> ort.InferenceSession:
     source = path if isinstance(path, bytes) else str(path)
     return ort.InferenceSession(source, providers=["CPUExecutionProvider"])
-
-
-def _ids(path: Path) -> FileIdentity:
-    return FileIdentity.of(path)
-
-
-def _load(path: Path) -> chain.ChainSession | chain.GraphSession | None:
-    return chain.load(path, _ids(path), 2, lambda g: create_session(g, PLAN, threads=2))
 
 
 def _chain_model(
@@ -110,7 +101,7 @@ def test_a_compact_upscaler_matches_ort(
     model = make_compact_upscaler(
         tmp_path / "m.onnx", scale, features=16, convs=4, downscale=downscale
     )
-    session = _load(model)
+    session = load_chain(model)
     assert isinstance(session, chain.ChainSession)
     x = _image(*size)
     ours = session.run(None, {"input": x})[0]
@@ -123,7 +114,7 @@ def test_a_compact_upscaler_matches_ort(
 @pytest.mark.parametrize("bias", [True, False])
 def test_activations_and_biases_match_ort(tmp_path: Path, act: str, bias: bool) -> None:
     model = _chain_model(tmp_path / "c.onnx", act=act, bias=bias)
-    session = _load(model)
+    session = load_chain(model)
     assert isinstance(session, chain.ChainSession)
     x = _image(21, 34, n=2)  # a batch of two, a width of 8½ tiles
     ours = session.run(["output"], {"input": x})[0]
@@ -145,15 +136,15 @@ def test_a_graph_the_kernel_cannot_take_stays_with_ort(
         change.get("dilation", 1),
     )
     model = _chain_model(tmp_path / "c.onnx", convs=convs, stride=stride, dilation=dilation)
-    assert _load(model) is None
+    assert load_chain(model) is None
     markers = list((tmp_path / ".tessera-optimized").glob("c-*.nochain"))
     assert len(markers) == 1
-    assert _load(model) is None
+    assert load_chain(model) is None
 
 
 def test_the_analysed_chain_is_kept_and_loaded_without_onnx(tmp_path: Path) -> None:
     model = make_compact_upscaler(tmp_path / "m.onnx", 2, features=16, convs=4, downscale=0.5)
-    first = _load(model)
+    first = load_chain(model)
     assert first is not None and first.kept is None  # analysed from the graph
     (kept,) = (tmp_path / ".tessera-optimized").glob("m-*.chain.npz")
     x = _image(19, 26)
@@ -161,7 +152,7 @@ def test_the_analysed_chain_is_kept_and_loaded_without_onnx(tmp_path: Path) -> N
     onnx_module = sys.modules.pop("onnx")
     sys.modules["onnx"] = None  # type: ignore[assignment]  # any `import onnx` now fails
     try:
-        again = _load(model)
+        again = load_chain(model)
     finally:
         sys.modules["onnx"] = onnx_module
     assert again is not None and again.kept == kept
@@ -170,9 +161,9 @@ def test_the_analysed_chain_is_kept_and_loaded_without_onnx(tmp_path: Path) -> N
 
 def test_a_changed_model_is_analysed_again(tmp_path: Path) -> None:
     model = make_compact_upscaler(tmp_path / "m.onnx", 4, features=16, convs=4, seed=1)
-    assert _load(model) is not None
+    assert load_chain(model) is not None
     make_compact_upscaler(model, 4, features=16, convs=4, seed=2)  # new weights, same name
-    session = _load(model)
+    session = load_chain(model)
     assert session is not None and session.kept is None
     x = _image(12, 12)
     theirs = _ort(model).run(None, {"input": x})[0]
@@ -182,10 +173,10 @@ def test_a_changed_model_is_analysed_again(tmp_path: Path) -> None:
 
 def test_a_damaged_kept_chain_is_analysed_again(tmp_path: Path) -> None:
     model = make_compact_upscaler(tmp_path / "m.onnx", 4, features=16, convs=4)
-    assert _load(model) is not None
+    assert load_chain(model) is not None
     (kept,) = (tmp_path / ".tessera-optimized").glob("m-*.chain.npz")
     kept.write_bytes(b"not a zip")
-    session = _load(model)
+    session = load_chain(model)
     assert session is not None and session.kept is None
     x = _image(9, 14)
     theirs = _ort(model).run(None, {"input": x})[0]
@@ -199,7 +190,7 @@ def test_outputs_are_written_into_the_callers_buffer(
     """The tiled operations' path (io_binding): with a tail (ORT writes into the buffer) and
     without one (the kernel's pass does)."""
     model = make_compact_upscaler(tmp_path / "m.onnx", 2, features=16, convs=4, downscale=downscale)
-    session = _load(model)
+    session = load_chain(model)
     assert session is not None
     x = _image(16, 20)
     expected = session.run(None, {"input": x})[0]
@@ -252,10 +243,10 @@ def test_a_kept_chain_of_another_model_is_dropped_and_the_graph_analysed_again(
     """A kept chain under a wrong name (another model's, taking two channels) is never handed
     to the kernel: it is dropped at load and this model's graph analysed again."""
     model = make_compact_upscaler(tmp_path / "m.onnx", 4, features=16, convs=4)
-    assert _load(model) is not None
+    assert load_chain(model) is not None
     (kept,) = (tmp_path / ".tessera-optimized").glob("m-*.chain.npz")
     other = make_compact_upscaler(tmp_path / "o.onnx", 4, features=8, convs=4)
-    assert _load(other) is not None
+    assert load_chain(other) is not None
     (wrong,) = (tmp_path / ".tessera-optimized").glob("o-*.chain.npz")
     data = np.load(wrong)
     arrays = {k: data[k] for k in data.files}
@@ -274,36 +265,16 @@ def test_a_kept_chain_of_another_model_is_dropped_and_the_graph_analysed_again(
 
 def test_the_kernel_alone_matches_a_direct_convolution() -> None:
     """One layer, 40 → 27 channels (both padded), against float64 arithmetic."""
-    rng = np.random.default_rng(3)
-    w = rng.normal(0, 0.2, (27, 40, 3, 3)).astype(np.float32)
-    b = rng.normal(0, 0.1, 27).astype(np.float32)
-    s = rng.uniform(-0.5, 2, 27).astype(np.float32)
-    layer = winograd.Conv3x3.make(w, b, s)
-    h, wd = 13, 30
-    x = np.zeros((h, wd, winograd.padded(40)), np.float32)
-    x[:, :, :40] = rng.normal(0, 1, (h, wd, 40))
+    case = conv_case(winograd.padded(40))
+    layer = winograd.Conv3x3.make(case.w, case.b, case.s)
+    h, wd = case.x.shape[:2]
     out = np.empty((h, wd, winograd.padded(27)), np.float32)
     with winograd.StreamedChain((layer,), h, wd, 0) as one:
-        one.run(x, np.zeros((3, h, wd), np.float32), out, 0, one.steps, 2)
-    ref = _direct(x[:, :, :40], w, b, s)
+        one.run(case.x, np.zeros((3, h, wd), np.float32), out, 0, one.steps, 2)
+    ref = case.expected
     assert out.shape == (h, wd, winograd.padded(27))
     assert np.abs(out[:, :, :27] - ref).max() < 1e-4
     np.testing.assert_array_equal(out[:, :, 27:], 0)  # the padding stays zero for the next layer
-
-
-def _direct(x: np.ndarray, w: np.ndarray, b: np.ndarray, s: np.ndarray) -> np.ndarray:
-    """A 3×3, pad-1 convolution of NHWC `x` in float64, with the bias and the slope."""
-    h, wd = x.shape[:2]
-    p = np.pad(x.astype(np.float64), ((1, 1), (1, 1), (0, 0)))
-    ref = (
-        sum(
-            p[dy : dy + h, dx : dx + wd] @ w[:, :, dy, dx].T.astype(np.float64)
-            for dy in range(3)
-            for dx in range(3)
-        )
-        + b
-    )
-    return np.asarray(np.where(ref < 0, ref * s, ref))
 
 
 def test_one_convolution_reads_and_writes_slices_upscaled_with_residuals() -> None:
@@ -319,7 +290,7 @@ def test_one_convolution_reads_and_writes_slices_upscaled_with_residuals() -> No
     h, wd = 7, 9  # the source's size; the output is 14 × 18
     wide = rng.normal(0, 1, (h, wd, 80)).astype(np.float32)  # reads channels 16..64
     up = wide[:, :, 16:64].repeat(2, 0).repeat(2, 1)
-    ref = _direct(up, w, b, s)
+    ref = direct_conv3x3(up, w, b, s)
     r1 = rng.normal(0, 1, (2 * h, 2 * wd, 64)).astype(np.float32)  # residual at channels 32..64
     r2 = rng.normal(0, 1, (2 * h, 2 * wd, 32)).astype(np.float32)
     ref = (ref * 0.2 + r1[:, :, 32:]) * 0.5 + r2
@@ -339,7 +310,7 @@ def test_one_convolution_reads_and_writes_slices_upscaled_with_residuals() -> No
     small = winograd.Conv3x3.make(w[:5], b[:5], None)
     planar = np.empty((5, 2 * h, 2 * wd), np.float32)
     winograd.conv(small, winograd.Slice(wide, 16), planar, 1, up=2)
-    plain = _direct(up, w[:5], b[:5], np.ones(5, np.float32))
+    plain = direct_conv3x3(up, w[:5], b[:5], np.ones(5, np.float32))
     assert np.abs(planar - plain.transpose(2, 0, 1)).max() < 1e-4
     with pytest.raises(ValueError, match="output"):
         winograd.conv(small, winograd.Slice(wide, 16), np.empty((5, h, wd), np.float32), 1, up=2)

@@ -1,6 +1,7 @@
 """The app's main window for tests, in one place: `make_window` builds one on fresh settings over
 the `models` fixture (up2, up4 and a slow upscaler unless the test module has its own), `window`
-is one such window, and the helpers the window tests share (choosing a model, waiting for the
+is one such window, `engine_thread` a started engine thread over the same models without a
+window, and the helpers the window tests share (choosing a model, waiting for the
 jobs, what the viewer shows, dragging and dropping files, test images). Loaded for every test
 module by tests/conftest.py (`pytest_plugins`), so modules request the fixtures without
 importing them."""
@@ -14,12 +15,13 @@ import numpy as np
 import pytest
 from PIL import Image
 from PySide6.QtCore import QMimeData, QPointF, QSettings, Qt, QUrl
-from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtGui import QDragEnterEvent, QDropEvent, QImage
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
 from engine.requests import Operation
 from engine.settings import EngineSettings
+from gui.engine_thread import EngineThread
 from gui.jobs import SaveTo
 from gui.main_window import MainWindow
 from gui.settings import AppSettings
@@ -81,6 +83,21 @@ def window(make_window: WindowFactory) -> MainWindow:
 JOB_MS = 60_000
 
 
+@pytest.fixture
+def settings(tmp_path: Path) -> AppSettings:
+    """The app's settings in a fresh file of this test's own."""
+    return AppSettings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+
+
+@pytest.fixture
+def engine_thread(models: Path) -> Iterator[EngineThread]:
+    thread = EngineThread(EngineSettings(models_dir=models))
+    thread.start(probe_runtimes=False)
+    yield thread
+    thread.stop()
+    assert not thread.qthread.isRunning()
+
+
 def use_model(win: MainWindow, models: Path, name: str, tile: int | None = None) -> None:
     """Upscale with the model `name` of `models` (and this tile size, 0 for auto, if given)."""
     win.panel.select_operation(Operation.UPSCALE)
@@ -96,6 +113,22 @@ def wait_ended(qtbot: QtBot, win: MainWindow) -> None:
         ),
         timeout=JOB_MS,
     )
+
+
+def settle_layout() -> None:
+    """Deliver the layout requests Qt has posted, and those they post in turn, so geometry is
+    final: instead of waiting a while and hoping the layout ran."""
+    for _ in range(4):
+        QApplication.sendPostedEvents()
+        QApplication.processEvents()
+
+
+def as_array(image: QImage) -> np.ndarray:
+    """A QImage's pixels as an H×W×3 uint8 array (RGB)."""
+    rgb = image.convertToFormat(QImage.Format.Format_RGB888)
+    h, w = rgb.height(), rgb.width()
+    data = np.frombuffer(rgb.constBits(), np.uint8, count=rgb.bytesPerLine() * h)
+    return data.reshape(h, rgb.bytesPerLine())[:, : w * 3].reshape(h, w, 3).copy()
 
 
 def shown_paths(win: MainWindow) -> tuple[Path | None, Path | None]:

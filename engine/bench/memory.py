@@ -24,8 +24,11 @@ from engine.api import Engine
 from engine.bench.table import Row, Table
 from engine.requests import Operation, OperationRequest, Result
 from engine.runtime import memory
-from engine.samples.contract_models import make_da3, make_moge, make_u2net, make_upscaler
+from engine.samples.background_models import make_u2net
+from engine.samples.depth_models import make_da3
+from engine.samples.geometry_models import make_moge
 from engine.samples.synthetic import test_image
+from engine.samples.upscaler_models import make_upscaler
 from engine.settings import EngineSettings
 
 HELD_TARGET = 48 << 20  # DESIGN §7: within 48 MB of the RSS after loading

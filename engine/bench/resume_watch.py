@@ -25,7 +25,7 @@ from engine.bench.table import Row, Table, scratch
 from engine.options import OutputOptions
 from engine.requests import Operation, OperationRequest
 from engine.resume import plan_resume
-from engine.samples.contract_models import make_upscaler
+from engine.samples.upscaler_models import make_upscaler
 from engine.settings import EngineSettings
 from engine.watch import FolderWatch
 from engine.watch_cli import DEFAULT_INTERVAL_S

@@ -25,7 +25,7 @@ from engine.bench.startup import _app_env
 from engine.bench.table import Row, Table
 from engine.io.image import Rows
 from engine.io.png import encode_png
-from engine.samples.contract_models import make_upscaler
+from engine.samples.upscaler_models import make_upscaler
 
 IN_VIEW_GOAL = 300e6  # bytes above the idle window
 UNLOADED_GOAL = 50e6

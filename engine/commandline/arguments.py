@@ -9,8 +9,8 @@ from typing import NoReturn
 
 from engine.errors import UsageError
 from engine.operation_specs import operations
+from engine.options import parse_tile
 
-TILE_RANGE = (16, 65536)
 MEGABYTES_RANGE = (1, 16 * 1024 * 1024)  # 1 MB … 16 TiB
 
 
@@ -22,18 +22,10 @@ class Parser(argparse.ArgumentParser):
 
 
 def _tile(text: str) -> int | None:
-    if text.strip().lower() == "auto":
-        return None
-    low, high = TILE_RANGE
     try:
-        value = int(text.strip())
-    except ValueError:
-        value = None
-    if value is None or not low <= value <= high:
-        raise argparse.ArgumentTypeError(
-            f"--tile takes a whole number of pixels from {low} to {high}, or auto; not {text!r}"
-        )
-    return value
+        return parse_tile(text)
+    except UsageError as e:  # argparse says it in its own one-line error
+        raise argparse.ArgumentTypeError(str(e)) from e
 
 
 def _megabytes(text: str) -> int:

@@ -432,26 +432,29 @@ _contract_cache: dict[tuple[str, FileIdentity, Family | None], Contract] = {}
 _CONTRACT_CACHE_MAX = 64
 
 
-def _cache_key(path: Path, family: Family | None) -> tuple[str, FileIdentity, Family | None]:
-    return (str(path.resolve()), FileIdentity.read(path), family)
-
-
 def validate_model(path: Path, family: Family | None = None) -> Contract:
     """`inspect_model`, remembered per file version: a second request for the same model
     costs a stat, not a parse of its weights."""
     path = Path(path)
     try:
-        key = _cache_key(path, family)
+        # Read once: the contract is kept for the version it was read from, even if the
+        # file is replaced while its graph is parsed.
+        identity = FileIdentity.read(path)
+        key = (str(path.resolve()), identity, family)
+        version = identity.digest()
+        record = _contract_record(
+            path, family, identity.digest(family and family.value, CONTRACT_RECORD_VERSION)
+        )
     except OSError:
         return inspect_model(path, family)  # raises the readable error
     with _contract_lock:
         cached = _contract_cache.get(key)
     if cached is not None:
         return cached
-    contract = _kept_contract(path, family)
+    contract = _kept_contract(path, record, version)
     if contract is None:
         contract = inspect_model(path, family)
-        _keep_contract(path, family, contract)
+        _keep_contract(record, version, contract)
     with _contract_lock:
         if len(_contract_cache) >= _CONTRACT_CACHE_MAX:
             _contract_cache.clear()
@@ -465,10 +468,11 @@ def validate_model(path: Path, family: Family | None = None) -> Contract:
 CONTRACT_RECORD_VERSION = 1  # bump when Contract or the family rules change
 
 
-def _contract_record(path: Path, family: Family | None) -> Path:
+def _contract_record(path: Path, family: Family | None, digest: str) -> Path:
+    """Where the contract of the file version `digest` names (with its family and the record's
+    version) is kept."""
     from engine.runtime.optimize import FOLDER
 
-    digest = FileIdentity.read(path).digest(family and family.value, CONTRACT_RECORD_VERSION)
     kind = family.value if family else "any"
     return path.parent / FOLDER / f"{path.stem}-{kind}-{digest}.contract.json"
 
@@ -482,7 +486,7 @@ def _spec_of(d: dict[str, Any]) -> TensorSpec:
     return TensorSpec(str(d["name"]), str(d["dtype"]), None if shape is None else tuple(shape))
 
 
-def _keep_contract(path: Path, family: Family | None, c: Contract) -> None:
+def _keep_contract(record: Path, version: str, c: Contract) -> None:
     data = {
         **{f.name: getattr(c, f.name) for f in fields(c)},
         "family": c.family.value,
@@ -491,10 +495,9 @@ def _keep_contract(path: Path, family: Family | None, c: Contract) -> None:
         "outputs": [_spec_json(t) for t in c.outputs],
         "fixed_size": list(c.fixed_size) if c.fixed_size else None,
         "external_data": list(c.external_data),
-        "model": FileIdentity.read(path).digest(),  # the version it describes (read back)
+        "model": version,  # the version it describes (read back)
     }
     try:
-        record = _contract_record(path, family)
         record.parent.mkdir(exist_ok=True)
         partial = record.with_name(f".{record.name}.partial-{os.getpid()}")
         partial.write_text(json.dumps(data), encoding="utf-8")
@@ -507,11 +510,10 @@ def _keep_contract(path: Path, family: Family | None, c: Contract) -> None:
             old.unlink(missing_ok=True)
 
 
-def _kept_contract(path: Path, family: Family | None) -> Contract | None:
+def _kept_contract(path: Path, record: Path, version: str) -> Contract | None:
     try:
-        record = _contract_record(path, family)
         data = json.loads(record.read_text(encoding="utf-8"))
-        if not isinstance(data, dict) or data.get("model") != FileIdentity.read(path).digest():
+        if not isinstance(data, dict) or data.get("model") != version:
             # Another model's record under this one's name: it goes, the graph is read.
             record.unlink(missing_ok=True)
             return None

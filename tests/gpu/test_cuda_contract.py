@@ -27,7 +27,7 @@ from engine.requests import Operation, OperationRequest
 from engine.runtime.devices import _probe_model
 from engine.runtime.providers import CUDA_EP, Device, Runtime, provider_plan
 from engine.runtime.sessions import create_session
-from engine.samples.contract_models import make_upscaler
+from engine.samples.upscaler_models import make_upscaler
 from engine.settings import EngineSettings
 from tests.engine_helpers import photo
 

@@ -18,7 +18,7 @@ from engine.bench.samplers import GpuMeter
 from engine.requests import Operation, OperationRequest
 from engine.runtime import arena
 from engine.runtime.arena import USE_ENV_ALLOCATORS
-from engine.samples.contract_models import make_upscaler
+from engine.samples.upscaler_models import make_upscaler
 from engine.settings import EngineSettings
 from tests.engine_helpers import photo
 from tests.gpu.test_cuda_contract import REASON
