@@ -11,8 +11,13 @@ messages of engine/wire.py:
   standalone;
 - the request is queued on the engine thread after the jobs already queued, and appears in
   the job list marked as coming from the command line;
-- its progress and its one terminal outcome go back; the command line's cancel, or its
-  connection closing (the terminal closed, the process killed), cancels the job.
+- its progress and its one terminal outcome go back, and an Alive every second while it is
+  queued or running (the command line takes a silence of `wire.stall_seconds()` for a hung
+  or stopped app); the command line's cancel, or its connection closing (the terminal
+  closed, the process killed), cancels the job;
+- the command line's Abandon (it stopped waiting and runs the request itself) cancels the
+  job, and whatever the job still wrote — it ended before the app read the Abandon, e.g. the
+  app was stopped — is removed, never reported: only the command line's own product stays.
 
 The socket lives in the private runtime folder (0700, owner checked) and is owner-only
 itself; the app records it in its process record (`endpoint`) for `engine memory`.
@@ -20,6 +25,7 @@ itself; the app records it in its process record (`endpoint`) for `engine memory
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -50,6 +56,7 @@ ANSWER_TIMEOUT_MS = 500  # another app that already serves the socket answers wi
 MAX_CLIENTS = 64  # connections at once; more are closed at accept (each holds a buffer)
 MAX_UNFINISHED = 4 * 1024 * 1024  # bytes of a frame not yet whole (a request of 10,000 paths fits)
 IDLE_MS = 10_000  # a connection that has not sent its request by then is dropped
+ALIVE_MS = int(wire.HEARTBEAT_S * 1000)  # an Alive to every waiting command line this often
 WATCH_MS = 1000  # how often the server is checked: Qt closes it for good on an accept error
 # Every command line numbers its first request "job-1", as the window numbers its own: the
 # engine knows a joined request by an id of the app's making, unique in this process.
@@ -71,6 +78,7 @@ class _Client:
     request_id: str | None = None  # the command line's id, in every message it is sent
     engine_id: str | None = None  # the same request's id in this app's engine and job list
     ended: bool = False  # its terminal outcome was sent
+    reading: bool = False  # in _on_ready_read: what it sends does not read again
 
 
 class JoinedRequests(QObject):
@@ -88,9 +96,14 @@ class JoinedRequests(QObject):
         self._server: QLocalServer | None = None
         self._clients: dict[QLocalSocket, _Client] = {}
         self._by_request: dict[str, _Client] = {}
+        self._gave_up: set[str] = set()  # jobs whose command line runs them itself (Abandon)
         self._watch = QTimer(self)  # re-listens when Qt closed the server (an accept error)
         self._watch.setInterval(WATCH_MS)
         self._watch.timeout.connect(self._relisten)
+        self._alive = QTimer(self)  # the command lines waiting on a job hear from the app
+        self._alive.setInterval(ALIVE_MS)
+        self._alive.timeout.connect(self._send_alive)
+        self.requestJoined.connect(self._keep_alive)
         engine.progressChanged.connect(self._on_progress)
         engine.operationFinished.connect(self._on_ended)
         engine.operationFailed.connect(self._on_ended)
@@ -138,6 +151,7 @@ class JoinedRequests(QObject):
     def close(self) -> None:
         """Stop listening; the command lines still connected see the connection end."""
         self._watch.stop()
+        self._alive.stop()
         for client in list(self._clients.values()):
             client.socket.abort()
         self._clients.clear()
@@ -181,11 +195,38 @@ class JoinedRequests(QObject):
             self._drop(client)
 
     def _send(self, client: _Client, message: wire.Message) -> None:
+        if client.engine_id is not None and not client.reading:
+            self._hear(client)
         if client.socket.state() == QLocalSocket.LocalSocketState.ConnectedState:
             client.socket.write(wire.encode(message))
             client.socket.flush()
 
+    def _hear(self, client: _Client) -> None:
+        """Read what the command line sent before writing to it: Qt ends a connection on a
+        write the peer closed, and drops what was unread — the Abandon of a command line that
+        gave up while this app was stopped, then ended."""
+        socket = client.socket
+        if socket.state() != QLocalSocket.LocalSocketState.ConnectedState:
+            return
+        blocked = socket.blockSignals(True)  # handled here, in order
+        try:
+            socket.waitForReadyRead(0)
+        finally:
+            socket.blockSignals(blocked)
+        if socket.bytesAvailable() > 0:
+            self._on_ready_read(client)
+        gone = socket.state() == QLocalSocket.LocalSocketState.UnconnectedState
+        if gone and socket in self._clients:
+            self._on_disconnected(client)  # its signal went by while blocked
+
     def _on_ready_read(self, client: _Client) -> None:
+        client.reading = True
+        try:
+            self._read(client)
+        finally:
+            client.reading = False
+
+    def _read(self, client: _Client) -> None:
         data = bytes(client.socket.readAll().data())
         if client.ended:
             return  # answered and closing: the rest is not read
@@ -217,6 +258,14 @@ class JoinedRequests(QObject):
                     log.warning("command line requests: %s sent twice", message.id)
             elif isinstance(message, wire.Cancel) and message.request_id == client.request_id:
                 self._cancel(client)
+            elif isinstance(message, wire.Abandon) and message.request_id == client.request_id:
+                if client.engine_id is not None:
+                    self._gave_up.add(client.engine_id)  # what the job writes is removed
+                log.info(
+                    "command line requests: %s abandoned; run in its own process",
+                    message.request_id,
+                )
+                self._cancel(client)
 
     def _on_hello(self, client: _Client, hello: wire.Hello) -> None:
         from engine import __version__
@@ -235,7 +284,12 @@ class JoinedRequests(QObject):
 
         me = f"the app (pid {os.getpid()})"
         settings = self.engine.settings
-        if hello.protocol != wire.PROTOCOL or hello.version != __version__:
+        if hello.protocol != wire.PROTOCOL:  # messages it would not know (Alive, Abandon)
+            return (
+                f"{me} speaks join protocol {wire.PROTOCOL}, this command line "
+                f"{hello.protocol} (Tessera {hello.version})."
+            )
+        if hello.version != __version__:
             return f"{me} is Tessera {__version__}, this command line {hello.version}."
         ours = os.path.realpath(settings.resolved_models_dir().expanduser())
         if hello.models_dir is not None and os.path.realpath(hello.models_dir) != ours:
@@ -286,6 +340,8 @@ class JoinedRequests(QObject):
             self.engine.cancel(client.engine_id)
 
     def _on_disconnected(self, client: _Client) -> None:
+        if client.socket.bytesAvailable() > 0:
+            self._on_ready_read(client)  # its last words (an Abandon) before it closed
         self._cancel(client)  # the terminal is gone: nobody waits for this job
         self._drop(client)
 
@@ -297,6 +353,50 @@ class JoinedRequests(QObject):
             client.socket.abort()
         client.socket.deleteLater()
 
+    # -- the command line's patience ----------------------------------------------------------
+    def _keep_alive(self) -> None:
+        if not self._alive.isActive():
+            self._alive.start()
+
+    def _send_alive(self) -> None:
+        if not self._by_request:
+            self._alive.stop()
+            return
+        for client in list(self._by_request.values()):
+            if client.request_id is not None and not client.ended:
+                self._send(client, wire.Alive(client.request_id))
+
+    def _abandoned(
+        self, client: _Client | None, outcome: Result | OperationFailure | OperationCancellation
+    ) -> bool:
+        """Whether the command line gave up on this job (then the products of the job are
+        removed: the command line made its own). Its Abandon is read here if still unread,
+        before the outcome goes out: an app that was stopped finds it so when the job ends."""
+        job = outcome.request_id
+        if client is not None and job not in self._gave_up and not client.reading:
+            self._hear(client)
+        if job not in self._gave_up:
+            return False
+        self._gave_up.discard(job)
+        if client is not None:
+            client.ended = True
+            if client.socket in self._clients:
+                self._drop(client)
+        written = (
+            [p.path for p in outcome.products] if isinstance(outcome, Result) else outcome.products
+        )
+        for path in written:
+            with contextlib.suppress(OSError):
+                if path.is_file():
+                    path.unlink()
+        log.info(
+            "command line requests: %s ended after its command line stopped waiting; "
+            "removed %d product(s)",
+            job,
+            len(written),
+        )
+        return True
+
     # -- the engine's signals -----------------------------------------------------------------
     def _on_progress(self, event: Progress) -> None:
         client = self._by_request.get(event.request_id)
@@ -305,7 +405,7 @@ class JoinedRequests(QObject):
 
     def _on_ended(self, outcome: Result | OperationFailure | OperationCancellation) -> None:
         client = self._by_request.pop(outcome.request_id, None)
-        if client is None or client.request_id is None:
+        if self._abandoned(client, outcome) or client is None or client.request_id is None:
             return
         client.ended = True
         self._send(client, dataclasses.replace(outcome, request_id=client.request_id))
