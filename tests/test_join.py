@@ -797,8 +797,8 @@ def test_the_server_drops_idle_and_oversized_clients_and_listens_again_after_an_
         greedy.close()
 
         # Qt closes a local server for good on an accept error: it listens again by itself.
-        assert served._server is not None
-        served._server.close()
+        assert served._server.listener is not None
+        served._server.listener.close()
         image = photo(tmp_path / "after.png", 24, 16)
         request = OperationRequest(
             Operation.UPSCALE, str(models / "up2.onnx"), (image,), output_dir=tmp_path / "after"

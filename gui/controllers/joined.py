@@ -34,11 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
-from PySide6.QtNetwork import QLocalServer, QLocalSocket
+from PySide6.QtNetwork import QLocalSocket
 
 from engine import wire
 from engine.errors import EngineError, ErrorKind
-from engine.join import descriptor_peer_uid
 from engine.requests import (
     OperationCancellation,
     OperationFailure,
@@ -48,16 +47,15 @@ from engine.requests import (
 )
 from gui.engine_thread import EngineThread
 from gui.jobs import Job
+from gui.local_server import LocalServer
 from gui.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
 ANSWER_TIMEOUT_MS = 500  # another app that already serves the socket answers within this
-MAX_CLIENTS = 64  # connections at once; more are closed at accept (each holds a buffer)
 MAX_UNFINISHED = 4 * 1024 * 1024  # bytes of a frame not yet whole (a request of 10,000 paths fits)
 IDLE_MS = 10_000  # a connection that has not sent its request by then is dropped
 ALIVE_MS = int(wire.HEARTBEAT_S * 1000)  # an Alive to every waiting command line this often
-WATCH_MS = 1000  # how often the server is checked: Qt closes it for good on an accept error
 # Every command line numbers its first request "job-1", as the window numbers its own: the
 # engine knows a joined request by an id of the app's making, unique in this process.
 _joined_ids = itertools.count(1)
@@ -78,7 +76,7 @@ class _Client:
     request_id: str | None = None  # the command line's id, in every message it is sent
     engine_id: str | None = None  # the same request's id in this app's engine and job list
     ended: bool = False  # its terminal outcome was sent
-    reading: bool = False  # in _on_ready_read: what it sends does not read again
+    reading: bool = False  # in received(): what it sends does not read again
 
 
 class JoinedRequests(QObject):
@@ -93,13 +91,17 @@ class JoinedRequests(QObject):
         self.workspace = workspace
         self.engine = engine
         self.path: Path | None = None
-        self._server: QLocalServer | None = None
+        # The accept loop, peer check and limits (gui/local_server.py); the messages are here.
+        self._server = LocalServer(
+            "command line requests",
+            self,
+            max_unfinished=MAX_UNFINISHED,
+            idle_ms=IDLE_MS,
+            parent=self,
+        )
         self._clients: dict[QLocalSocket, _Client] = {}
         self._by_request: dict[str, _Client] = {}
         self._gave_up: set[str] = set()  # jobs whose command line runs them itself (Abandon)
-        self._watch = QTimer(self)  # re-listens when Qt closed the server (an accept error)
-        self._watch.setInterval(WATCH_MS)
-        self._watch.timeout.connect(self._relisten)
         self._alive = QTimer(self)  # the command lines waiting on a job hear from the app
         self._alive.setInterval(ALIVE_MS)
         self._alive.timeout.connect(self._send_alive)
@@ -122,78 +124,43 @@ class JoinedRequests(QObject):
             log.info("command line requests: another Tessera serves %s", path)
             return False
         probe.abort()
-        QLocalServer.removeServer(str(path))  # left by an app that ended
-        server = QLocalServer(self)
-        server.setSocketOptions(QLocalServer.SocketOption.UserAccessOption)
-        if not server.listen(str(path)):
-            log.warning(
-                "command line requests: cannot listen on %s (%s)", path, server.errorString()
-            )
-            server.deleteLater()
+        if not self._server.listen(str(path)):
             return False
-        server.newConnection.connect(self._on_new_connection)
-        self._server, self.path = server, path
-        self._watch.start()
+        self.path = path
         return True
-
-    def _relisten(self) -> None:
-        server, path = self._server, self.path
-        if server is None or path is None or server.isListening():
-            return
-        log.warning(
-            "command line requests: the server stopped (%s); listening again", server.errorString()
-        )
-        server.deleteLater()
-        self._server = None
-        if not self.listen(path):
-            self.path = path  # tried again at the next tick
 
     def close(self) -> None:
         """Stop listening; the command lines still connected see the connection end."""
-        self._watch.stop()
         self._alive.stop()
-        for client in list(self._clients.values()):
-            client.socket.abort()
+        self._server.close()  # removes the socket file, ends every connection
         self._clients.clear()
         self._by_request.clear()
-        if self._server is not None:
-            self._server.close()  # removes the socket file
-            self._server.deleteLater()
-            self._server = None
 
-    def _on_new_connection(self) -> None:
-        server = self._server
-        while server is not None and server.hasPendingConnections():
-            socket = server.nextPendingConnection()
-            if socket is None:
-                break
-            uid = descriptor_peer_uid(int(socket.socketDescriptor()))
-            if uid is not None and hasattr(os, "getuid") and uid != os.getuid():
-                log.warning("command line requests: refused user %d's connection", uid)
-                socket.abort()
-                socket.deleteLater()
-                continue
-            if len(self._clients) >= MAX_CLIENTS:
-                log.warning(
-                    "command line requests: %d connections already; refused one", MAX_CLIENTS
-                )
-                socket.abort()
-                socket.deleteLater()
-                continue
-            client = _Client(socket)
-            self._clients[socket] = client
-            QTimer.singleShot(IDLE_MS, socket, lambda c=client: self._drop_if_idle(c))
-            socket.readyRead.connect(lambda c=client: self._on_ready_read(c))
-            socket.disconnected.connect(lambda c=client: self._on_disconnected(c))
-            if socket.bytesAvailable() > 0:
-                self._on_ready_read(client)
+    # -- the server's Connections -------------------------------------------------------------
+    def accepted(self, socket: QLocalSocket) -> None:
+        self._clients[socket] = _Client(socket)
+
+    def idle(self, socket: QLocalSocket) -> bool:
+        client = self._clients.get(socket)
+        return client is not None and client.request_id is None  # no request by IDLE_MS
+
+    def closed(self, socket: QLocalSocket) -> None:
+        client = self._clients.get(socket)
+        if client is not None:
+            self._on_disconnected(client)
+
+    def received(self, socket: QLocalSocket, data: bytes) -> int:
+        client = self._clients.get(socket)
+        if client is None:
+            return 0
+        client.reading = True
+        try:
+            self._read(client, data)
+        finally:
+            client.reading = False
+        return client.reader.pending
 
     # -- one client ---------------------------------------------------------------------------
-    def _drop_if_idle(self, client: _Client) -> None:
-        if client.request_id is None and client.socket in self._clients:
-            log.info("command line requests: dropped a connection that sent no request")
-            self._drop(client)
-
     def _send(self, client: _Client, message: wire.Message) -> None:
         if client.engine_id is not None and not client.reading:
             self._hear(client)
@@ -205,35 +172,11 @@ class JoinedRequests(QObject):
         """Read what the command line sent before writing to it: Qt ends a connection on a
         write the peer closed, and drops what was unread — the Abandon of a command line that
         gave up while this app was stopped, then ended."""
-        socket = client.socket
-        if socket.state() != QLocalSocket.LocalSocketState.ConnectedState:
-            return
-        blocked = socket.blockSignals(True)  # handled here, in order
-        try:
-            socket.waitForReadyRead(0)
-        finally:
-            socket.blockSignals(blocked)
-        if socket.bytesAvailable() > 0:
-            self._on_ready_read(client)
-        gone = socket.state() == QLocalSocket.LocalSocketState.UnconnectedState
-        if gone and socket in self._clients:
-            self._on_disconnected(client)  # its signal went by while blocked
+        self._server.hear(client.socket)
 
-    def _on_ready_read(self, client: _Client) -> None:
-        client.reading = True
-        try:
-            self._read(client)
-        finally:
-            client.reading = False
-
-    def _read(self, client: _Client) -> None:
-        data = bytes(client.socket.readAll().data())
+    def _read(self, client: _Client, data: bytes) -> None:
         if client.ended:
             return  # answered and closing: the rest is not read
-        if client.reader.pending + len(data) > MAX_UNFINISHED:
-            log.warning("command line requests: dropped a connection sending a frame too large")
-            self._drop(client)
-            return
         try:
             messages = client.reader.feed(data)
         except wire.WireError as e:
@@ -340,8 +283,6 @@ class JoinedRequests(QObject):
             self.engine.cancel(client.engine_id)
 
     def _on_disconnected(self, client: _Client) -> None:
-        if client.socket.bytesAvailable() > 0:
-            self._on_ready_read(client)  # its last words (an Abandon) before it closed
         self._cancel(client)  # the terminal is gone: nobody waits for this job
         self._drop(client)
 
@@ -349,9 +290,7 @@ class JoinedRequests(QObject):
         self._clients.pop(client.socket, None)
         if client.engine_id is not None:
             self._by_request.pop(client.engine_id, None)
-        if client.socket.state() != QLocalSocket.LocalSocketState.UnconnectedState:
-            client.socket.abort()
-        client.socket.deleteLater()
+        self._server.drop(client.socket)
 
     # -- the command line's patience ----------------------------------------------------------
     def _keep_alive(self) -> None:
@@ -380,8 +319,7 @@ class JoinedRequests(QObject):
         self._gave_up.discard(job)
         if client is not None:
             client.ended = True
-            if client.socket in self._clients:
-                self._drop(client)
+            self._drop(client)
         written = (
             [p.path for p in outcome.products] if isinstance(outcome, Result) else outcome.products
         )
