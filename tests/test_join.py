@@ -255,6 +255,15 @@ def test_ctrl_c_cancels_the_apps_job_and_the_app_serves_the_next(
     assert app.process.poll() is None
 
 
+def _app_holds(app: App, model: str) -> bool:
+    """Whether the app's process record lists a session of `model`."""
+    try:
+        data = json.loads((app.records / f"{app.pid}.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return any(s.get("model") == model for s in data.get("sessions", []))
+
+
 def test_a_stopped_app_sends_the_run_standalone_and_drops_its_own_late_product(
     app: App, tmp_path: Path
 ) -> None:
@@ -273,14 +282,10 @@ def test_a_stopped_app_sends_the_run_standalone_and_drops_its_own_late_product(
     stopped = False
     try:
         deadline = time.monotonic() + 120
-        while not any(  # the app is running it: it holds the slow model
-            s["model"] == slow.stem
-            for p in app.held()
-            for s in p["sessions"]  # type: ignore[attr-defined]
-        ):
-            assert cli.poll() is None, cli.communicate()
+        while not _app_holds(app, slow.stem):  # loaded: its runs begin now (the record is
+            assert cli.poll() is None, cli.communicate()  # read here, not by a process)
             assert time.monotonic() < deadline, "the app never ran the command line's job"
-            time.sleep(0.2)
+            time.sleep(0.02)
         app.process.send_signal(signal.SIGSTOP)
         stopped = True
         stdout, err = cli.communicate(timeout=240)  # without the bound: forever
