@@ -156,5 +156,11 @@ def _connect(hello: wire.Hello, path: Path) -> Joined | Standalone | None:
     if not answer.accepted:
         sock.close()
         return Standalone(f"Running standalone: {answer.reason}")
+    if answer.protocol != wire.PROTOCOL:  # an app that welcomes what it cannot speak
+        sock.close()
+        return Standalone(
+            f"Running standalone: the app (pid {answer.pid}) speaks join protocol "
+            f"{answer.protocol}, this command line {wire.PROTOCOL}."
+        )
     joined.welcome = answer
     return joined

@@ -13,8 +13,14 @@ A conversation, one request per connection:
     OperationRequest (paths absolute) →
                                     ←   Queued (jobs ahead of it)
                                     ←   Progress …
+                                    ←   Alive (every HEARTBEAT_S while queued or running)
     Cancel (Ctrl-C / SIGTERM)       →   (at any time)
+    Abandon (no word for STALL_S)   →   (the command line runs it itself; the app drops it)
                                     ←   Result | OperationFailure | OperationCancellation
+
+The command line never waits without limit: with no message for `stall_seconds()` it sends
+Abandon, closes, says so in one line and runs the request in its own process; whatever the
+app's job writes after that is removed by the app (gui/controllers/joined.py).
 
 The bodies are the engine's own frozen dataclasses (requests.py), converted field by field
 from their type annotations, so a field added there travels without a change here. Unknown
@@ -55,7 +61,10 @@ from engine.requests import (
     Result,
 )
 
-PROTOCOL = 1
+PROTOCOL = 2  # 2: Alive and Abandon
+HEARTBEAT_S = 1.0  # the app's Alive to a command line whose request is queued or running
+STALL_S = 8.0  # no message for this long: the app stopped answering (a hung or stopped app)
+STALL_ENV = "TESSERA_JOIN_STALL_S"  # tests shorten it
 HEADER = struct.Struct(">I")
 MAX_MESSAGE = 16 * 1024 * 1024  # thousands of long paths fit; anything larger is not ours
 
@@ -102,6 +111,32 @@ class Cancel:
     signal: str  # "SIGINT" or "SIGTERM": the terminal's exit code follows it
 
 
+@dataclass(frozen=True)
+class Alive:
+    """The app still holds the request (queued behind other jobs, or running without a
+    progress event for a while): the command line's sign that the app answers."""
+
+    request_id: str
+
+
+@dataclass(frozen=True)
+class Abandon:
+    """The command line gave up waiting and runs the request itself: the app cancels the job
+    and removes whatever it still writes, so the two never both publish a product."""
+
+    request_id: str
+
+
+def stall_seconds() -> float:
+    """How long the command line waits for a word from the app (`STALL_ENV` overrides)."""
+    text = os.environ.get(STALL_ENV, "")
+    try:
+        value = float(text) if text else STALL_S
+    except ValueError:
+        return STALL_S
+    return value if value > 0 else STALL_S
+
+
 Message = (
     Hello
     | Welcome
@@ -109,6 +144,8 @@ Message = (
     | Queued
     | Progress
     | Cancel
+    | Alive
+    | Abandon
     | Result
     | OperationFailure
     | OperationCancellation
@@ -121,6 +158,8 @@ TYPES: dict[str, type[Any]] = {
     "queued": Queued,
     "progress": Progress,
     "cancel": Cancel,
+    "alive": Alive,
+    "abandon": Abandon,
     "result": Result,
     "failure": OperationFailure,
     "cancellation": OperationCancellation,

@@ -44,11 +44,12 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from PySide6.QtCore import QCoreApplication, QLockFile, QObject, QTimer, Signal
+from PySide6.QtCore import QCoreApplication, QLockFile, QObject, Signal
 from PySide6.QtNetwork import QLocalServer, QLocalSocket
 
 from engine.join import descriptor_peer_uid
 from engine.settings import default_data_dir, private_runtime_dir
+from gui.local_server import LocalServer
 
 log = logging.getLogger(__name__)
 
@@ -161,13 +162,14 @@ class SingleInstance(QObject):
         # None: no private folder can be trusted; this launch neither hands off nor listens.
         self.server_name = name if name is not None else server_name()
         self.untrusted = False  # a listener of another user answered
-        self._server: QLocalServer | None = None
+        # The accept loop, peer check and limits (gui/local_server.py), made when it listens.
+        self._server: LocalServer | None = None
         self._peer: QLocalSocket | None = None
         self._buffers: dict[QLocalSocket, bytearray] = {}
 
     @property
     def is_listening(self) -> bool:
-        return self._server is not None and self._server.isListening()
+        return self._server is not None and self._server.is_listening
 
     def try_acquire(self, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> bool:
         """True: this process is the first instance (and listens). False: another one answers.
@@ -231,9 +233,6 @@ class SingleInstance(QObject):
     def close(self) -> None:
         """Stop listening (removes the socket file) and drop any connection."""
         self._drop_peer()
-        for socket in list(self._buffers):
-            socket.abort()
-            socket.deleteLater()
         self._buffers.clear()
         if self._server is not None:
             self._server.close()
@@ -271,60 +270,55 @@ class SingleInstance(QObject):
         if QCoreApplication.instance() is None:
             raise RuntimeError("create the QApplication before SingleInstance listens")
         assert self.server_name is not None
-        server = QLocalServer(self)
-        # the socket file (or pipe) is accessible to this user only
-        server.setSocketOptions(QLocalServer.SocketOption.UserAccessOption)
+        server = LocalServer(
+            "single instance",
+            self,
+            max_unfinished=HEADER.size + MAX_MESSAGE,
+            idle_ms=CONNECTION_TIMEOUT_MS,
+            parent=self,
+        )
         if not server.listen(self.server_name):
-            log.warning(
-                "single instance: cannot listen on %s (%s); later launches will start their own",
-                self.server_name,
-                server.errorString(),
-            )
+            log.warning("single instance: later launches will start their own window")
             server.deleteLater()
             return
-        server.newConnection.connect(self._on_new_connection)
         self._server = server
 
-    def _on_new_connection(self) -> None:
-        server = self._server
-        while server is not None and server.hasPendingConnections():
-            socket = server.nextPendingConnection()
-            if socket is None:
-                break
-            self._buffers[socket] = bytearray()
-            socket.readyRead.connect(lambda s=socket: self._on_ready_read(s))
-            socket.disconnected.connect(lambda s=socket: self._forget(s))
-            QTimer.singleShot(CONNECTION_TIMEOUT_MS, socket, lambda s=socket: self._forget(s))
-            if socket.bytesAvailable() > 0:
-                self._on_ready_read(socket)
+    # the server's Connections
+    def accepted(self, socket: QLocalSocket) -> None:
+        self._buffers[socket] = bytearray()
 
-    def _on_ready_read(self, socket: QLocalSocket) -> None:
+    def idle(self, socket: QLocalSocket) -> bool:
+        return True  # a hand-off is one message and its acknowledgement: 10 s is plenty
+
+    def closed(self, socket: QLocalSocket) -> None:
+        self._buffers.pop(socket, None)
+
+    def received(self, socket: QLocalSocket, data: bytes) -> int:
         buffer = self._buffers.get(socket)
         if buffer is None:
-            return
-        buffer += bytes(socket.readAll().data())
+            return 0
+        buffer += data
         try:
             message, used = decode_message(bytes(buffer))
             if message is None:
-                return
+                return len(buffer)
             files = _files_of(message)
         except (ValueError, UnicodeDecodeError) as exc:
             log.warning("single instance: dropped a bad message: %s", exc)
             self._forget(socket)
-            return
+            return 0
         del buffer[:used]
         socket.write(encode_message({"ok": True, "count": len(files)}))
         socket.flush()
         socket.disconnectFromServer()  # closes once the acknowledgement is written
         # after the ack, so the second launch exits without waiting for the window's work
         self.filesReceived.emit(files)
+        return len(buffer)
 
     def _forget(self, socket: QLocalSocket) -> None:
-        if self._buffers.pop(socket, None) is None:
-            return
-        if socket.state() != QLocalSocket.LocalSocketState.UnconnectedState:
-            socket.abort()
-        socket.deleteLater()
+        self._buffers.pop(socket, None)
+        if self._server is not None:
+            self._server.drop(socket)
 
 
 def hand_off_or_listen(

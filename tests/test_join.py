@@ -7,6 +7,7 @@ the next request; `--standalone` and a different models folder run in-process.""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -254,6 +255,61 @@ def test_ctrl_c_cancels_the_apps_job_and_the_app_serves_the_next(
     assert app.process.poll() is None
 
 
+def _app_holds(app: App, model: str) -> bool:
+    """Whether the app's process record lists a session of `model`."""
+    try:
+        data = json.loads((app.records / f"{app.pid}.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return any(s.get("model") == model for s in data.get("sessions", []))
+
+
+def test_a_stopped_app_sends_the_run_standalone_and_drops_its_own_late_product(
+    app: App, tmp_path: Path
+) -> None:
+    """The app is SIGSTOPped mid-job: the command line hears nothing for the bound, says so,
+    runs the request itself (exit 0, its product); the app, continued, drops its job and
+    writes nothing beside it, and serves the next request."""
+    slow = slow_model(tmp_path / "slow-stopped.onnx", layers=400)
+    image = photo(tmp_path / "mid.png", 512, 384)  # seconds of runs, in the app or here
+    out = tmp_path / "stopped"
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "engine", "run", "upscale", str(image), "--model", str(slow),
+         "--out", str(out), "--tile", "64", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**app.env, wire.STALL_ENV: "3"}, cwd=ROOT,
+    )  # fmt: skip
+    stopped = False
+    try:
+        deadline = time.monotonic() + 120
+        while not _app_holds(app, slow.stem):  # loaded: its runs begin now (the record is
+            assert cli.poll() is None, cli.communicate()  # read here, not by a process)
+            assert time.monotonic() < deadline, "the app never ran the command line's job"
+            time.sleep(0.02)
+        app.process.send_signal(signal.SIGSTOP)
+        stopped = True
+        stdout, err = cli.communicate(timeout=240)  # without the bound: forever
+        assert cli.returncode == 0, err
+        data = json.loads(stdout)
+        assert data["engine"] == "this process"
+        assert f"Running standalone: the Tessera {app.label} stopped answering" in err
+        (product,) = [Path(p["path"]) for p in data["products"]]
+        made = product.read_bytes()
+    finally:
+        if stopped:
+            app.process.send_signal(signal.SIGCONT)
+        if cli.poll() is None:
+            cli.kill()
+            cli.communicate()
+    # The app runs again: its abandoned job ends before the next request (one engine thread).
+    nxt = app.engine("run", "upscale", str(photo(tmp_path / "n.png", 24, 16)),
+                     "--model", "realesrgan-x4plus", "--out", str(tmp_path / "n"), "--json")  # fmt: skip
+    assert nxt.returncode == 0, nxt.stderr
+    assert json.loads(nxt.stdout)["engine"] == app.label
+    assert sorted(out.iterdir()) == [product]  # the app's late product is not beside it
+    assert product.read_bytes() == made
+
+
 def test_a_different_models_folder_runs_standalone_and_says_so(app: App, tmp_path: Path) -> None:
     other = tmp_path / "other-models"
     make_upscaler(other / "realesrgan-x4plus.onnx", scale=4)
@@ -379,6 +435,8 @@ def test_the_apps_list_shows_the_command_lines_job_after_the_queued_ones(
         assert row is not None and "from the command line" in row.job.title
         qtbot.waitUntil(lambda: bool(client.messages), timeout=10_000)
         assert client.messages[0] == wire.Queued(request.id, 1)  # after the window's job
+        # Queued, no progress of its own: the app still says it answers, every second.
+        qtbot.waitUntil(lambda: wire.Alive(request.id) in client.messages, timeout=10_000)
         win.engine.cancel(slow.id)
         qtbot.waitUntil(lambda: not client.is_alive(), timeout=JOB_MS)  # the loop serves it
         outcome = client.messages[-1]
@@ -406,10 +464,66 @@ def test_the_apps_list_shows_the_command_lines_job_after_the_queued_ones(
         served.close()
 
 
+def test_a_job_that_ends_after_its_command_line_gave_up_leaves_no_product(
+    qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
+) -> None:
+    """The command line stopped waiting (Abandon) while the app could not read it — its event
+    loop held up, as a stopped app's is — and the job finished meanwhile: the app removes the
+    product it published, since the command line made its own."""
+    win = window
+    served = JoinedRequests(win.workspace, win.engine, win)
+    path = tmp_path / "join.sock"
+    assert served.listen(path)
+    out = tmp_path / "late"
+    request = OperationRequest(
+        Operation.UPSCALE,
+        str(models / "up2.onnx"),
+        (photo(tmp_path / "late.png", 24, 16),),
+        output_dir=out,
+    )
+    queued, go, abandoned = threading.Event(), threading.Event(), threading.Event()
+    heard: list[wire.Message] = []
+
+    def command_line() -> None:
+        joined = join.connect(_hello(models), path)
+        assert isinstance(joined, join.Joined)
+        try:
+            joined.send(wire.for_sending(request))
+            while not isinstance(message := joined.receive(timeout=0.05), wire.Queued):
+                pass
+            queued.set()
+            go.wait(JOB_MS / 1000)
+            joined.send(wire.Abandon(request.id))
+            abandoned.set()
+            with contextlib.suppress(EOFError, OSError):
+                while (message := joined.receive(timeout=0.05)) is not None or not go.is_set():
+                    if message is not None:
+                        heard.append(message)
+        finally:
+            joined.close()
+
+    client = threading.Thread(target=command_line, daemon=True)
+    client.start()
+    try:
+        qtbot.waitUntil(queued.is_set, timeout=JOB_MS)
+        go.set()
+        # The app's event loop is held up here: the Abandon stays unread while the job ends.
+        deadline = time.monotonic() + JOB_MS / 1000
+        while not (abandoned.is_set() and list(out.glob("*.png"))):
+            assert time.monotonic() < deadline, "the job never wrote its product"
+            time.sleep(0.01)
+        qtbot.waitUntil(lambda: not list(out.glob("*.png")), timeout=JOB_MS)
+        assert not any(isinstance(m, Result) for m in heard)  # nothing reported either
+    finally:
+        served.close()
+        client.join(10)
+
+
 @pytest.mark.parametrize(
     ("changes", "reason"),
     [
         ({"version": "0.0.1"}, "is Tessera {v}, this command line 0.0.1."),
+        ({"protocol": 1}, "speaks join protocol {p}, this command line 1 (Tessera {v})."),
         ({"cpu_mem_limit": 512 * 1024 * 1024}, "has no limit as its CPU memory limit, this run 512 MB."),
         ({"keep_cpu_arena": True}, "hands back its CPU arena after each job; --keep-cpu-arena differs."),
         ({"models_dir": "/elsewhere"}, "uses the models in {m}, this run those in /elsewhere."),
@@ -427,7 +541,7 @@ def test_what_the_apps_engine_cannot_honour_is_refused_in_one_line(
         client = _Client(tmp_path / "join.sock", request, _hello(models, **changes))
         client.start()
         qtbot.waitUntil(lambda: not client.is_alive(), timeout=10_000)
-        expected = reason.format(v=__version__, m=os.path.realpath(models))
+        expected = reason.format(v=__version__, m=os.path.realpath(models), p=wire.PROTOCOL)
         assert client.refused == f"Running standalone: the app (pid {os.getpid()}) {expected}"
         assert request.id not in window.workspace.jobs
     finally:
@@ -688,8 +802,8 @@ def test_the_server_drops_idle_and_oversized_clients_and_listens_again_after_an_
         greedy.close()
 
         # Qt closes a local server for good on an accept error: it listens again by itself.
-        assert served._server is not None
-        served._server.close()
+        assert served._server.listener is not None
+        served._server.listener.close()
         image = photo(tmp_path / "after.png", 24, 16)
         request = OperationRequest(
             Operation.UPSCALE, str(models / "up2.onnx"), (image,), output_dir=tmp_path / "after"

@@ -15,11 +15,13 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pytestqt.qtbot import QtBot
 
 from gui.single_instance import (
     NAME_ENV,
@@ -355,3 +357,65 @@ def test_a_file_name_of_any_bytes_is_handed_over_unchanged() -> None:
     assert message is not None
     assert message["files"] == [name]
     assert os.fsencode(name) == b"/photos/caf\xe9 \xff.png"
+
+
+def _hand_off(path: Path, files: list[str], answers: list[dict[str, object]]) -> None:
+    """A later launch's side in plain Python: one message, then the acknowledgement."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(WAIT_S)
+        conn.connect(str(path))
+        conn.sendall(encode_message({"v": 1, "files": files}))
+        reply = b""
+        while (message := decode_message(reply)[0]) is None:
+            chunk = conn.recv(4096)
+            if not chunk:
+                return
+            reply += chunk
+        answers.append(message)
+
+
+def _ended(conn: socket.socket) -> bool:
+    try:
+        return conn.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a Unix socket file")
+def test_the_hand_off_listens_again_after_an_accept_error_and_drops_a_greedy_client(
+    qtbot: QtBot, tmp_path: Path
+) -> None:
+    """The hand-off shares the join's server (gui/local_server.py): Qt closes a local server
+    for good on an accept error, and it listens again; a frame that never ends is capped."""
+    path = tmp_path / "hand-off.sock"
+    instance = SingleInstance(name=str(path))
+    assert instance.try_acquire(2000) and instance.is_listening
+    try:
+        server = instance._server
+        assert server is not None and server.listener is not None
+        server.listener.close()  # what an accept error (out of descriptors) does
+        assert not path.exists()
+        qtbot.waitUntil(lambda: instance.is_listening and path.exists(), timeout=10_000)
+        got: list[list[str]] = []
+        instance.filesReceived.connect(got.append)
+        answers: list[dict[str, object]] = []
+        sender = threading.Thread(
+            target=_hand_off, args=(path, ["/photos/a.png"], answers), daemon=True
+        )
+        sender.start()
+        qtbot.waitUntil(lambda: not sender.is_alive(), timeout=10_000)
+        assert answers == [{"ok": True, "count": 1}]
+        assert got == [["/photos/a.png"]]
+
+        server.max_unfinished = 1024  # the real cap is 16 MiB; the rule is the same
+        greedy = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        greedy.connect(str(path))
+        greedy.sendall(struct.pack(">I", 4096) + b"x" * 2048)
+        greedy.setblocking(False)
+        qtbot.waitUntil(lambda: _ended(greedy), timeout=10_000)  # dropped, not waited on
+        greedy.close()
+        assert server.clients == 0
+    finally:
+        instance.close()

@@ -31,6 +31,10 @@ from engine.requests import (
 )
 from engine.wire import (
     MAX_MESSAGE,
+    STALL_ENV,
+    STALL_S,
+    Abandon,
+    Alive,
     Cancel,
     FrameReader,
     Hello,
@@ -43,6 +47,7 @@ from engine.wire import (
     for_sending,
     receive,
     send,
+    stall_seconds,
 )
 
 MESSAGES: list[Message] = [
@@ -66,6 +71,8 @@ MESSAGES: list[Message] = [
     Queued("r1", 2),
     Progress("r1", ProgressKind.RUN_FINISHED, 0, 2, 1, 3, 14, 36, "tile 14/36"),
     Cancel("r1", "SIGTERM"),
+    Alive("r1"),
+    Abandon("r1"),
     Result(
         "r1",
         (Product(Path("/out/a-x4.png"), ProductKind.IMAGE, Path("/in/a.png"), 1),),
@@ -223,3 +230,16 @@ def test_a_file_name_of_any_bytes_travels_unchanged() -> None:
     result = Result(back.id, (product,), (), 1, 0, 1, 0, {})
     (answer,) = FrameReader().feed(encode(result))
     assert isinstance(answer, Result) and os.fsencode(answer.products[0].path) == os.fsencode(name)
+
+
+@pytest.mark.parametrize(
+    ("given", "bound"), [(None, STALL_S), ("2.5", 2.5), ("soon", STALL_S), ("0", STALL_S)]
+)
+def test_the_command_lines_patience_is_bounded_and_set_by_its_variable(
+    monkeypatch: pytest.MonkeyPatch, given: str | None, bound: float
+) -> None:
+    if given is None:
+        monkeypatch.delenv(STALL_ENV, raising=False)
+    else:
+        monkeypatch.setenv(STALL_ENV, given)
+    assert stall_seconds() == bound

@@ -317,7 +317,14 @@ def run_cpu_bench(args: argparse.Namespace) -> int:
         measure_frames(table, settings, work, (10, 30) if quick else (30, 300))
         measure_video(table, settings, work, quick)  # clips: memory flat, decode + encode cost
         # One copy per machine (issue #22): a command line joined to the app, vs standalone.
-        measure_join(table, settings, fast_model, "animevideov3" if anime else "synthetic", work)
+        measure_join(
+            table,
+            settings,
+            fast_model,
+            "animevideov3" if anime else "synthetic",
+            work,
+            2 if quick else 3,
+        )
 
         # Against the peers' runtime, and what each CPU optimisation gives (issue 15).
         if anime is not None:

@@ -6,7 +6,9 @@ and instance name in the scratch folder), holding one model after a first reques
 - bytes on the machine: the sum of both processes' RSS once a command-line run of the same
   model has ended its work — joined (the app runs it) against `--standalone` (a second copy);
 - the extra time of a request sent through the app against the same request in-process on a
-  warm engine (small image, median of 10).
+  warm engine (small image, median of 10);
+- the time a whole joined `engine run` spends beyond a standalone one (a photo of a few hundred
+  pixels a side, the model already loaded in the app; best of a few, alternating).
 
 Where the app cannot start here (no Qt), the rows say so instead.
 """
@@ -139,8 +141,61 @@ def _through_app(socket: Path, model: Path, request: OperationRequest) -> float:
     return time.perf_counter() - start
 
 
+def _whole_run(app: _App, args: list[str]) -> tuple[float, str]:
+    """Wall seconds of one `python -m engine run …` in a child, start to exit, and where it
+    ran."""
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "engine", "run", *args, "--json"],
+        capture_output=True,
+        text=True,
+        env=app.env,
+        cwd=ROOT,
+        timeout=600,
+    )
+    took = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"engine run failed ({done.returncode}): {done.stderr[-500:]}")
+    return took, str(json.loads(done.stdout).get("engine", ""))
+
+
+def measure_joined_run(
+    table: Table, app: _App, model: Path, label: str, folder: Path, repeats: int
+) -> None:
+    """A whole joined `engine run` against a standalone one of the same request: process
+    start, finding the app, the run and the product; standalone loads its model (from the
+    kept optimised copy), joined finds it loaded in the app."""
+    photo = test_image(folder / "photo.png", 384, 256)
+    joined: list[float] = []
+    alone: list[float] = []
+    where = ""
+    for n in range(repeats):  # alternating: a machine that slows down slows both
+        common = ["upscale", str(photo), "--model", str(model)]
+        took, where = _whole_run(app, [*common, "--out", str(folder / f"whole-j{n}")])
+        joined.append(took)
+        took, _ = _whole_run(app, [*common, "--out", str(folder / f"whole-s{n}"), "--standalone"])
+        alone.append(took)
+    extra = (min(joined) / min(alone) - 1) * 100
+    table.add(
+        Row(
+            f"a joined engine run beyond a standalone one ({label}, 384×256, best of {repeats})",
+            extra,
+            "%",
+            "<= 5 %",
+            extra <= 5,
+            f"joined ({where}) {min(joined):.2f} s, standalone {min(alone):.2f} s, whole "
+            "processes; the app holds the model already",
+        )
+    )
+
+
 def measure_join(
-    table: Table, settings: EngineSettings, model: Path, label: str, work: Path
+    table: Table,
+    settings: EngineSettings,
+    model: Path,
+    label: str,
+    work: Path,
+    repeats: int = 3,
 ) -> None:
     folder = work / "join"
     folder.mkdir(parents=True, exist_ok=True)
@@ -197,5 +252,6 @@ def measure_join(
                 f"{statistics.median(local) * 1000:.1f} ms",
             )
         )
+        measure_joined_run(table, app, model, label, folder, repeats)
     finally:
         app.end()

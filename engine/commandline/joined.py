@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,8 @@ from engine.settings import EngineSettings
 
 if TYPE_CHECKING:
     from engine.join import Joined
+
+_GONE = object()  # the request could not even be sent
 
 
 def run_in_app(
@@ -71,8 +74,14 @@ def _joined(joined: Joined, request: OperationRequest, args: argparse.Namespace)
     stop = StopSignals(CancelToken())
     outcome: object = None
     lost = ""
+    stall_s = wire.stall_seconds()
     with stop.installed():
-        joined.send(request)
+        try:
+            joined.send(request)
+        except OSError as e:  # a stopped app whose buffer is full: as good as gone
+            lost = str(e) or type(e).__name__
+            outcome = _GONE
+        heard = time.monotonic()  # the app answers at least every HEARTBEAT_S while it works
         cancel_sent = False
         while outcome is None:
             if stop.signum is not None and not cancel_sent:
@@ -84,11 +93,23 @@ def _joined(joined: Joined, request: OperationRequest, args: argparse.Namespace)
                 cancel_sent = True
             if stop.waited_enough(JOINED_STOP_GRACE_S):
                 break  # the app got the cancel; the terminal does not wait any longer
+            if stop.signum is None and time.monotonic() - heard > stall_s:
+                bar.close()
+                with contextlib.suppress(OSError):  # read once the app runs again
+                    joined.send(wire.Abandon(request.id))
+                print(
+                    f"Running standalone: the Tessera {joined.label} stopped answering "
+                    f"(no word for {stall_s:g} s).",
+                    file=sys.stderr,
+                )
+                return None
             try:
                 message = joined.receive()
             except (EOFError, OSError, wire.WireError) as e:
                 lost = str(e)
                 break
+            if message is not None:
+                heard = time.monotonic()
             if isinstance(message, Progress) and message.request_id == request.id:
                 bar(message)
             elif isinstance(message, wire.Queued) and message.ahead and bar.enabled:
@@ -99,6 +120,8 @@ def _joined(joined: Joined, request: OperationRequest, args: argparse.Namespace)
             elif isinstance(message, (Result, OperationFailure, OperationCancellation)):
                 outcome = message
         bar.close()
+    if outcome is _GONE:
+        outcome = None
     engine = joined.label
     if stop.signum is not None:
         return _stopped_in_app(stop, outcome, args.json, engine)

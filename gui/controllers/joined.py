@@ -11,8 +11,13 @@ messages of engine/wire.py:
   standalone;
 - the request is queued on the engine thread after the jobs already queued, and appears in
   the job list marked as coming from the command line;
-- its progress and its one terminal outcome go back; the command line's cancel, or its
-  connection closing (the terminal closed, the process killed), cancels the job.
+- its progress and its one terminal outcome go back, and an Alive every second while it is
+  queued or running (the command line takes a silence of `wire.stall_seconds()` for a hung
+  or stopped app); the command line's cancel, or its connection closing (the terminal
+  closed, the process killed), cancels the job;
+- the command line's Abandon (it stopped waiting and runs the request itself) cancels the
+  job, and whatever the job still wrote — it ended before the app read the Abandon, e.g. the
+  app was stopped — is removed, never reported: only the command line's own product stays.
 
 The socket lives in the private runtime folder (0700, owner checked) and is owner-only
 itself; the app records it in its process record (`endpoint`) for `engine memory`.
@@ -20,6 +25,7 @@ itself; the app records it in its process record (`endpoint`) for `engine memory
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -28,13 +34,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
-from PySide6.QtNetwork import QLocalServer, QLocalSocket
+from PySide6.QtNetwork import QLocalSocket
 
 from engine import wire
 from engine.errors import EngineError, ErrorKind
 from engine.io.image import is_video
 from engine.io.reading import image_size
-from engine.join import descriptor_peer_uid
 from engine.models.catalog import load_catalog
 from engine.requests import (
     OperationCancellation,
@@ -45,15 +50,15 @@ from engine.requests import (
 )
 from gui.engine_thread import EngineThread
 from gui.jobs import Job
+from gui.local_server import LocalServer
 from gui.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
 ANSWER_TIMEOUT_MS = 500  # another app that already serves the socket answers within this
-MAX_CLIENTS = 64  # connections at once; more are closed at accept (each holds a buffer)
 MAX_UNFINISHED = 4 * 1024 * 1024  # bytes of a frame not yet whole (a request of 10,000 paths fits)
 IDLE_MS = 10_000  # a connection that has not sent its request by then is dropped
-WATCH_MS = 1000  # how often the server is checked: Qt closes it for good on an accept error
+ALIVE_MS = int(wire.HEARTBEAT_S * 1000)  # an Alive to every waiting command line this often
 # Every command line numbers its first request "job-1", as the window numbers its own: the
 # engine knows a joined request by an id of the app's making, unique in this process.
 _joined_ids = itertools.count(1)
@@ -74,6 +79,7 @@ class _Client:
     request_id: str | None = None  # the command line's id, in every message it is sent
     engine_id: str | None = None  # the same request's id in this app's engine and job list
     ended: bool = False  # its terminal outcome was sent
+    reading: bool = False  # in received(): what it sends does not read again
 
 
 class JoinedRequests(QObject):
@@ -88,12 +94,21 @@ class JoinedRequests(QObject):
         self.workspace = workspace
         self.engine = engine
         self.path: Path | None = None
-        self._server: QLocalServer | None = None
+        # The accept loop, peer check and limits (gui/local_server.py); the messages are here.
+        self._server = LocalServer(
+            "command line requests",
+            self,
+            max_unfinished=MAX_UNFINISHED,
+            idle_ms=IDLE_MS,
+            parent=self,
+        )
         self._clients: dict[QLocalSocket, _Client] = {}
         self._by_request: dict[str, _Client] = {}
-        self._watch = QTimer(self)  # re-listens when Qt closed the server (an accept error)
-        self._watch.setInterval(WATCH_MS)
-        self._watch.timeout.connect(self._relisten)
+        self._gave_up: set[str] = set()  # jobs whose command line runs them itself (Abandon)
+        self._alive = QTimer(self)  # the command lines waiting on a job hear from the app
+        self._alive.setInterval(ALIVE_MS)
+        self._alive.timeout.connect(self._send_alive)
+        self.requestJoined.connect(self._keep_alive)
         engine.progressChanged.connect(self._on_progress)
         engine.operationFinished.connect(self._on_ended)
         engine.operationFailed.connect(self._on_ended)
@@ -112,90 +127,59 @@ class JoinedRequests(QObject):
             log.info("command line requests: another Tessera serves %s", path)
             return False
         probe.abort()
-        QLocalServer.removeServer(str(path))  # left by an app that ended
-        server = QLocalServer(self)
-        server.setSocketOptions(QLocalServer.SocketOption.UserAccessOption)
-        if not server.listen(str(path)):
-            log.warning(
-                "command line requests: cannot listen on %s (%s)", path, server.errorString()
-            )
-            server.deleteLater()
+        if not self._server.listen(str(path)):
             return False
-        server.newConnection.connect(self._on_new_connection)
-        self._server, self.path = server, path
-        self._watch.start()
+        self.path = path
         return True
-
-    def _relisten(self) -> None:
-        server, path = self._server, self.path
-        if server is None or path is None or server.isListening():
-            return
-        log.warning(
-            "command line requests: the server stopped (%s); listening again", server.errorString()
-        )
-        server.deleteLater()
-        self._server = None
-        if not self.listen(path):
-            self.path = path  # tried again at the next tick
 
     def close(self) -> None:
         """Stop listening; the command lines still connected see the connection end."""
-        self._watch.stop()
-        for client in list(self._clients.values()):
-            client.socket.abort()
+        self._alive.stop()
+        self._server.close()  # removes the socket file, ends every connection
         self._clients.clear()
         self._by_request.clear()
-        if self._server is not None:
-            self._server.close()  # removes the socket file
-            self._server.deleteLater()
-            self._server = None
 
-    def _on_new_connection(self) -> None:
-        server = self._server
-        while server is not None and server.hasPendingConnections():
-            socket = server.nextPendingConnection()
-            if socket is None:
-                break
-            uid = descriptor_peer_uid(int(socket.socketDescriptor()))
-            if uid is not None and hasattr(os, "getuid") and uid != os.getuid():
-                log.warning("command line requests: refused user %d's connection", uid)
-                socket.abort()
-                socket.deleteLater()
-                continue
-            if len(self._clients) >= MAX_CLIENTS:
-                log.warning(
-                    "command line requests: %d connections already; refused one", MAX_CLIENTS
-                )
-                socket.abort()
-                socket.deleteLater()
-                continue
-            client = _Client(socket)
-            self._clients[socket] = client
-            QTimer.singleShot(IDLE_MS, socket, lambda c=client: self._drop_if_idle(c))
-            socket.readyRead.connect(lambda c=client: self._on_ready_read(c))
-            socket.disconnected.connect(lambda c=client: self._on_disconnected(c))
-            if socket.bytesAvailable() > 0:
-                self._on_ready_read(client)
+    # -- the server's Connections -------------------------------------------------------------
+    def accepted(self, socket: QLocalSocket) -> None:
+        self._clients[socket] = _Client(socket)
+
+    def idle(self, socket: QLocalSocket) -> bool:
+        client = self._clients.get(socket)
+        return client is not None and client.request_id is None  # no request by IDLE_MS
+
+    def closed(self, socket: QLocalSocket) -> None:
+        client = self._clients.get(socket)
+        if client is not None:
+            self._on_disconnected(client)
+
+    def received(self, socket: QLocalSocket, data: bytes) -> int:
+        client = self._clients.get(socket)
+        if client is None:
+            return 0
+        client.reading = True
+        try:
+            self._read(client, data)
+        finally:
+            client.reading = False
+        return client.reader.pending
 
     # -- one client ---------------------------------------------------------------------------
-    def _drop_if_idle(self, client: _Client) -> None:
-        if client.request_id is None and client.socket in self._clients:
-            log.info("command line requests: dropped a connection that sent no request")
-            self._drop(client)
-
     def _send(self, client: _Client, message: wire.Message) -> None:
+        if client.engine_id is not None and not client.reading:
+            self._hear(client)
         if client.socket.state() == QLocalSocket.LocalSocketState.ConnectedState:
             client.socket.write(wire.encode(message))
             client.socket.flush()
 
-    def _on_ready_read(self, client: _Client) -> None:
-        data = bytes(client.socket.readAll().data())
+    def _hear(self, client: _Client) -> None:
+        """Read what the command line sent before writing to it: Qt ends a connection on a
+        write the peer closed, and drops what was unread — the Abandon of a command line that
+        gave up while this app was stopped, then ended."""
+        self._server.hear(client.socket)
+
+    def _read(self, client: _Client, data: bytes) -> None:
         if client.ended:
             return  # answered and closing: the rest is not read
-        if client.reader.pending + len(data) > MAX_UNFINISHED:
-            log.warning("command line requests: dropped a connection sending a frame too large")
-            self._drop(client)
-            return
         try:
             messages = client.reader.feed(data)
         except wire.WireError as e:
@@ -220,6 +204,14 @@ class JoinedRequests(QObject):
                     log.warning("command line requests: %s sent twice", message.id)
             elif isinstance(message, wire.Cancel) and message.request_id == client.request_id:
                 self._cancel(client)
+            elif isinstance(message, wire.Abandon) and message.request_id == client.request_id:
+                if client.engine_id is not None:
+                    self._gave_up.add(client.engine_id)  # what the job writes is removed
+                log.info(
+                    "command line requests: %s abandoned; run in its own process",
+                    message.request_id,
+                )
+                self._cancel(client)
 
     def _on_hello(self, client: _Client, hello: wire.Hello) -> None:
         from engine import __version__
@@ -238,7 +230,12 @@ class JoinedRequests(QObject):
 
         me = f"the app (pid {os.getpid()})"
         settings = self.engine.settings
-        if hello.protocol != wire.PROTOCOL or hello.version != __version__:
+        if hello.protocol != wire.PROTOCOL:  # messages it would not know (Alive, Abandon)
+            return (
+                f"{me} speaks join protocol {wire.PROTOCOL}, this command line "
+                f"{hello.protocol} (Tessera {hello.version})."
+            )
+        if hello.version != __version__:
             return f"{me} is Tessera {__version__}, this command line {hello.version}."
         ours = os.path.realpath(settings.resolved_models_dir().expanduser())
         if hello.models_dir is not None and os.path.realpath(hello.models_dir) != ours:
@@ -299,9 +296,50 @@ class JoinedRequests(QObject):
         self._clients.pop(client.socket, None)
         if client.engine_id is not None:
             self._by_request.pop(client.engine_id, None)
-        if client.socket.state() != QLocalSocket.LocalSocketState.UnconnectedState:
-            client.socket.abort()
-        client.socket.deleteLater()
+        self._server.drop(client.socket)
+
+    # -- the command line's patience ----------------------------------------------------------
+    def _keep_alive(self) -> None:
+        if not self._alive.isActive():
+            self._alive.start()
+
+    def _send_alive(self) -> None:
+        if not self._by_request:
+            self._alive.stop()
+            return
+        for client in list(self._by_request.values()):
+            if client.request_id is not None and not client.ended:
+                self._send(client, wire.Alive(client.request_id))
+
+    def _abandoned(
+        self, client: _Client | None, outcome: Result | OperationFailure | OperationCancellation
+    ) -> bool:
+        """Whether the command line gave up on this job (then the products of the job are
+        removed: the command line made its own). Its Abandon is read here if still unread,
+        before the outcome goes out: an app that was stopped finds it so when the job ends."""
+        job = outcome.request_id
+        if client is not None and job not in self._gave_up and not client.reading:
+            self._hear(client)
+        if job not in self._gave_up:
+            return False
+        self._gave_up.discard(job)
+        if client is not None:
+            client.ended = True
+            self._drop(client)
+        written = (
+            [p.path for p in outcome.products] if isinstance(outcome, Result) else outcome.products
+        )
+        for path in written:
+            with contextlib.suppress(OSError):
+                if path.is_file():
+                    path.unlink()
+        log.info(
+            "command line requests: %s ended after its command line stopped waiting; "
+            "removed %d product(s)",
+            job,
+            len(written),
+        )
+        return True
 
     # -- the engine's signals -----------------------------------------------------------------
     def _on_progress(self, event: Progress) -> None:
@@ -311,7 +349,7 @@ class JoinedRequests(QObject):
 
     def _on_ended(self, outcome: Result | OperationFailure | OperationCancellation) -> None:
         client = self._by_request.pop(outcome.request_id, None)
-        if client is None or client.request_id is None:
+        if self._abandoned(client, outcome) or client is None or client.request_id is None:
             return
         client.ended = True
         self._send(client, dataclasses.replace(outcome, request_id=client.request_id))
