@@ -351,6 +351,7 @@ class Upscale(OperationBase):
             writer = BackgroundWrite(behind.after_previous(whole) if behind else whole, growing)
         try:
             self._run_tiles(ctx, prep, assemblers, reuse, key, writer)
+            ctx.runs_reused += len(reuse) * len(passes)  # not on a failed try: its tiles are gone
         except BaseException:
             if writer is not None:
                 writer.abandon()  # it removes its temp file; the frame's own error is raised
