@@ -7,6 +7,8 @@ after a preview is set against the same job on a fresh engine.
 
 from __future__ import annotations
 
+import io
+import math
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +16,8 @@ import pytest
 from PIL import Image
 
 from engine.api import Engine
+from engine.bench.after_preview import measure_job_after_preview
+from engine.bench.table import Table
 from engine.options import UpscaleOptions
 from engine.previews import PreviewRequest, PreviewResult, Region
 from engine.requests import Operation, OperationRequest, Result
@@ -104,3 +108,15 @@ def test_a_job_after_a_preview_of_the_whole_image_runs_no_more_than_the_rest(
     assert after.runs == 0 and after.runs_reused == preview.tiles_run
     diff = np.abs(_pixels(after.products[0].path) - _pixels(alone.products[0].path))
     assert int(diff.max()) <= 1
+
+
+def test_the_bench_row_sets_the_arms_in_turn_against_each_other(up2: Path, tmp_path: Path) -> None:
+    table = Table(io.StringIO())
+    settings = EngineSettings(models_dir=up2.parent)
+    ratio = measure_job_after_preview(table, settings, up2, "up2", tmp_path, True, (300, 200))
+    (row,) = table.rows
+    assert row.value == ratio and math.isfinite(ratio) and ratio > 0
+    assert row.name.startswith("job after a preview of its centre ÷ without one, 300×200")
+    assert "best of alone, after, after, alone" in row.note and "CPU" in row.note
+    assert list(tmp_path.glob("after-preview-*.jpg"))  # the photo is the bench's own
+    assert not list(tmp_path.glob("*/after-preview-*"))  # its 4 products are not kept
