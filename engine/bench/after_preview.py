@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from PIL import Image
+
 from engine.api import Engine
 from engine.bench.preview import VIEW, photo_jpeg
 from engine.bench.table import Row, Table, find_model, scratch
@@ -68,18 +70,17 @@ def measure_job_after_preview(
         return OperationRequest(Operation.UPSCALE, str(model), (image,), output_dir=work / out)
 
     def warmed() -> tuple[Engine, int]:
+        """A fresh engine with the model loaded and run once; and the model's scale."""
         engine = Engine(settings)
-        engine.run(OperationRequest(Operation.UPSCALE, str(model), (warm,), output_dir=work / "w"))
-        scale = engine.preview(
-            PreviewRequest(
-                OperationRequest(Operation.UPSCALE, str(model), (warm,)), Region(0, 0, 8, 8)
-            )
-        ).scale
-        return engine, scale
+        done = engine.run(
+            OperationRequest(Operation.UPSCALE, str(model), (warm,), output_dir=work / "w")
+        )
+        with Image.open(done.products[0].path) as product:
+            return engine, max(1, product.width // 160)
 
     arms: dict[str, list[Arm]] = {"alone": [], "after": []}
     for index, arm in enumerate(ORDER):
-        engine, scale = warmed()  # both arms alike: model loaded, warmed, previewed once
+        engine, scale = warmed()  # both arms alike: the model loaded and warmed
         previewed = 0
         if arm == "after":
             vw, vh = max(1, VIEW[0] // max(scale, 1)), max(1, VIEW[1] // max(scale, 1))
