@@ -71,7 +71,6 @@ class _Work:
     last: RunContext | None = None
     tile: int | None = None
     io_seconds: float = 0.0
-    runs_reused: int = 0
 
 
 def _noop(_: Progress) -> None:
@@ -236,7 +235,7 @@ class Engine:
             tile=work.tile,
             memory=report,
             cpu_kernel=session.cpu_kernel,
-            runs_reused=work.runs_reused,
+            runs_reused=session.runs_reused,
         )
 
     def preview(
@@ -331,7 +330,6 @@ class Engine:
             work.products.extend(op.process(image, ctx))
             if ctx.used_tile is not None:
                 work.tile = ctx.used_tile
-            work.runs_reused += ctx.runs_reused
             emit(ctx.progress(ProgressKind.INPUT_FINISHED))
         except Cancelled:
             raise

@@ -15,8 +15,7 @@ from pytestqt.qtbot import QtBot
 
 from engine.models.catalog import Family, load_catalog
 from engine.models.inventory import ModelInventory, discover
-from engine.previews import PreviewRequest, Region
-from engine.requests import Operation, OperationRequest
+from engine.requests import Operation
 from engine.samples.contract_models import make_two_strings, make_upscaler
 from engine.settings import EngineSettings
 from gui.controllers.jobs import FOLLOW_AT_MOST, JobsController
@@ -209,27 +208,6 @@ def test_the_speed_book_keeps_the_fixed_cost_apart_from_the_rate(settings: AppSe
     # remembered
     again = SpeedBook(AppSettings(settings.store))
     assert again.estimate(op, "m", "cpu", 1.0, 1) == refined
-
-
-def test_a_job_after_a_preview_teaches_the_speed_book_nothing(
-    qtbot: QtBot, jobs: JobsController, engine: EngineThread, models: Path, tmp_path: Path
-) -> None:
-    """The job took the preview's tiles instead of running them: its time is not that of its
-    megapixels, so it must not move the estimates (a job alone does, as the last part shows)."""
-    image = photo(tmp_path / "big.png", 600, 420, seed=3)
-    (source,) = jobs.add_paths([image]).sources
-    chosen = up2(models, tile=128)
-    preview = OperationRequest(Operation.UPSCALE, chosen.model, (image,), tile=128)
-    with qtbot.waitSignal(engine.previewFinished, timeout=JOB_MS):
-        engine.submit_preview(PreviewRequest(preview, Region(250, 170, 350, 250)))
-    (first,) = jobs.queue([source], chosen)
-    qtbot.waitUntil(lambda: ended(jobs), timeout=JOB_MS)
-    result = jobs.workspace.jobs[first].result
-    assert result is not None and result.runs_reused > 0
-    assert jobs.speed.speeds.get(chosen.model, "cpu") is None
-    jobs.queue([source], chosen)  # the same job again, with no preview before it: it teaches
-    qtbot.waitUntil(lambda: ended(jobs), timeout=JOB_MS)
-    assert jobs.speed.speeds.get(chosen.model, "cpu") is not None
 
 
 def test_a_model_never_run_gets_a_rough_figure_from_its_size(settings: AppSettings) -> None:

@@ -1,7 +1,7 @@
 """A job after a preview keeps the preview's finished tiles and runs the rest on the plan a job
 without a preview would run (issue #35: a 6000×4000 ×2 ran 2,626 tiles instead of 950).
 
-Real ORT sessions on the contract ×2 upscaler (engine/samples/contract_models.py); each job
+Real ORT sessions on the contract ×2 upscaler (tests/model_files.py); each job
 after a preview is set against the same job on a fresh engine.
 """
 
@@ -21,9 +21,9 @@ from engine.bench.table import Table
 from engine.options import UpscaleOptions
 from engine.previews import PreviewRequest, PreviewResult, Region
 from engine.requests import Operation, OperationRequest, Result
-from engine.samples.contract_models import make_upscaler
 from engine.settings import EngineSettings
 from tests.engine_helpers import photo
+from tests.model_files import upscaler
 
 # A cap below the image's side forbids one run of the whole image, as memory does at 6000×4000.
 CAPPED = UpscaleOptions(max_tile=256)
@@ -31,7 +31,9 @@ CAPPED = UpscaleOptions(max_tile=256)
 
 @pytest.fixture(scope="module")
 def up2(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_upscaler(tmp_path_factory.mktemp("up") / "up2.onnx", scale=2)
+    path = tmp_path_factory.mktemp("up") / "up2.onnx"
+    upscaler(2)(path)
+    return path
 
 
 def _pixels(path: Path) -> np.ndarray:

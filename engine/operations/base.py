@@ -65,7 +65,6 @@ class RunContext:
     used_tile: int | None = None  # tile edge finally used, reported in the result
     io_seconds: float = 0.0  # decoding and writing files, kept apart from the model's work
     tiles: TileSource | None = None  # tiles a preview made for this input and model (upscale)
-    runs_reused: int = 0  # runs the job did not make: a preview had made their tiles
 
     def start_frame(self, frame: int, frame_count: int, run_count: int) -> None:
         self.frame, self.frame_count, self.run_count, self.runs_done = (
