@@ -214,6 +214,7 @@ class Engine:
             tile=work.tile,
             memory=report,
             cpu_kernel=session.cpu_kernel,
+            runs_reused=session.runs_reused,
         )
 
     def preview(

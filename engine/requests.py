@@ -170,6 +170,9 @@ class Result:
     # What ran the request's CPU convolutions: "avx512", "avx2", "baseline" or "neon" (Tessera's
     # kernel), "onnxruntime"; None where it ran on a GPU or made no run (docs/cpu-paths.md).
     cpu_kernel: str | None = None
+    # Runs the request did not make because a preview had made their tiles (upscale): its time
+    # is not the time of `runs` + these.
+    runs_reused: int = 0
 
     @property
     def ok(self) -> bool:

@@ -23,6 +23,7 @@ import onnxruntime as ort
 from PIL import Image
 
 from engine.api import Engine
+from engine.bench.after_preview import measure_job_after_preview
 from engine.bench.browse_resume import measure_browse_resume
 from engine.bench.joined import measure_join
 from engine.bench.kernel_isas import measure_kernel_isas
@@ -301,6 +302,9 @@ def run_cpu_bench(args: argparse.Namespace) -> int:
             "animevideov3 ×2" if x2_anime else ("animevideov3 ×4" if anime else "synthetic ×4")
         )
         measure_preview(table, settings, x2_anime or fast_model, preview_label, work, quick)
+        measure_job_after_preview(
+            table, settings, x2_anime or fast_model, preview_label, work, quick
+        )
 
         # Memory handed back (M11), each family bounded, frames that do not make peaks grow.
         label = "animevideov3" if anime else "synthetic"

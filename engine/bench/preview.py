@@ -166,7 +166,6 @@ def measure_preview(
         )
     engine.unload_all()
     measure_identity(table, settings, model, label, work, quick)
-    measure_job_after_preview(table, settings, model, label, work, quick)
 
 
 def measure_identity(
@@ -207,53 +206,3 @@ def measure_identity(
     )
     for p in full.products:
         p.path.unlink(missing_ok=True)
-
-
-def measure_job_after_preview(
-    table: Table, settings: EngineSettings, model: Path, label: str, work: Path, quick: bool
-) -> float:
-    """A job after a preview of its centre ÷ the same job on a fresh engine (goal ≤ 1.0): the
-    preview must not cost the job its fastest plan (issue #35: 2,626 tiles instead of 950).
-    The audit's 6000×4000; 800×600 with `--quick`. Both engines load and warm the model
-    first, so the ratio compares the jobs alone. Returns the ratio."""
-    width, height = (800, 600) if quick else (6000, 4000)
-    image = photo_jpeg(work / f"after-preview-{width}.jpg", width, height)
-    warm = photo_jpeg(work / "warm-after.jpg", 160, 120)
-
-    def job(out: str) -> OperationRequest:
-        return OperationRequest(Operation.UPSCALE, str(model), (image,), output_dir=work / out)
-
-    def warmed() -> Engine:
-        engine = Engine(settings)
-        engine.run(OperationRequest(Operation.UPSCALE, str(model), (warm,), output_dir=work / "w"))
-        return engine
-
-    alone_engine = warmed()
-    began = time.perf_counter()
-    alone = alone_engine.run(job("alone"))
-    alone_s = time.perf_counter() - began
-    alone_engine.unload_all()
-    engine = warmed()
-    scale = engine.preview(
-        PreviewRequest(OperationRequest(Operation.UPSCALE, str(model), (warm,)), Region(0, 0, 8, 8))
-    ).scale
-    vw, vh = max(1, VIEW[0] // max(scale, 1)), max(1, VIEW[1] // max(scale, 1))
-    centre = Region((width - vw) // 2, (height - vh) // 2, (width + vw) // 2, (height + vh) // 2)
-    preview = engine.preview(PreviewRequest(job("p"), centre))
-    began = time.perf_counter()
-    after = engine.run(job("after"))
-    after_s = time.perf_counter() - began
-    engine.unload_all()
-    ratio = after_s / alone_s
-    table.add(
-        Row(
-            f"job after a preview of its centre ÷ without one, {width}×{height}, {label}",
-            ratio,
-            "×",
-            "≤ 1.0",
-            ratio <= 1.0,
-            f"{after_s:.1f} s ({after.runs} runs, tile {after.tile}; the preview made "
-            f"{preview.tiles_run}) against {alone_s:.1f} s ({alone.runs} runs, tile {alone.tile})",
-        )
-    )
-    return ratio

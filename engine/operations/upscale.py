@@ -351,6 +351,8 @@ class Upscale(OperationBase):
             writer = BackgroundWrite(behind.after_previous(whole) if behind else whole, growing)
         try:
             self._run_tiles(ctx, prep, assemblers, reuse, key, writer)
+            # Counted once the frame is done: a failed try's tiles are gone, not reused.
+            ctx.session.runs_reused += len(reuse) * len(passes)
         except BaseException:
             if writer is not None:
                 writer.abandon()  # it removes its temp file; the frame's own error is raised

@@ -47,6 +47,7 @@ class SessionHandle:
         self.runs = 0  # runs that completed
         self.attempted = 0  # runs started, including failed and cancelled ones
         self.shrinks = 0
+        self.runs_reused = 0  # runs not made: a preview had made their tiles (upscale)
         self.load_seconds = 0.0
         self.first_run_at: float | None = None  # perf_counter at the start of the first run
         self._retried = False  # a failed run on a kept copy was retried on the original

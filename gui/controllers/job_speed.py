@@ -128,8 +128,7 @@ class JobSpeed:
             return
         seconds = self._engine_seconds(job, seconds)
         frames = sum(p.frames for p in result.products[:1]) or 1
-        event = job.progress
-        if event is not None and event.run_count > 1 and result.runs < event.run_count:
+        if result.runs_reused:
             return  # a preview had made some of its tiles: its time says nothing of the rate
         cold = bool(result.sessions_created)
         if cold and job.first_run is not None and job.ended_at is not None:
