@@ -27,7 +27,7 @@ from engine.runtime.census import Census
 from engine.runtime.census import report as census_report
 from engine.runtime.memory import MemorySnapshot
 from engine.runtime.sessions import SessionInfo, SessionKey
-from gui.memory_parts import MemoryParts, parts_line, read_parts
+from gui.memory_parts import MemoryParts, parts_lines, read_parts
 from gui.widgets.vram_gauge import fmt_bytes
 
 COLUMNS = ("Model", "Device", "Runtime", "Provider", "Weights", "Runs", "Last used")
@@ -221,11 +221,12 @@ class MemoryPanel(QWidget):
         snap = self.snapshot
         if snap is None:
             return "\n".join(lines)
-        parts = self.parts = read_parts(snap.ram.process_rss, weights, self.pictures[1])
+        in_ram = sum(s.weight_bytes for s in self.sessions if not s.device.startswith("gpu"))
+        parts = self.parts = read_parts(snap.ram.process_rss, in_ram, self.pictures[1])
         if not snap.gpus:
             lines.append(f"No GPU reading: {snap.nvml_error or 'no NVIDIA GPU'}.")
-        lines.append(f"This process uses {fmt_bytes(snap.ram.process_rss)} of RAM.")
-        lines.append(parts_line(parts, fmt_bytes))
+        lines.append(f"This process uses {fmt_bytes(snap.ram.process_rss)} of RAM, of it:")
+        lines.extend(parts_lines(parts, fmt_bytes))
         if not snap.gpus:
             return "\n".join(lines)
         for gpu in snap.gpus:
