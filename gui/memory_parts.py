@@ -134,12 +134,27 @@ def file_backed(status: Path = Path("/proc/self/status")) -> int | None:
     return None
 
 
-def read_parts(rss: int, models: int, pictures: int) -> MemoryParts:
-    code, resident = file_backed(), heap_resident()
-    info = _mallinfo()
+@dataclass(frozen=True)
+class ProcessReading:
+    """The parts read from the system: the libraries' pages and the heap kept."""
+
+    code: int
+    free_heap: int
+    measured: bool
+
+
+def read_process() -> ProcessReading:
+    code, resident, info = file_backed(), heap_resident(), _mallinfo()
     measured = None not in (code, resident, info)
-    heap = heap_usage().kept if measured else 0
-    return MemoryParts(rss, models, pictures, code or 0, heap, measured)
+    return ProcessReading(code or 0, heap_usage().kept if measured else 0, measured)
+
+
+def read_parts(
+    rss: int, models: int, pictures: int, process: ProcessReading | None = None
+) -> MemoryParts:
+    """The parts of `rss`; `process` read now when not given."""
+    got = process if process is not None else read_process()
+    return MemoryParts(rss, models, pictures, got.code, got.free_heap, got.measured)
 
 
 def parts_lines(parts: MemoryParts, show: Callable[[int], str]) -> list[str]:
@@ -149,7 +164,7 @@ def parts_lines(parts: MemoryParts, show: Callable[[int], str]) -> list[str]:
         f"  window pictures: {show(parts.pictures)}",
         f"  interpreter and libraries: {show(parts.code)}",
         f"  heap kept by the allocator: {show(parts.free_heap)}",
-        f"  other: {show(parts.other)}",
+        f"  other (Python objects, Qt's and ONNX Runtime's own): {show(parts.other)}",
     ]
     if not parts.measured:
         lines.append("  (libraries and heap not measured here)")
