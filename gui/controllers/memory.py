@@ -21,6 +21,7 @@ from engine.runtime import census, memory
 from engine.runtime.memory import MemorySnapshot
 from engine.runtime.sessions import SessionInfo
 from gui.engine_thread import EngineThread
+from gui.memory_parts import ProcessReading, read_process
 from gui.pictures import PictureBudget
 from gui.tasks import TaskOutcome, TaskThread
 
@@ -30,8 +31,9 @@ POLL_MS = 1000  # the memory gauge's pace
 CENSUS_EVERY = 5  # every Tessera process on the machine (M6): each fifth reading, ~35 ms
 
 
-def _read() -> MemorySnapshot:
-    return memory.snapshot()  # looked up at each call: tests replace it
+def _read() -> tuple[MemorySnapshot, ProcessReading]:
+    # The parts of the RSS with it: /proc/self/smaps takes ~10 ms, off the GUI thread.
+    return memory.snapshot(), read_process()  # looked up at each call: tests replace snapshot
 
 
 def _trim() -> None:
@@ -49,6 +51,7 @@ def _take_census() -> census.Census:
 
 class MemoryController(QObject):
     snapshotTaken = Signal(object)  # MemorySnapshot
+    processRead = Signal(object)  # ProcessReading: the parts of the RSS, just before it
     censusTaken = Signal(object)  # census.Census: what every Tessera process holds
     sessionsChanged = Signal(object, str)  # tuple[SessionInfo, ...], "2 models loaded"
 
@@ -95,8 +98,10 @@ class MemoryController(QObject):
             return
         if outcome.error is not None:  # a flaky driver must not break the window
             log.error("memory snapshot failed: %s", outcome.error)
-        elif isinstance(outcome.value, MemorySnapshot):
-            self.snapshotTaken.emit(outcome.value)
+        elif isinstance(outcome.value, tuple):
+            snap, process = outcome.value
+            self.processRead.emit(process)
+            self.snapshotTaken.emit(snap)
         if start_timer:
             self.timer.start()
 

@@ -74,6 +74,7 @@ class MemoryPanel(QWidget):
         self.snapshot: MemorySnapshot | None = None
         self.parts: MemoryParts | None = None  # the last reading's parts of this process's RAM
         self._process: ProcessReading | None = None  # its libraries and kept heap, read with it
+        self._process_used = False  # the reading went with a snapshot already
         self.last: MemoryReport | None = None  # what the last operation did with memory
         self.census: Census | None = None  # every Tessera process of this user (M6)
         self.pictures: tuple[int, int] = (0, 0)  # the window's decoded pictures: count, bytes
@@ -165,9 +166,16 @@ class MemoryPanel(QWidget):
         count, nbytes = self.pictures
         return f"Window pictures: {count} frame{'s' if count != 1 else ''} · {fmt_bytes(nbytes)}."
 
+    def set_process(self, process: ProcessReading) -> None:
+        """The libraries' pages and the heap kept, read on the task thread with the snapshot
+        that follows; without it the panel reads them itself at its next snapshot."""
+        self._process, self._process_used = process, False
+
     def set_snapshot(self, snapshot: MemorySnapshot) -> None:
         self.snapshot = snapshot
-        self._process = read_process()  # ~10 ms (smaps): once a reading, not at each refresh
+        if self._process is None or self._process_used:
+            self._process = read_process()  # ~10 ms (smaps): once a reading, not each refresh
+        self._process_used = True
         self._refresh()
 
     def selected_key(self) -> SessionKey | None:
