@@ -100,19 +100,27 @@ def free_heap() -> int | None:
 
 
 def heap_resident(smaps: Path = Path("/proc/self/smaps")) -> int | None:
-    """Resident bytes of the main heap (the `[heap]` mapping), or None without /proc."""
+    """Resident bytes of the main heap (the `[heap]` mapping), or None without /proc.
+
+    Read line by line up to the heap's Rss (it comes early, after the interpreter's own
+    mappings): the whole file read at once is ~1 MB of text, and it was freed into the very
+    heap it measures."""
     try:
-        text = smaps.read_text()
-    except OSError:
+        with smaps.open(encoding="ascii", errors="replace") as f:
+            in_heap = False
+            for line in f:
+                head = line.split(maxsplit=1)
+                if not head:
+                    continue
+                if not head[0].endswith(":"):  # "start-end perms … [name]"
+                    if in_heap:
+                        return 0  # the heap's lines had no Rss
+                    in_heap = line.rstrip().endswith("[heap]")
+                elif in_heap and line.startswith("Rss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
         return None
-    total, in_heap = 0, False
-    for line in text.splitlines():
-        head = line.split(maxsplit=1)[0] if line else ""
-        if not head.endswith(":"):  # a mapping's first line: "start-end perms … [name]"
-            in_heap = line.endswith("[heap]")
-        elif in_heap and head == "Rss:":
-            total += int(line.split()[1]) * 1024
-    return total
+    return 0  # no heap mapping (yet)
 
 
 def heap_usage() -> HeapUsage:

@@ -32,7 +32,7 @@ CENSUS_EVERY = 5  # every Tessera process on the machine (M6): each fifth readin
 
 
 def _read() -> tuple[MemorySnapshot, ProcessReading]:
-    # The parts of the RSS with it: /proc/self/smaps takes ~10 ms, off the GUI thread.
+    # The parts of the RSS with it, off the GUI thread: /proc/self/smaps takes a few ms.
     return memory.snapshot(), read_process()  # looked up at each call: tests replace snapshot
 
 
@@ -117,8 +117,8 @@ class MemoryController(QObject):
             self.tasks.submit(_trim, lambda _outcome: self.poll())
 
     def _on_sessions(self, sessions: tuple[SessionInfo, ...]) -> None:
-        # The engine thread frees the sessions after the first trim has run: what they held
-        # stayed in the heap (4 MiB of 5.5 MiB kept after the audit's scenario, measured).
+        # The engine thread frees the sessions after the first trim may have run: what they
+        # held (a model's weights, below glibc's raised mmap threshold) would stay in the heap.
         if self._unloading and not sessions:
             self._unloading = False
             self._give_back()

@@ -174,7 +174,7 @@ class MemoryPanel(QWidget):
     def set_snapshot(self, snapshot: MemorySnapshot) -> None:
         self.snapshot = snapshot
         if self._process is None or self._process_used:
-            self._process = read_process()  # ~10 ms (smaps): once a reading, not each refresh
+            self._process = read_process()  # ~2 ms (smaps): once a reading
         self._process_used = True
         self._refresh()
 
