@@ -172,7 +172,7 @@ def parts_lines(parts: MemoryParts, show: Callable[[int], str]) -> list[str]:
         f"  window pictures: {show(parts.pictures)}",
         f"  interpreter and libraries: {show(parts.code)}",
         f"  heap kept by the allocator: {show(parts.free_heap)}",
-        f"  other (Python objects, Qt's and ONNX Runtime's own): {show(parts.other)}",
+        f"  other: {show(parts.other)} (Python objects, Qt's and ONNX Runtime's own)",
     ]
     if not parts.measured:
         lines.append("  (libraries and heap not measured here)")

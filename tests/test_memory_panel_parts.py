@@ -36,7 +36,7 @@ def test_the_panel_names_each_part_of_this_process_and_they_add_up(qtbot: QtBot)
         "window pictures: 40 MB",
         "interpreter and libraries: ",
         "heap kept by the allocator: ",
-        "other (",
+        "other: ",
     ):
         assert any(line.strip().startswith(part) for line in lines), text
     parts = panel.parts
