@@ -104,7 +104,8 @@ def main(argv: list[str]) -> int:
         _wait(app, lambda: window.inventory is not None, 30)
         fresh = _settle(app, window, 2.0)
         window.panel.select_operation(Operation.UPSCALE)
-        if not window.panel.select_model(str(model)):
+        panel = window.panel  # a starter model is offered by its catalog id
+        if not (panel.select_model(str(model)) or panel.select_model(model.stem)):
             print(f"{model.name} is not offered", file=sys.stderr)
             window.shutdown()
             return 1

@@ -73,8 +73,8 @@ class MemoryPanel(QWidget):
         self.sessions: tuple[SessionInfo, ...] = ()
         self.snapshot: MemorySnapshot | None = None
         self.parts: MemoryParts | None = None  # the last reading's parts of this process's RAM
-        self._process: ProcessReading | None = None  # its libraries and kept heap, read with it
-        self._process_used = False  # the reading went with a snapshot already
+        self._process: ProcessReading | None = None  # read with the next snapshot
+        self._reading: ProcessReading | None = None  # the libraries and heap kept, now
         self.last: MemoryReport | None = None  # what the last operation did with memory
         self.census: Census | None = None  # every Tessera process of this user (M6)
         self.pictures: tuple[int, int] = (0, 0)  # the window's decoded pictures: count, bytes
@@ -168,14 +168,13 @@ class MemoryPanel(QWidget):
 
     def set_process(self, process: ProcessReading) -> None:
         """The libraries' pages and the heap kept, read on the task thread with the snapshot
-        that follows; without it the panel reads them itself at its next snapshot."""
-        self._process, self._process_used = process, False
+        that follows (the memory controller's); without it the panel reads them itself."""
+        self._process = process
 
     def set_snapshot(self, snapshot: MemorySnapshot) -> None:
         self.snapshot = snapshot
-        if self._process is None or self._process_used:
-            self._process = read_process()  # ~2 ms (smaps): once a reading
-        self._process_used = True
+        self._reading = self._process or read_process()  # ~2 ms (smaps): once a reading
+        self._process = None
         self._refresh()
 
     def selected_key(self) -> SessionKey | None:
@@ -216,7 +215,7 @@ class MemoryPanel(QWidget):
         if snap is None:
             return
         in_ram = sum(s.weight_bytes for s in self.sessions if not s.device.startswith("gpu"))
-        self.parts = read_parts(snap.ram.process_rss, in_ram, self.pictures[1], self._process)
+        self.parts = read_parts(snap.ram.process_rss, in_ram, self.pictures[1], self._reading)
         lines.append(f"This process uses {fmt_bytes(snap.ram.process_rss)} of RAM, of it:")
         lines.extend(parts_lines(self.parts, fmt_bytes))
 
