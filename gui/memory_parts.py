@@ -100,11 +100,12 @@ def free_heap() -> int | None:
 
 
 def heap_resident(smaps: Path = Path("/proc/self/smaps")) -> int | None:
-    """Resident bytes of the main heap (the `[heap]` mapping), or None without /proc.
+    """Resident bytes of the main heap (every `[heap]` mapping: it is not always one piece
+    after a large job), or None without /proc.
 
-    Read line by line up to the heap's Rss (it comes early, after the interpreter's own
-    mappings): the whole file read at once is ~1 MB of text, and it was freed into the very
-    heap it measures."""
+    Read line by line: the whole file read at once is ~1 MB of text, and it was freed into the
+    very heap it measures."""
+    total = 0
     try:
         with smaps.open(encoding="ascii", errors="replace") as f:
             in_heap = False
@@ -112,15 +113,13 @@ def heap_resident(smaps: Path = Path("/proc/self/smaps")) -> int | None:
                 head = line.split(maxsplit=1)
                 if not head:
                     continue
-                if not head[0].endswith(":"):  # "start-end perms … [name]"
-                    if in_heap:
-                        return 0  # the heap's lines had no Rss
+                if not head[0].endswith(":"):  # a mapping's first line: "start-end perms …"
                     in_heap = line.rstrip().endswith("[heap]")
-                elif in_heap and line.startswith("Rss:"):
-                    return int(line.split()[1]) * 1024
+                elif in_heap and head[0] == "Rss:":
+                    total += int(line.split()[1]) * 1024
     except (OSError, ValueError):
         return None
-    return 0  # no heap mapping (yet)
+    return total
 
 
 def heap_usage() -> HeapUsage:

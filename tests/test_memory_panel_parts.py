@@ -13,7 +13,7 @@ from pytestqt.qtbot import QtBot
 
 from engine.requests import Operation
 from engine.runtime import memory
-from gui.memory_parts import file_backed, free_heap, read_parts
+from gui.memory_parts import file_backed, free_heap, heap_resident, read_parts
 from gui.widgets.memory_panel import MemoryPanel
 from tests.engine_helpers import photo
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
@@ -82,6 +82,21 @@ def test_the_heap_kept_falls_by_what_the_allocator_hands_back() -> None:
     assert kept - after.free_heap >= 0.7 * given, (kept / MIB, after.free_heap / MIB)
     assert after.named <= after.rss
     del keep
+
+
+def test_the_heap_is_counted_in_every_piece(tmp_path: Path) -> None:
+    """After a large job glibc's main heap was two `[heap]` mappings with another between;
+    only the first was counted."""
+    smaps = tmp_path / "smaps"
+    smaps.write_text(
+        "55e0-55f0 rw-p 00000000 00:00 0          [heap]\nSize:  64 kB\nRss:  40 kB\n"
+        "VmFlags: rd wr mr mw me ac\n"
+        "55f0-5600 rw-p 00000000 00:00 0 \nRss:  8 kB\n"
+        "5600-5610 rw-p 00000000 00:00 0          [heap]\nRss:  4 kB\n"
+        "7f00-7f10 r-xp 00000000 fe:00 1   /usr/lib/libc.so.6\nRss:  100 kB\n"
+    )
+    assert heap_resident(smaps) == 44 * 1024
+    assert heap_resident(tmp_path / "missing") is None
 
 
 def test_after_unload_all_the_models_and_pictures_lines_are_about_nothing(
