@@ -173,7 +173,7 @@ class MemoryPanel(QWidget):
 
     def set_snapshot(self, snapshot: MemorySnapshot) -> None:
         self.snapshot = snapshot
-        self._reading = self._process or read_process()  # ~2 ms (smaps): once a reading
+        self._reading = self._process or read_process()  # ~5 ms (smaps): once a reading
         self._process = None
         self._refresh()
 
