@@ -9,8 +9,9 @@ done-compare, failed, output-step, memory-panel (and notice), and for issue 14
 shots/14-<state>-<W>x<H>.png: preview (a view half refined, "previewing tile n/m") and chain
 (remove background → upscale, the chain in the strip). `--states preview,chain` takes only
 those. `joined` (shots/35-joined-<W>x<H>.png): the window's own job running and a
-`python -m engine run` that joined it, its row marked with its pid. The screen is grabbed
-whole, so dialogs show.
+`python -m engine run` that joined it, its row marked with its pid. `--states
+memory-after-unload` writes docs/images/memory-after-unload-<W>x<H>.png (the memory panel
+after Unload all, issue 35). The screen is grabbed whole, so dialogs show.
 """
 
 from __future__ import annotations
@@ -109,6 +110,24 @@ def main() -> int:
 
     images = photos(work)
     window.accept_paths(images)
+    if "memory-after-unload" in wanted:
+        # The audit's scenario (issue 35): 3 images run ×2, a product at 1:1, Unload all; the
+        # memory panel then names each part of the RSS. Written for docs/window.md.
+        window.panel.select_operation(Operation.UPSCALE)
+        window.panel.select_model("realesrgan-animevideov3-x2")
+        window.run_selected()
+        wait(lambda: len(window.workspace.jobs) == 3 and not window.jobs.active(), 300)
+        wait(lambda: window.viewer.after is not None, 60)
+        settle(1.5)
+        window.viewer.view.actual_size()
+        window.show_memory_panel()
+        settle(1.5)
+        window.memory_panel.unload_all_button.click()
+        wait(lambda: not window.memory_panel.sessions, 30)
+        settle(2.5)
+        page = ROOT / "docs" / "images" / f"memory-after-unload-{tag}.png"
+        screen.grabWindow(0).save(str(page))
+        print(page)
     if "running" in wanted:
         window.panel.select_model("realesrgan-x4plus")
         window.run_selected()

@@ -27,7 +27,13 @@ from engine.runtime.census import Census
 from engine.runtime.census import report as census_report
 from engine.runtime.memory import MemorySnapshot
 from engine.runtime.sessions import SessionInfo, SessionKey
-from gui.memory_parts import MemoryParts, parts_line, read_parts
+from gui.memory_parts import (
+    MemoryParts,
+    ProcessReading,
+    parts_lines,
+    read_parts,
+    read_process,
+)
 from gui.widgets.vram_gauge import fmt_bytes
 
 COLUMNS = ("Model", "Device", "Runtime", "Provider", "Weights", "Runs", "Last used")
@@ -67,6 +73,8 @@ class MemoryPanel(QWidget):
         self.sessions: tuple[SessionInfo, ...] = ()
         self.snapshot: MemorySnapshot | None = None
         self.parts: MemoryParts | None = None  # the last reading's parts of this process's RAM
+        self._process: ProcessReading | None = None  # read with the next snapshot
+        self._reading: ProcessReading | None = None  # the libraries and heap kept, now
         self.last: MemoryReport | None = None  # what the last operation did with memory
         self.census: Census | None = None  # every Tessera process of this user (M6)
         self.pictures: tuple[int, int] = (0, 0)  # the window's decoded pictures: count, bytes
@@ -108,7 +116,7 @@ class MemoryPanel(QWidget):
         side.addWidget(scroll, 1)
         side.addLayout(buttons)
         layout = QHBoxLayout(self)
-        layout.addWidget(self.table, 5)
+        layout.addWidget(self.table, 3)
         layout.addLayout(side, 2)
         self._refresh()
 
@@ -158,8 +166,15 @@ class MemoryPanel(QWidget):
         count, nbytes = self.pictures
         return f"Window pictures: {count} frame{'s' if count != 1 else ''} · {fmt_bytes(nbytes)}."
 
+    def set_process(self, process: ProcessReading) -> None:
+        """The libraries' pages and the heap kept, read on the task thread with the snapshot
+        that follows (the memory controller's); without it the panel reads them itself."""
+        self._process = process
+
     def set_snapshot(self, snapshot: MemorySnapshot) -> None:
         self.snapshot = snapshot
+        self._reading = self._process or read_process()  # ~5 ms (smaps): once a reading
+        self._process = None
         self._refresh()
 
     def selected_key(self) -> SessionKey | None:
@@ -193,6 +208,17 @@ class MemoryPanel(QWidget):
         # The same list and warnings as `python -m engine memory`.
         return text + "\n\n" + census_report(self.census)
 
+    def _ram_lines(self, lines: list[str]) -> None:
+        """This process's RAM and a line per part of it: what Unload all leaves is named (the
+        parts come before the notes so that a low panel shows them)."""
+        snap = self.snapshot
+        if snap is None:
+            return
+        in_ram = sum(s.weight_bytes for s in self.sessions if not s.device.startswith("gpu"))
+        self.parts = read_parts(snap.ram.process_rss, in_ram, self.pictures[1], self._reading)
+        lines.append(f"This process uses {fmt_bytes(snap.ram.process_rss)} of RAM, of it:")
+        lines.extend(parts_lines(self.parts, fmt_bytes))
+
     def _this_process(self) -> str:
         weights = sum(s.weight_bytes for s in self.sessions)
         count = len(self.sessions)
@@ -201,6 +227,7 @@ class MemoryPanel(QWidget):
             if count
             else "No model is loaded. Models load at their first job and stay loaded for the next."
         ]
+        self._ram_lines(lines)
         lines.append(self.pictures_line())
         for info in self.sessions:
             if not info.shrinkable:
@@ -221,12 +248,8 @@ class MemoryPanel(QWidget):
         snap = self.snapshot
         if snap is None:
             return "\n".join(lines)
-        parts = self.parts = read_parts(snap.ram.process_rss, weights, self.pictures[1])
         if not snap.gpus:
             lines.append(f"No GPU reading: {snap.nvml_error or 'no NVIDIA GPU'}.")
-        lines.append(f"This process uses {fmt_bytes(snap.ram.process_rss)} of RAM.")
-        lines.append(parts_line(parts, fmt_bytes))
-        if not snap.gpus:
             return "\n".join(lines)
         for gpu in snap.gpus:
             if gpu.own is None:

@@ -222,6 +222,7 @@ class WindowLayout:
         controller's readings; `shown` is the View menu's Memory panel action."""
         self.engine, self.memory_action = engine, shown
         memory.snapshotTaken.connect(self.gauge.set_snapshot)
+        memory.processRead.connect(self.memory_panel.set_process)
         memory.snapshotTaken.connect(self.memory_panel.set_snapshot)
         memory.censusTaken.connect(self.memory_panel.set_census)
         memory.sessionsChanged.connect(self._sessions_changed)
