@@ -188,6 +188,10 @@ typedef void (*block_fn)(const job_t *j, int ty, int tx0, int nt, float *V, floa
 #define TW_R2 6
 #define TW_R3 0
 #define TW_R4 3
+#define TW_T1 6
+#define TW_T2 3
+#define TW_T3 0
+#define TW_T4 1
 #include "winograd_block.h"
 
 #if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
@@ -202,6 +206,10 @@ typedef void (*block_fn)(const job_t *j, int ty, int tx0, int nt, float *V, floa
 #define TW_R2 6
 #define TW_R3 0
 #define TW_R4 3
+#define TW_T1 6
+#define TW_T2 3
+#define TW_T3 0
+#define TW_T4 1
 #include "winograd_block.h"
 
 /* AVX-512: 16-float vectors in 32 registers: up to 6 x 4 = 24 accumulators. */
@@ -212,6 +220,10 @@ typedef void (*block_fn)(const job_t *j, int ty, int tx0, int nt, float *V, floa
 #define TW_R2 12
 #define TW_R3 8
 #define TW_R4 6
+#define TW_T1 8
+#define TW_T2 4
+#define TW_T3 4
+#define TW_T4 2
 #include "winograd_block.h"
 #endif
 
@@ -225,6 +237,10 @@ typedef void (*block_fn)(const job_t *j, int ty, int tx0, int nt, float *V, floa
 #define TW_R2 12
 #define TW_R3 8
 #define TW_R4 6
+#define TW_T1 8
+#define TW_T2 4
+#define TW_T3 4
+#define TW_T4 2
 #include "winograd_block.h"
 #endif
 
@@ -279,6 +295,21 @@ static block_fn tw_block(void) {
     }
 }
 
+/* A block's V for up to `cinp` channels, after `cinp` zeros: the pixel the input transform
+ * reads for the padding (a load where a branch a pixel and vector cost 10 % of a 64-channel
+ * layer), at V - cinp for every layer's cinp. All zero at first: a block's tail
+ * micro-kernel reads rows of V past its tiles (their products are not used). */
+static float *tw_v_alloc(int cinp) {
+    float *base = tw_alloc(sizeof(float) * (36 * NT + 1) * (size_t)cinp);
+    if (base == NULL) return NULL;
+    memset(base, 0, sizeof(float) * (36 * NT + 1) * (size_t)cinp);
+    return base + cinp;
+}
+
+static void tw_v_free(float *V, int cinp) {
+    if (V != NULL) tw_free(V - cinp);
+}
+
 /* ---- one convolution over a whole tensor --------------------------------------------- */
 
 typedef struct {
@@ -291,7 +322,7 @@ typedef struct {
 static void conv_worker(void *arg) {
     conv_run_t *run = arg;
     const job_t *j = run->job;
-    float *V = tw_alloc(sizeof(float) * 36 * NT * (size_t)j->cinp);
+    float *V = tw_v_alloc(j->cinp);
     float *M = tw_alloc(sizeof(float) * 36 * NT * (size_t)j->coutp);
     if (V == NULL || M == NULL) {
         __atomic_store_n(&run->failed, 1, __ATOMIC_RELAXED);
@@ -301,7 +332,7 @@ static void conv_worker(void *arg) {
         for (int ty; (ty = __atomic_fetch_add(&run->next, 1, __ATOMIC_RELAXED)) < th;)
             for (int tx = 0; tx < tw; tx += NT) run->block(j, ty, tx, tw - tx < NT ? tw - tx : NT, V, M);
     }
-    tw_free(V);
+    tw_v_free(V, j->cinp);
     tw_free(M);
 }
 
@@ -446,7 +477,7 @@ static void chain_worker(void *arg) {
         if (c->layers[l].cinp > widest) widest = c->layers[l].cinp;
         if (c->layers[l].coutp > widest) widest = c->layers[l].coutp;
     }
-    float *V = tw_alloc(sizeof(float) * 36 * NT * (size_t)widest);
+    float *V = tw_v_alloc(widest);
     float *M = tw_alloc(sizeof(float) * 36 * NT * (size_t)widest);
     if (V == NULL || M == NULL) __atomic_store_n(&run->failed, 1, __ATOMIC_RELAXED);
     const int G = c->group;
@@ -499,7 +530,7 @@ static void chain_worker(void *arg) {
         }
         tw_barrier_wait(run->barrier);
     }
-    tw_free(V);
+    tw_v_free(V, widest);
     tw_free(M);
 }
 
