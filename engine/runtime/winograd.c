@@ -27,7 +27,7 @@
 #include <pthread.h>
 #endif
 
-#define TW_VERSION 3
+#define TW_VERSION 4
 #define NT 24 /* tiles per block: a multiple of every micro-kernel's rows */
 
 /* ---- the portable layer: aligned memory, threads, a barrier ---------------------------- */
@@ -389,6 +389,7 @@ typedef struct {
     tw_layer *layers;
     float **rings; /* rings[l]: layer l's output (the last one only with a shuffle) */
     int n, H, W, tiles_h, tiles_w, r, channels;
+    int up;     /* the first layer reads its input upscaled this many times (nearest) */
     int group;  /* tile rows a layer computes per step */
     int groups; /* steps of the first layer */
     int ring;   /* rows in each ring: four groups */
@@ -404,15 +405,17 @@ void tw_chain_free(void *p) {
     free(c);
 }
 
-/* The chain of n layers over an H x W image; r > 0: it ends in DepthToSpace(r) + the
- * nearest-upscaled image of `channels` channels. NULL where memory could not be had. */
+/* The chain of n layers making an H x W image; r > 0: it ends in DepthToSpace(r) + the
+ * nearest-upscaled image of `channels` channels; r == 0 and channels > 0: the last layer
+ * writes its first `channels` channels NCHW. The first layer reads its input `up` times
+ * upscaled (H and W are multiples of it). NULL where memory could not be had. */
 void *tw_chain_new(const float *const *U, const float *const *bias, const float *const *slope,
                    const int *cinp, const int *coutp, int n, int H, int W, int r, int channels,
-                   int group) {
-    if (n < 1 || n > MAX_LAYERS) return NULL;
+                   int group, int up) {
+    if (n < 1 || n > MAX_LAYERS || up < 1 || H % up || W % up) return NULL;
     tw_chain_t *c = calloc(1, sizeof *c);
     if (c == NULL) return NULL;
-    c->n = n, c->H = H, c->W = W, c->r = r, c->channels = channels;
+    c->n = n, c->H = H, c->W = W, c->r = r, c->channels = channels, c->up = up;
     c->tiles_h = (H + 3) / 4, c->tiles_w = (W + 3) / 4;
     c->group = group < 1 ? 1 : group;
     c->groups = (c->tiles_h + c->group - 1) / c->group;
@@ -498,7 +501,7 @@ static void chain_worker(void *arg) {
             const int x0 = c->tiles_w * me / run->threads, x1 = c->tiles_w * (me + 1) / run->threads;
             for (int l = 0; l < c->n; l++) {
                 const tw_layer *L = &c->layers[l];
-                const int last = l == c->n - 1;
+                const int last = l == c->n - 1, planar = last && c->r == 0 && c->channels > 0;
                 job_t j = {l == 0 ? run->in : c->rings[l - 1],
                            L->U,
                            L->bias,
@@ -512,9 +515,9 @@ static void chain_worker(void *arg) {
                            last && c->r == 0 ? 0 : c->ring,
                            L->cinp,
                            L->coutp,
-                           1,
-                           0,
-                           L->coutp,
+                           l == 0 ? c->up : 1,
+                           planar,
+                           planar ? c->channels : L->coutp,
                            0,
                            {NULL, NULL},
                            {0, 0},
@@ -535,9 +538,9 @@ static void chain_worker(void *arg) {
 }
 
 /* Steps [s0, s1) of the chain (tw_chain_steps_total in all, in order): `in` is the image
- * NHWC [H][W][cinp of layer 0]; `out` the product, NCHW [channels][H r][W r] with a
- * shuffle, else NHWC [H][W][coutp of the last layer]; `image` the NCHW input the shuffle
- * adds. The caller checks for a cancel between calls. Returns 0, or -1 (memory). */
+ * NHWC [H/up][W/up][cinp of layer 0]; `out` the product, NCHW [channels][H r][W r] with a
+ * shuffle, NCHW [channels][H][W] where planar, else NHWC [H][W][coutp of the last layer];
+ * `image` the NCHW input the shuffle adds. The caller checks for a cancel between calls. Returns 0, or -1 (memory). */
 int tw_chain_steps(void *p, const float *in, const float *image, float *out, int s0, int s1,
                    int threads) {
     tw_chain_t *c = p;
