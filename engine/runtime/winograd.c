@@ -28,7 +28,7 @@
 #endif
 
 #define TW_VERSION 4
-#define NT 24 /* tiles per block: a multiple of every micro-kernel's rows */
+#define NT 12 /* tiles per block: a multiple of every tail micro-kernel's rows (see there) */
 
 /* ---- the portable layer: aligned memory, threads, a barrier ---------------------------- */
 
@@ -216,11 +216,11 @@ typedef void (*block_fn)(const job_t *j, int ty, int tx0, int nt, float *V, floa
 #define TW_ISA avx512
 #define TW_TARGET __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")))
 #define TW_VW 16
-#define TW_R1 24
+#define TW_R1 12
 #define TW_R2 12
 #define TW_R3 8
 #define TW_R4 6
-#define TW_T1 8
+#define TW_T1 4
 #define TW_T2 4
 #define TW_T3 4
 #define TW_T4 2
@@ -233,11 +233,11 @@ typedef void (*block_fn)(const job_t *j, int ty, int tx0, int nt, float *V, floa
 #define TW_ISA neon
 #define TW_TARGET
 #define TW_VW 4
-#define TW_R1 24
+#define TW_R1 12
 #define TW_R2 12
 #define TW_R3 8
 #define TW_R4 6
-#define TW_T1 8
+#define TW_T1 4
 #define TW_T2 4
 #define TW_T3 4
 #define TW_T4 2

@@ -70,6 +70,19 @@ TW_MICRO_PAIR(TW_R3, TW_T3, 3)
 TW_MICRO_PAIR(TW_R4, TW_T4, 4)
 #endif
 
+/* A block's tail runs T-row kernels past its last tile, up to NT rows: NT must be a multiple
+ * of each T (and each T of its R, where the main kernels stop). */
+_Static_assert(NT % TW_T1 == 0 && TW_R1 % TW_T1 == 0, "NT, R1 and T1");
+#if TW_R2
+_Static_assert(NT % TW_T2 == 0 && TW_R2 % TW_T2 == 0, "NT, R2 and T2");
+#endif
+#if TW_R3
+_Static_assert(NT % TW_T3 == 0 && TW_R3 % TW_T3 == 0, "NT, R3 and T3");
+#endif
+#if TW_R4
+_Static_assert(NT % TW_T4 == 0 && TW_R4 % TW_T4 == 0, "NT, R4 and T4");
+#endif
+
 #define TW_MNAME3(R, Q) TW_FN(micro_##R##x##Q)
 #define TW_MNAME(R, Q) TW_MNAME3(R, Q)
 
