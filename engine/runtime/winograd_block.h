@@ -130,14 +130,14 @@ TW_TARGET static void TW_FN(block)(const job_t *j, int ty, int tx0, int nt, floa
                 VEC r[6];
                 TW_FN(bt6)(tmp[i], r);
                 for (int k = 0; k < 6; k++)
-                    *(VEC *)(V + ((size_t)(i * 6 + k) * NT + t) * cinp + c) = r[k];
+                    *(VEC *)(V + (size_t)(i * 6 + k) * TW_PSTRIDE(cinp) + (size_t)t * cinp + c) = r[k];
             }
         }
     }
     for (int p = 0; p < 36; p++) {
         const float *Up = U + (size_t)p * cinp * coutp;
-        const float *Vp = V + (size_t)p * NT * cinp;
-        float *Mp = M + (size_t)p * NT * coutp;
+        const float *Vp = V + (size_t)p * TW_PSTRIDE(cinp);
+        float *Mp = M + (size_t)p * TW_PSTRIDE(coutp);
         for (int ob = 0; ob < coutp;) {
             const int left = (coutp - ob) / TW_VW;
             int q = 1, R = TW_R1; /* the widest micro-kernel that fits what is left */
@@ -181,7 +181,7 @@ TW_TARGET static void TW_FN(block)(const job_t *j, int ty, int tx0, int nt, floa
             for (int k = 0; k < 6; k++) {
                 VEC col[6], r[4];
                 for (int i = 0; i < 6; i++)
-                    col[i] = *(const VEC *)(M + ((size_t)(i * 6 + k) * NT + t) * coutp + c);
+                    col[i] = *(const VEC *)(M + (size_t)(i * 6 + k) * TW_PSTRIDE(coutp) + (size_t)t * coutp + c);
                 TW_FN(at6)(col, r);
                 for (int i = 0; i < 4; i++) tmp[i][k] = r[i];
             }
