@@ -17,6 +17,7 @@
  * tw_set_isa. Threads and aligned memory go through the small portable layer below (POSIX
  * threads, or Windows' own: MinGW-w64 has no aligned_alloc, macOS no pthread barriers).
  */
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

@@ -92,28 +92,35 @@ TW_TARGET static void TW_FN(block)(const job_t *j, int ty, int tx0, int nt, floa
     const float *in = j->in, *U = j->U;
     const VEC zero = {0};
     const float *zeros = V - cinp; /* a pixel of zeros before V: the padding */
+    /* The block's 6 input rows (NULL: the padding) and its columns' offsets (-1: the
+     * padding), each worked out once: per pixel, the ring's and the upscale's divisions cost
+     * as much as a 64-channel tile's transform. */
+    const float *rows[6];
+    for (int i = 0; i < 6; i++) {
+        const int y = ty * 4 - 1 + i;
+        rows[i] = y >= 0 && y < H
+                      ? in + (size_t)(j->in_mod ? (y / up) % j->in_mod : y / up) * Win * j->in_ld
+                      : NULL;
+    }
+    const int xs = tx0 * 4 - 1, xn = 4 * nt + 6; /* the block's columns, and the next tile's */
+    ptrdiff_t cols[4 * NT + 6];
+    for (int k = 0; k < xn; k++) {
+        const int x = xs + k;
+        cols[k] = x >= 0 && x < W ? (ptrdiff_t)(x / up) * j->in_ld : -1;
+    }
     for (int t = 0; t < nt; t++) {
-        const int y0 = ty * 4 - 1, x0 = (tx0 + t) * 4 - 1;
         const float *src[6][6]; /* each input pixel of the tile (the padding: a zero pixel) */
-        for (int i = 0; i < 6; i++) {
-            const int y = y0 + i;
-            const int row = (j->in_mod ? (y / up) % j->in_mod : y / up);
-            for (int k = 0; k < 6; k++) {
-                const int x = x0 + k;
-                src[i][k] = (y >= 0 && y < H && x >= 0 && x < W)
-                                ? in + ((size_t)row * Win + x / up) * j->in_ld
-                                : zeros;
-            }
-        }
+        for (int i = 0; i < 6; i++)
+            for (int k = 0; k < 6; k++)
+                src[i][k] = rows[i] && cols[4 * t + k] >= 0 ? rows[i] + cols[4 * t + k] : zeros;
         /* The next tile's new pixels (its columns 2..5), fetched while this one is
-         * transformed: 36 pixels a tile are too many streams for the CPU's own prefetcher. */
+         * transformed: 36 pixels a tile are too many streams for the CPU's own prefetcher.
+         * After the block's last tile, the next block's first (where the row goes on). */
         const float *next[6][4];
         for (int i = 0; i < 6; i++)
             for (int k = 0; k < 4; k++) {
-                const int x = x0 + 6 + k, y = y0 + i;
-                next[i][k] = (y >= 0 && y < H && x < W)
-                                 ? in + ((size_t)(j->in_mod ? (y / up) % j->in_mod : y / up) * Win + x / up) * j->in_ld
-                                 : zeros;
+                const int x = 4 * t + 6 + k;
+                next[i][k] = rows[i] && x < xn && cols[x] >= 0 ? rows[i] + cols[x] : zeros;
             }
         for (int c = 0; c < cinp; c += TW_VW) {
             if (c % 16 == 0)
@@ -176,6 +183,15 @@ TW_TARGET static void TW_FN(block)(const job_t *j, int ty, int tx0, int nt, floa
     const size_t plane = (size_t)H * W;
     for (int t = 0; t < nt; t++) {
         const int y0 = ty * 4, x0 = (tx0 + t) * 4;
+        const int ni = H - y0 < 4 ? H - y0 : 4, nk = W - x0 < 4 ? W - x0 : 4;
+        float *orow[4]; /* each output row's first pixel of the tile (NHWC) */
+        const float *rrow[2][4];
+        for (int i = 0; i < ni; i++) {
+            const int y = j->out_mod ? (y0 + i) % j->out_mod : y0 + i;
+            orow[i] = j->planar ? NULL : j->out + ((size_t)y * W + x0) * j->out_ld;
+            for (int q = 0; q < j->nres; q++)
+                rrow[q][i] = j->res[q] + ((size_t)(y0 + i) * W + x0) * j->res_ld[q];
+        }
         for (int c = 0; c < coutp; c += TW_VW) {
             VEC tmp[4][6];
             for (int k = 0; k < 6; k++) {
@@ -187,24 +203,23 @@ TW_TARGET static void TW_FN(block)(const job_t *j, int ty, int tx0, int nt, floa
             }
             const VEC bv = *(const VEC *)(j->bias + c);
             const VEC sv = j->slope ? *(const VEC *)(j->slope + c) : zero;
-            for (int i = 0; i < 4 && y0 + i < H; i++) {
+            for (int i = 0; i < ni; i++) {
                 VEC r[4];
                 TW_FN(at6)(tmp[i], r);
-                for (int k = 0; k < 4 && x0 + k < W; k++) {
+                for (int k = 0; k < nk; k++) {
                     VEC o = r[k] + bv;
                     if (j->slope) {
                         const VECI neg = o < zero;
                         o = (VEC)(((VECI)(o * sv) & neg) | ((VECI)o & ~neg));
                     }
-                    const size_t px = (size_t)(y0 + i) * W + x0 + k;
                     for (int q = 0; q < j->nres; q++)
-                        o = o * j->scale[q] + *(const VEC *)(j->res[q] + px * j->res_ld[q] + c);
+                        o = o * j->scale[q] + *(const VEC *)(rrow[q][i] + (size_t)k * j->res_ld[q] + c);
                     if (j->planar) {
+                        const size_t px = (size_t)(y0 + i) * W + x0 + k;
                         for (int ch = 0; ch < TW_VW && c + ch < j->cout; ch++)
                             j->out[(size_t)(c + ch) * plane + px] = o[ch];
                     } else {
-                        const int y = j->out_mod ? (y0 + i) % j->out_mod : y0 + i;
-                        *(VEC *)(j->out + ((size_t)y * W + x0 + k) * j->out_ld + c) = o;
+                        *(VEC *)(orow[i] + (size_t)k * j->out_ld + c) = o;
                     }
                 }
             }
