@@ -221,17 +221,21 @@ TW_TARGET static void TW_FN(block)(const job_t *j, int ty, int tx0, int nt, floa
                 }
                 continue;
             }
+            /* The job's fields in locals: a store through a float pointer may change
+             * j->scale as far as the compiler knows, and they were reloaded per pixel. */
+            const int nres = j->nres;
+            const float sc0 = j->scale[0], sc1 = j->scale[1];
+            const size_t rl0 = (size_t)j->res_ld[0], rl1 = (size_t)j->res_ld[1];
+            const VEC negs = j->slope ? sv : zero + 1;
             for (int i = 0; i < ni; i++) {
                 VEC r[4];
                 TW_FN(at6)(tmp[i], r);
                 for (int k = 0; k < nk; k++) {
                     VEC o = r[k] + bv;
-                    if (j->slope) {
-                        const VECI neg = o < zero;
-                        o = (VEC)(((VECI)(o * sv) & neg) | ((VECI)o & ~neg));
-                    }
-                    for (int q = 0; q < j->nres; q++)
-                        o = o * j->scale[q] + *(const VEC *)(rrow[q][i] + (size_t)k * j->res_ld[q] + c);
+                    const VECI neg = o < zero;
+                    o = (VEC)(((VECI)(o * negs) & neg) | ((VECI)o & ~neg));
+                    if (nres > 0) o = o * sc0 + *(const VEC *)(rrow[0][i] + k * rl0 + c);
+                    if (nres > 1) o = o * sc1 + *(const VEC *)(rrow[1][i] + k * rl1 + c);
                     if (j->planar) {
                         const size_t px = (size_t)(y0 + i) * W + x0 + k;
                         for (int ch = 0; ch < TW_VW && c + ch < j->cout; ch++)
