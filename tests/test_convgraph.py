@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -204,6 +205,40 @@ def test_a_cancelled_run_stops_between_two_convolutions(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="terminate flag"):
         session.run(None, {"input": _image(16, 16)}, options)
     assert options.reads == 5  # looked at before each convolution, stopped at once
+
+
+def test_the_last_convolutions_run_streamed_without_their_big_tensors(tmp_path: Path) -> None:
+    """conv_up2 (reading its input upscaled), conv_hr and conv_last run as one streamed chain
+    at 4× the size: ORT's product, and the run never holds the 4×-size activations the three
+    steps would make one by one (it held three such tensors' worth at its peak before)."""
+    model = make_rrdb_upscaler(tmp_path / "r.onnx")
+    graph = convgraph.analyse(onnx.load(model))
+    assert graph is not None
+    program = convgraph.Program(graph)
+    assert program.tail == len(graph.steps) - 3
+    h, w = 48, 40
+    x = _image(h, w)
+    out = np.empty((3, 4 * h, 4 * w), np.float32)
+    tracemalloc.start()
+    try:
+        assert program.run(x[0], out, 2)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    big = (4 * h) * (4 * w) * 16 * 4  # one 16-channel activation at 4× the size
+    assert peak < 1.5 * big
+    assert _close(out[None], _ort(model).run(None, {"input": x})[0]) <= 2e-5
+
+
+def test_a_cancel_is_seen_within_the_streamed_tail(tmp_path: Path) -> None:
+    model = make_rrdb_upscaler(tmp_path / "r.onnx")
+    session = _load(model)
+    assert isinstance(session, chain.GraphSession)
+    tail = session._program.tail
+    options = Terminating(at=tail + 2)  # every step before the tail looked once, then the tail
+    with pytest.raises(RuntimeError, match="terminate flag"):
+        session.run(None, {"input": _image(24, 24)}, options)
+    assert options.reads == tail + 2
 
 
 @pytest.mark.starter

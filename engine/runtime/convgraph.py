@@ -10,7 +10,10 @@ a list of `Step`s, one per convolution, each with the rest fused into it:
 - a Concat costs nothing: its members are written side by side into one NHWC tensor, and a
   convolution reads a prefix of its channels (a dense block's concats are prefixes of one
   another, so one tensor a block holds them all);
-- a nearest Resize is read through: the convolution after it reads its input upscaled.
+- a nearest Resize is read through: the convolution after it reads its input upscaled;
+- the graph's last convolutions, each reading only the one before (x4plus's conv_up2, conv_hr,
+  conv_last at 4× the size), run streamed through rings of rows (`winograd.StreamedChain`):
+  two 4×-size tensors (2 × 432 MB for a 384×288 photo) are never made, nor faulted in.
 
 A graph with anything else is not taken (`analyse` answers None) and ORT runs it as before.
 The tensors of a run come from a pool and each goes back to it after the last step that
@@ -30,6 +33,7 @@ from engine.runtime import winograd
 from engine.runtime.conv_nodes import Unsupported, activation_slope, attributes, conv3x3, standard
 
 MIN_CONVS = 4  # a smaller graph is not worth leaving ORT for
+STREAM_STEPS = 8  # the streamed tail's steps (rows of tiles) between two looks for a cancel
 
 
 @dataclass(frozen=True)
@@ -362,12 +366,46 @@ def _steps(
     return tuple(steps), tuple(tuple(f) for f in frees)
 
 
+def streamed_tail(graph: Graph) -> int:
+    """Where the graph's streamed tail begins (len(steps): none): the last steps that each
+    read the whole output of the one before, and only they read it, without residuals or an
+    upscale (the first may read its input upscaled), ending in the graph's output."""
+    steps = graph.steps
+    readers: dict[int, int] = defaultdict(int)
+    for step in steps:
+        for place in (step.source, *(p for p, _ in step.residuals)):
+            readers[place.tensor] += 1
+
+    def whole(place: Place, channels: int) -> bool:
+        """The place is a tensor of its own, as a ring of the chain holds it."""
+        return place.offset == 0 and graph.tensors[place.tensor].channels == winograd.padded(
+            channels
+        )
+
+    k = len(steps) - 1
+    while k > 0:
+        before, step = steps[k - 1], steps[k]
+        made = before.target
+        if step.up != 1 or step.residuals or before.residuals or made is None:
+            break
+        cout = int(graph.weights[before.layer][0].shape[0])
+        if step.source != made or readers[made.tensor] != 1 or not whole(made, cout):
+            break
+        k -= 1
+    first = steps[k]
+    cin = int(graph.weights[first.layer][0].shape[1])
+    if k == len(steps) - 1 or first.residuals or not whole(first.source, cin):
+        return len(steps)
+    return k
+
+
 class Program:
     """An analysed graph with its weights in the kernel's form, ready to run."""
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
         self.layers = tuple(winograd.Conv3x3.make(w, b, s) for w, b, s in graph.weights)
+        self.tail = streamed_tail(graph)
 
     @property
     def weight_bytes(self) -> int:
@@ -398,7 +436,7 @@ class Program:
         first = np.zeros((height, width, g.tensors[0].channels), np.float32)
         first[:, :, : g.channels_in] = image.transpose(1, 2, 0)
         live[0] = first
-        for i, step in enumerate(g.steps):
+        for i, step in enumerate(g.steps[: self.tail]):
             if stopped():
                 return False
             source = winograd.Slice(tensor(step.source.tensor), step.source.offset)
@@ -412,4 +450,15 @@ class Program:
             for t in g.frees[i]:
                 done = live.pop(t)
                 pool[done.shape].append(done)
+        if self.tail == len(g.steps):
+            return True
+        head = g.steps[self.tail]
+        x = tensor(head.source.tensor)
+        layers = tuple(self.layers[s.layer] for s in g.steps[self.tail :])
+        made = (x.shape[0] * head.up, x.shape[1] * head.up)
+        with winograd.StreamedChain(layers, *made, 0, up=head.up, planar=True) as chain:
+            for s0 in range(0, chain.steps, STREAM_STEPS):
+                if stopped():
+                    return False
+                chain.run(x, x, out, s0, s0 + STREAM_STEPS, threads)
         return True

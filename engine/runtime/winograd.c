@@ -17,6 +17,7 @@
  * tw_set_isa. Threads and aligned memory go through the small portable layer below (POSIX
  * threads, or Windows' own: MinGW-w64 has no aligned_alloc, macOS no pthread barriers).
  */
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,8 +28,14 @@
 #include <pthread.h>
 #endif
 
-#define TW_VERSION 3
-#define NT 24 /* tiles per block: a multiple of every micro-kernel's rows */
+#define TW_VERSION 4
+#define NT 12 /* tiles per block: a multiple of every tail micro-kernel's rows (see there) */
+/* Floats from one of V's (or M's) 36 matrices to the next: NT rows, 16 more where those are
+ * a multiple of 2 KB (128 channels), or the 36 stores of a tile fall on 2 sets of the L1
+ * cache (that layer 21 % slower on AVX2; padding the other widths measured 0-5 % slower). */
+#define TW_PSTRIDE(channels) ((size_t)NT * (channels) + ((size_t)NT * (channels) % 512 ? 0 : 16))
+/* The bytes of a block's V or M for `channels`. */
+#define TW_WORK(channels) (sizeof(float) * 36 * TW_PSTRIDE(channels))
 
 /* ---- the portable layer: aligned memory, threads, a barrier ---------------------------- */
 
@@ -188,6 +195,10 @@ typedef void (*block_fn)(const job_t *j, int ty, int tx0, int nt, float *V, floa
 #define TW_R2 6
 #define TW_R3 0
 #define TW_R4 3
+#define TW_T1 6
+#define TW_T2 3
+#define TW_T3 0
+#define TW_T4 1
 #include "winograd_block.h"
 
 #if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
@@ -202,16 +213,24 @@ typedef void (*block_fn)(const job_t *j, int ty, int tx0, int nt, float *V, floa
 #define TW_R2 6
 #define TW_R3 0
 #define TW_R4 3
+#define TW_T1 6
+#define TW_T2 3
+#define TW_T3 0
+#define TW_T4 1
 #include "winograd_block.h"
 
 /* AVX-512: 16-float vectors in 32 registers: up to 6 x 4 = 24 accumulators. */
 #define TW_ISA avx512
 #define TW_TARGET __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")))
 #define TW_VW 16
-#define TW_R1 24
+#define TW_R1 12
 #define TW_R2 12
 #define TW_R3 8
 #define TW_R4 6
+#define TW_T1 4
+#define TW_T2 4
+#define TW_T3 4
+#define TW_T4 2
 #include "winograd_block.h"
 #endif
 
@@ -221,10 +240,14 @@ typedef void (*block_fn)(const job_t *j, int ty, int tx0, int nt, float *V, floa
 #define TW_ISA neon
 #define TW_TARGET
 #define TW_VW 4
-#define TW_R1 24
+#define TW_R1 12
 #define TW_R2 12
 #define TW_R3 8
 #define TW_R4 6
+#define TW_T1 4
+#define TW_T2 4
+#define TW_T3 4
+#define TW_T4 2
 #include "winograd_block.h"
 #endif
 
@@ -279,6 +302,22 @@ static block_fn tw_block(void) {
     }
 }
 
+/* A block's V for up to `cinp` channels, after `cinp` zeros: the pixel the input transform
+ * reads for the padding (a load where a branch a pixel and vector cost 10 % of a 64-channel
+ * layer), at V - cinp for every layer's cinp. All zero at first: a block's tail
+ * micro-kernel reads rows of V past its tiles (their products are not used). */
+static float *tw_v_alloc(int cinp) {
+    const size_t bytes = sizeof(float) * (size_t)cinp + TW_WORK(cinp);
+    float *base = tw_alloc(bytes);
+    if (base == NULL) return NULL;
+    memset(base, 0, bytes);
+    return base + cinp;
+}
+
+static void tw_v_free(float *V, int cinp) {
+    if (V != NULL) tw_free(V - cinp);
+}
+
 /* ---- one convolution over a whole tensor --------------------------------------------- */
 
 typedef struct {
@@ -291,8 +330,8 @@ typedef struct {
 static void conv_worker(void *arg) {
     conv_run_t *run = arg;
     const job_t *j = run->job;
-    float *V = tw_alloc(sizeof(float) * 36 * NT * (size_t)j->cinp);
-    float *M = tw_alloc(sizeof(float) * 36 * NT * (size_t)j->coutp);
+    float *V = tw_v_alloc(j->cinp);
+    float *M = tw_alloc(TW_WORK(j->coutp));
     if (V == NULL || M == NULL) {
         __atomic_store_n(&run->failed, 1, __ATOMIC_RELAXED);
     } else {
@@ -301,7 +340,7 @@ static void conv_worker(void *arg) {
         for (int ty; (ty = __atomic_fetch_add(&run->next, 1, __ATOMIC_RELAXED)) < th;)
             for (int tx = 0; tx < tw; tx += NT) run->block(j, ty, tx, tw - tx < NT ? tw - tx : NT, V, M);
     }
-    tw_free(V);
+    tw_v_free(V, j->cinp);
     tw_free(M);
 }
 
@@ -358,6 +397,7 @@ typedef struct {
     tw_layer *layers;
     float **rings; /* rings[l]: layer l's output (the last one only with a shuffle) */
     int n, H, W, tiles_h, tiles_w, r, channels;
+    int up;     /* the first layer reads its input upscaled this many times (nearest) */
     int group;  /* tile rows a layer computes per step */
     int groups; /* steps of the first layer */
     int ring;   /* rows in each ring: four groups */
@@ -373,15 +413,17 @@ void tw_chain_free(void *p) {
     free(c);
 }
 
-/* The chain of n layers over an H x W image; r > 0: it ends in DepthToSpace(r) + the
- * nearest-upscaled image of `channels` channels. NULL where memory could not be had. */
+/* The chain of n layers making an H x W image; r > 0: it ends in DepthToSpace(r) + the
+ * nearest-upscaled image of `channels` channels; r == 0 and channels > 0: the last layer
+ * writes its first `channels` channels NCHW. The first layer reads its input `up` times
+ * upscaled (H and W are multiples of it). NULL where memory could not be had. */
 void *tw_chain_new(const float *const *U, const float *const *bias, const float *const *slope,
                    const int *cinp, const int *coutp, int n, int H, int W, int r, int channels,
-                   int group) {
-    if (n < 1 || n > MAX_LAYERS) return NULL;
+                   int group, int up) {
+    if (n < 1 || n > MAX_LAYERS || up < 1 || H % up || W % up) return NULL;
     tw_chain_t *c = calloc(1, sizeof *c);
     if (c == NULL) return NULL;
-    c->n = n, c->H = H, c->W = W, c->r = r, c->channels = channels;
+    c->n = n, c->H = H, c->W = W, c->r = r, c->channels = channels, c->up = up;
     c->tiles_h = (H + 3) / 4, c->tiles_w = (W + 3) / 4;
     c->group = group < 1 ? 1 : group;
     c->groups = (c->tiles_h + c->group - 1) / c->group;
@@ -446,8 +488,8 @@ static void chain_worker(void *arg) {
         if (c->layers[l].cinp > widest) widest = c->layers[l].cinp;
         if (c->layers[l].coutp > widest) widest = c->layers[l].coutp;
     }
-    float *V = tw_alloc(sizeof(float) * 36 * NT * (size_t)widest);
-    float *M = tw_alloc(sizeof(float) * 36 * NT * (size_t)widest);
+    float *V = tw_v_alloc(widest);
+    float *M = tw_alloc(TW_WORK(widest));
     if (V == NULL || M == NULL) __atomic_store_n(&run->failed, 1, __ATOMIC_RELAXED);
     const int G = c->group;
     for (int s = run->s0; s < run->s1; s++) {
@@ -467,7 +509,7 @@ static void chain_worker(void *arg) {
             const int x0 = c->tiles_w * me / run->threads, x1 = c->tiles_w * (me + 1) / run->threads;
             for (int l = 0; l < c->n; l++) {
                 const tw_layer *L = &c->layers[l];
-                const int last = l == c->n - 1;
+                const int last = l == c->n - 1, planar = last && c->r == 0 && c->channels > 0;
                 job_t j = {l == 0 ? run->in : c->rings[l - 1],
                            L->U,
                            L->bias,
@@ -481,9 +523,9 @@ static void chain_worker(void *arg) {
                            last && c->r == 0 ? 0 : c->ring,
                            L->cinp,
                            L->coutp,
-                           1,
-                           0,
-                           L->coutp,
+                           l == 0 ? c->up : 1,
+                           planar,
+                           planar ? c->channels : L->coutp,
                            0,
                            {NULL, NULL},
                            {0, 0},
@@ -499,14 +541,14 @@ static void chain_worker(void *arg) {
         }
         tw_barrier_wait(run->barrier);
     }
-    tw_free(V);
+    tw_v_free(V, widest);
     tw_free(M);
 }
 
 /* Steps [s0, s1) of the chain (tw_chain_steps_total in all, in order): `in` is the image
- * NHWC [H][W][cinp of layer 0]; `out` the product, NCHW [channels][H r][W r] with a
- * shuffle, else NHWC [H][W][coutp of the last layer]; `image` the NCHW input the shuffle
- * adds. The caller checks for a cancel between calls. Returns 0, or -1 (memory). */
+ * NHWC [H/up][W/up][cinp of layer 0]; `out` the product, NCHW [channels][H r][W r] with a
+ * shuffle, NCHW [channels][H][W] where planar, else NHWC [H][W][coutp of the last layer];
+ * `image` the NCHW input the shuffle adds. The caller checks for a cancel between calls. Returns 0, or -1 (memory). */
 int tw_chain_steps(void *p, const float *in, const float *image, float *out, int s0, int s1,
                    int threads) {
     tw_chain_t *c = p;

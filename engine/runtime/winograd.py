@@ -29,7 +29,7 @@ from engine.errors import CpuIsaError
 
 log = logging.getLogger(__name__)
 
-KERNEL_VERSION = 3  # winograd.c's TW_VERSION: a library of another version is not used
+KERNEL_VERSION = 4  # winograd.c's TW_VERSION: a library of another version is not used
 LANES = 16  # channels are padded to a multiple of this (one AVX-512 register)
 GROUP = 2  # rows of 4×4 tiles a layer computes per step (1 and 4 measured no faster)
 DISABLE_ENV = "TESSERA_CPU_KERNELS"  # "ort": ONNX Runtime's kernels only (the bench compares)
@@ -133,7 +133,7 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.tw_weights.restype = None
     pointers = ctypes.POINTER(ctypes.c_void_p)
     ints = ctypes.POINTER(c_int)
-    lib.tw_chain_new.argtypes = [pointers, pointers, pointers, ints, ints, *[c_int] * 6]
+    lib.tw_chain_new.argtypes = [pointers, pointers, pointers, ints, ints, *[c_int] * 7]
     lib.tw_chain_new.restype = ctypes.c_void_p
     lib.tw_chain_steps_total.argtypes = [ctypes.c_void_p]
     lib.tw_chain_steps_total.restype = c_int
@@ -288,10 +288,22 @@ def conv(
 
 class StreamedChain:
     """A chain of convolutions run row by row through rings of 16 rows a layer (winograd.c,
-    `tw_chain_*`): the memory the kernel holds for a run, handed back on `close`."""
+    `tw_chain_*`): the memory the kernel holds for a run, handed back on `close`.
+
+    `height` × `width`: what the layers make. `shuffle` > 0: the chain ends in DepthToSpace
+    and the image's sum; else the last layer's output is NHWC [H][W][cout padded], or with
+    `planar` NCHW [cout][H][W]. The first layer reads its input `up`× upscaled (nearest)."""
 
     def __init__(
-        self, layers: tuple[Conv3x3, ...], height: int, width: int, shuffle: int, group: int = GROUP
+        self,
+        layers: tuple[Conv3x3, ...],
+        height: int,
+        width: int,
+        shuffle: int,
+        group: int = GROUP,
+        *,
+        up: int = 1,
+        planar: bool = False,
     ) -> None:
         lib = _library()
         assert lib is not None
@@ -312,8 +324,9 @@ class StreamedChain:
             height,
             width,
             shuffle,
-            layers[-1].cout // (shuffle * shuffle) if shuffle else 0,
+            layers[-1].cout // (shuffle * shuffle) if shuffle else layers[-1].cout if planar else 0,
             group,
+            up,
         )
         if not self._handle:
             raise MemoryError("Failed to allocate memory for the chain's rows")
@@ -323,7 +336,8 @@ class StreamedChain:
         self, x: np.ndarray, image: np.ndarray, out: np.ndarray, s0: int, s1: int, threads: int
     ) -> None:
         """Steps [s0, s1) (in order, from 0 for each image): `x` the image NHWC (channels
-        padded), `image` the same NCHW (the shuffle adds it), `out` the product."""
+        padded, `up`× smaller), `image` the same NCHW (the shuffle adds it), `out` the
+        product."""
         if not self._handle:
             raise ValueError("the chain is closed")
         check_isa_setting()

@@ -20,7 +20,7 @@ int tw_conv(const float *U, const float *bias, const float *slope, int cinp, int
             int threads);
 void *tw_chain_new(const float *const *U, const float *const *bias, const float *const *slope,
                    const int *cinp, const int *coutp, int n, int H, int W, int r, int channels,
-                   int group);
+                   int group, int up);
 int tw_chain_steps_total(const void *p);
 int tw_chain_steps(void *p, const float *in, const float *image, float *out, int s0, int s1,
                    int threads);
@@ -125,7 +125,7 @@ static int check_chain(int h, int w, int threads) {
         for (int p = 0; p < h * w; p++) image[(size_t)c * h * w + p] = in[(size_t)p * 16 + c] = rnd();
     float *out = floats((size_t)3 * h * R * w * R);
     void *chain = tw_chain_new((const float *const *)U, (const float *const *)bias,
-                               (const float *const *)slope, cinp, coutp, N, h, w, R, 3, 2);
+                               (const float *const *)slope, cinp, coutp, N, h, w, R, 3, 2, 1);
     if (chain == NULL) return 0;
     const int steps = tw_chain_steps_total(chain);
     /* In two calls, as the caller does to check for a cancel between them. */
@@ -164,6 +164,61 @@ static int check_chain(int h, int w, int threads) {
     return ok;
 }
 
+/* 20 channels read 2x upscaled -> 70 -> 33 -> 3 written NCHW (PRelu between): the layers
+ * narrow after a wide one, so a block's V holds a wider layer's rows before a narrower one's. */
+static int check_chain_planar(int h, int w, int threads) {
+    enum { N = 3, UP = 2 };
+    const int cin[N] = {20, 70, 33}, cout[N] = {70, 33, 3};
+    float *g[N], *bias[N], *slope[N], *U[N];
+    int cinp[N], coutp[N];
+    for (int l = 0; l < N; l++) {
+        cinp[l] = pad16(cin[l]), coutp[l] = pad16(cout[l]);
+        g[l] = floats((size_t)cout[l] * cin[l] * 9), bias[l] = floats(coutp[l]);
+        slope[l] = l < N - 1 ? floats(coutp[l]) : NULL;
+        for (size_t i = 0; i < (size_t)cout[l] * cin[l] * 9; i++) g[l][i] = rnd() * 0.2f;
+        for (int o = 0; o < cout[l]; o++) {
+            bias[l][o] = rnd() * 0.1f;
+            if (slope[l]) slope[l][o] = 0.2f;
+        }
+        U[l] = floats((size_t)36 * cinp[l] * coutp[l]);
+        tw_weights(g[l], cout[l], cin[l], cinp[l], coutp[l], U[l]);
+    }
+    const int H = h * UP, W = w * UP;
+    float *in = floats((size_t)h * w * cinp[0]);
+    for (int p = 0; p < h * w; p++)
+        for (int c = 0; c < cin[0]; c++) in[(size_t)p * cinp[0] + c] = rnd();
+    float *out = floats((size_t)3 * H * W);
+    void *chain = tw_chain_new((const float *const *)U, (const float *const *)bias,
+                               (const float *const *)slope, cinp, coutp, N, H, W, 0, 3, 2, UP);
+    if (chain == NULL) return 0;
+    if (tw_chain_steps(chain, in, in, out, 0, tw_chain_steps_total(chain), threads)) return 0;
+    tw_chain_free(chain);
+    float *act = floats((size_t)h * w * cinp[0]);
+    memcpy(act, in, sizeof(float) * (size_t)h * w * cinp[0]);
+    int ld = cinp[0], up = UP;
+    double *tmp = NULL;
+    for (int l = 0; l < N; l++) {
+        tmp = realloc(tmp, sizeof(double) * (size_t)H * W * cout[l]);
+        reference(g[l], bias[l], slope[l], cin[l], cout[l], act, ld, up, H, W, tmp);
+        if (l < N - 1) {
+            free(act);
+            act = floats((size_t)H * W * cout[l]);
+            for (size_t i = 0; i < (size_t)H * W * cout[l]; i++) act[i] = (float)tmp[i];
+            ld = cout[l], up = 1;
+        }
+    }
+    int ok = 1;
+    for (int c = 0; c < 3 && ok; c++)
+        for (int p = 0; p < H * W && ok; p++) {
+            char what[120];
+            snprintf(what, sizeof what, "planar chain %dx%d up %d threads %d at c %d px %d", H, W, UP, threads, c, p);
+            ok = close_enough(out[(size_t)c * H * W + p], tmp[(size_t)p * 3 + c], 10, what);
+        }
+    for (int l = 0; l < N; l++) free(g[l]), free(bias[l]), free(slope[l]), free(U[l]);
+    free(in), free(out), free(act), free(tmp);
+    return ok;
+}
+
 int main(int argc, char **argv) {
     const int mask = tw_isas();
     printf("CPU sets:");
@@ -198,6 +253,8 @@ int main(int argc, char **argv) {
         ok &= check_conv(40, 27, 7, 61, 1, 0, 0, 1, 1);
         ok &= check_chain(9, 13, 1);
         ok &= check_chain(23, 17, 3);
+        ok &= check_chain_planar(7, 30, 1);
+        ok &= check_chain_planar(12, 9, 2);
         printf("%s: %s\n", NAMES[isa], ok ? "ok" : "FAILED");
         failed |= !ok;
     }
