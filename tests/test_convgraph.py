@@ -232,7 +232,7 @@ def test_the_last_convolutions_run_streamed_without_their_big_tensors(tmp_path: 
 
 def test_a_cancel_is_seen_within_the_streamed_tail(tmp_path: Path) -> None:
     model = make_rrdb_upscaler(tmp_path / "r.onnx")
-    session = _load(model)
+    session = load_chain(model)
     assert isinstance(session, chain.GraphSession)
     tail = session._program.tail
     options = Terminating(at=tail + 2)  # every step before the tail looked once, then the tail
