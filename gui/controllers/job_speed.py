@@ -73,15 +73,17 @@ class JobSpeed:
             return f"Measuring how fast {settings.model_label} runs on {where}…"
         return f"The first job measures how fast {settings.model_label} runs on {where}."
 
-    def expect(self, job: Job, rate: Rate | None) -> None:
-        """The job's time and its products' writing time, from the model's measured speed."""
+    def expect(
+        self, operation: Operation, megapixels: float, frames: int, rate: Rate | None
+    ) -> tuple[float | None, float | None]:
+        """A new job's time and its products' writing time, from the model's measured speed
+        (None where unknown). The job is made with them; a job already in the workspace gets
+        its figure through the workspace (`job_estimated`), the one writer of its fields."""
         if rate is None:
-            return
-        operation = job.request.operation
-        if operation is Operation.UPSCALE and job.megapixels <= 0:
-            return  # the size is unknown
-        job.expected_s = rate.seconds(job.megapixels, job.frames)
-        job.expected_write_s = rate.writing(job.megapixels)
+            return None, None
+        if operation is Operation.UPSCALE and megapixels <= 0:
+            return None, None  # the size is unknown
+        return rate.seconds(megapixels, frames), rate.writing(megapixels)
 
     def _on_calibrated(self, model: str, device: str) -> None:
         """A speed is known now: jobs queued before it get their estimate."""

@@ -485,14 +485,18 @@ class JobsController(QObject):
             output=settings.output,
             id=job_id or new_request_id(),
         )
+        expected_s, write_s = self.speed.expect(
+            settings.operation, source.megapixels, source.frames, rate
+        )
         job = Job(
             request,
             settings.model_label,
+            expected_s=expected_s,
+            expected_write_s=write_s,
             megapixels=source.megapixels,
             frames=source.frames,
             parent_label="" if start.is_original else start.label,
         )
-        self.speed.expect(job, rate)
         chain = (*(() if start.is_original else ws.chain_of(start)), settings)
         if then:
             self.chains.remember(request.id, then)
