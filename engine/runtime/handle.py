@@ -164,6 +164,9 @@ class SessionHandle:
         self.runs += 1
         self.cpu_kernel = entry.cpu_kernel
         entry.runs += 1
+        # "Last used" is when the work ended, not when the job took the session: a job of
+        # minutes read "5 min ago" 35 s after it ended (the last run's end is the job's end).
+        entry.last_used = time.time()
         self.cache.runs += 1
         if shrink is not None:
             self.shrinks += 1
