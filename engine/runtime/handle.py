@@ -48,6 +48,9 @@ class SessionHandle:
         self.attempted = 0  # runs started, including failed and cancelled ones
         self.shrinks = 0
         self.load_seconds = 0.0
+        # Spent on the engine's once-per-model measurement (the tile overlap's probe): not the
+        # request's own work, so what learns a speed from the request leaves it out.
+        self.probe_seconds = 0.0
         self.first_run_at: float | None = None  # perf_counter at the start of the first run
         self._retried = False  # a failed run on a kept copy was retried on the original
         self.tiled = True  # the operation runs in tiles (what an out-of-memory message offers)

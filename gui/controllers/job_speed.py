@@ -11,12 +11,23 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
 
 from PySide6.QtCore import QObject
 
+from engine.models.catalog import load_catalog
 from engine.requests import Operation
+from engine.runtime.sessions import SessionInfo
 from gui.controllers.run_plan import count_words
-from gui.controllers.speed import TINY_MP, Calibrator, Estimate, Rate, SpeedBook
+from gui.controllers.speed import (
+    MIN_MARGINAL,
+    TINY_MP,
+    Calibrator,
+    Estimate,
+    Rate,
+    SpeedBook,
+)
 from gui.engine_thread import EngineThread
 from gui.inputs import InputSource
 from gui.jobs import Job, JobSettings, fmt_duration, fmt_estimate
@@ -38,17 +49,33 @@ class JobSpeed:
         self.calibrator = Calibrator(engine, speeds, parent)
         self.calibrator.calibrated.connect(self._on_calibrated)
         self._ends: deque[float] = deque(maxlen=9)  # the last back-to-back jobs' end times
+        # (model file name, device) of the sessions loaded now: a batch of a model not in
+        # memory waits for its loading first (after a restart, or Unload all).
+        self._loaded: set[tuple[str, str]] = set()
+        engine.sessionsChanged.connect(self._on_sessions)
+
+    def _on_sessions(self, sessions: tuple[SessionInfo, ...]) -> None:
+        self._loaded = {(info.model_name, info.device) for info in sessions}
+
+    def loaded(self, model: str, device: str) -> bool:
+        """Whether `model` (a catalog id or a file) is in memory on `device` now."""
+        entry = load_catalog().get(model)
+        name = entry.file if entry is not None else Path(model).name
+        return (name, device) in self._loaded
 
     def rate(self, settings: JobSettings) -> Rate | None:
         return self.speeds.rate(settings.operation, settings.model, settings.device)
 
     def estimate(self, sources: Sequence[InputSource], settings: JobSettings) -> Estimate | None:
-        """One figure for the whole batch (fixed cost × images + rate × megapixels)."""
+        """One figure for the whole batch: the model's loading when it is not in memory, then
+        fixed cost × images (frames) + rate × megapixels."""
         megapixels = sum(s.megapixels for s in sources)
         frames = sum(max(s.frames, 1) for s in sources)
-        return self.speeds.estimate(
-            settings.operation, settings.model, settings.device, megapixels, frames
-        )
+        model, device = settings.model, settings.device
+        guess = self.speeds.estimate(settings.operation, model, device, megapixels, frames)
+        if guess is None or self.loaded(model, device):
+            return guess
+        return replace(guess, seconds=guess.seconds + self.speeds.load_seconds(model, device))
 
     def estimate_text(
         self, sources: Sequence[InputSource], settings: JobSettings, where: str, idle: bool
@@ -129,6 +156,15 @@ class JobSpeed:
         if seconds is None or result is None:
             return
         seconds = self._engine_seconds(job, seconds)
+        if result.sessions_created:
+            # Loading and what the engine prepared before the first run are the session's
+            # cost, paid once per batch when the model is not in memory (`estimate`), not
+            # each image's: a first tiny job otherwise taught 3× what the next ones took.
+            timings = result.timings
+            load = float(timings.get("load_s", 0.0))
+            start = max(float(timings.get("first_run_s", load)), load)
+            self.speeds.learn_load(job.request.model, job.request.device, start)
+            seconds = max(seconds - (start - load), MIN_MARGINAL * seconds)
         frames = sum(p.frames for p in result.products[:1]) or 1
         event = job.progress
         if event is not None and event.run_count > 1 and result.runs < event.run_count:
