@@ -19,7 +19,6 @@ from PySide6.QtCore import QObject
 from engine.models.catalog import load_catalog
 from engine.requests import Operation
 from engine.runtime.sessions import SessionInfo
-from gui.controllers.run_plan import count_words
 from gui.controllers.speed import (
     MIN_MARGINAL,
     TINY_MP,
@@ -29,7 +28,7 @@ from gui.controllers.speed import (
     SpeedBook,
 )
 from gui.engine_thread import EngineThread
-from gui.inputs import InputSource
+from gui.inputs import InputSource, count_words
 from gui.jobs import Job, JobSettings, fmt_duration, fmt_estimate
 from gui.workspace import Workspace
 

@@ -35,7 +35,6 @@ from engine.requests import (
 )
 from gui.controllers.chains import FOLLOW_AT_MOST, ChainRuns
 from gui.controllers.job_speed import JobSpeed
-from gui.controllers.run_plan import plan_run
 from gui.controllers.speed import Calibrator, Estimate, Rate, SpeedBook
 from gui.engine_thread import EngineThread
 from gui.inputs import (
@@ -325,11 +324,11 @@ class JobsController(QObject):
         """What Run runs: the selected inputs when the person selected several, else all;
         not the unreadable ones, nor the ones done already with these settings (all of them
         again when every one is done)."""
-        return list(plan_run(self.workspace, selected).run)
+        return list(self.workspace.run_plan(selected).run)
 
     def run_label(self, selected: Sequence[str] | None = None) -> str:
         """The Run button's words: what it will do."""
-        return plan_run(self.workspace, selected).label
+        return self.workspace.run_plan(selected).label
 
     @property
     def calibrator(self) -> Calibrator:
@@ -352,7 +351,7 @@ class JobsController(QObject):
 
     def run_selected(self, operation: Operation | None = None) -> list[str]:
         """Run: every image, or the selected ones when several are selected."""
-        plan = plan_run(self.workspace)
+        plan = self.workspace.run_plan()
         sources = list(plan.run)
         if not sources and plan.queued:
             self.statusRequested.emit(
