@@ -25,6 +25,7 @@ from engine.previews import Region
 from engine.requests import Progress, Result
 from gui.inputs import InputSource, count_words
 from gui.jobs import ORIGINAL, Job, JobSettings, JobState, Version, job_versions
+from gui.messages import for_window
 from gui.pictures import PictureBudget
 
 
@@ -219,6 +220,7 @@ class Workspace(QObject):
 
     def set_broken(self, key: str, reason: str) -> None:
         """The input cannot be read (its thumbnail or header said why): Run leaves it out."""
+        reason = for_window(reason)
         if key in self.sources and self.broken.get(key) != reason:
             self.broken[key] = reason
             self.inputChanged.emit(key)
@@ -326,6 +328,7 @@ class Workspace(QObject):
         if job is None:
             return []
         job.on_finished(result)
+        job.message = for_window(job.message)
         key = self.job_input.get(job.id, "")
         added = job_versions(job, key)
         self._versions.setdefault(key, []).extend(added)
@@ -343,7 +346,7 @@ class Workspace(QObject):
         job = self.jobs.get(job_id)
         if job is None:
             return
-        job.on_failed(message)
+        job.on_failed(for_window(message))
         key = self.job_input.get(job.id, "")
         self._versions.setdefault(key, []).extend(job_versions(job, key))
         self._ended(job)

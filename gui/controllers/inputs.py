@@ -26,7 +26,7 @@ from engine.settings import DEFAULT_MAX_PIXELS
 from gui.controllers.jobs import AddOutcome, JobsController
 from gui.controllers.models import ModelsController
 from gui.inputs import Classified, InputSource, classify_paths, count_words
-from gui.messages import Notice, NoticeLevel, Topic
+from gui.messages import Notice, NoticeLevel, Topic, for_window
 from gui.settings import AppSettings
 from gui.tasks import TaskOutcome, TaskThread
 
@@ -192,7 +192,7 @@ class InputsController(QObject):
             self.settings.add_recent([str(s.paths[0]) for s in found.sources])
         if found.refused:
             tail = "" if found.sources or found.models else " Nothing was added."
-            self._warn("\n".join(found.refused) + tail)
+            self._warn(for_window("\n".join(found.refused)) + tail)
         elif found.sources and first:
             self.noticeCleared.emit(Topic.INPUTS)  # an earlier refusal is stale now
         run = self.run_on_drop() if run is None else run

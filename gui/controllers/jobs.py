@@ -576,7 +576,7 @@ class JobsController(QObject):
         self.workspace.job_failed(failure.request_id, failure.message)
         job = self.workspace.jobs[failure.request_id]
         self.speed.ended(job)
-        self.chains.failed(job, failure.message)
+        self.chains.failed(job, job.message)
 
     def _on_cancelled(self, cancellation: OperationCancellation) -> None:
         self.workspace.job_cancelled(cancellation.request_id)
