@@ -70,3 +70,24 @@ def test_the_status_bar_and_run_never_disagree_on_what_run_runs(
     assert window.panel.run_button.text() == "Run 1 image"
     status = window.statusBar().currentMessage()
     assert status.startswith("Added 2 images.") and "Run 2" not in status, status
+
+
+def test_the_batch_line_stops_counting_jobs_of_images_cleared_while_it_runs(
+    qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
+) -> None:
+    """Jobs cancelled and then taken out with their images are out of the batch line's
+    "done/total" too, not only out of its "cancelled" (it said "578 cancelled" of images
+    already cleared)."""
+    use_model(window, models, "slow.onnx", tile=64)
+    shots = [photo(tmp_path / f"s{i}.png", 128, 128, seed=i) for i in range(4)]
+    window.accept_paths(shots)
+    ids = window.run_selected()
+    for job_id in ids[2:]:
+        window.jobs.cancel(job_id)
+    qtbot.waitUntil(lambda: all(window.workspace.jobs[i].state.ended for i in ids[2:]))
+    window.jobs.remove([str(p) for p in shots[2:]])
+    assert window.workspace.jobs[ids[0]].state.active
+    qtbot.waitUntil(lambda: window.job_list.summary.text().startswith("0/2"), timeout=5000)
+    assert "cancelled" not in window.job_list.summary.text()
+    window.jobs.cancel_all()
+    wait_ended(qtbot, window)
