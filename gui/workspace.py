@@ -496,27 +496,26 @@ class Workspace(QObject):
     def run_plan(self, selected: Sequence[str] | None = None) -> RunPlan:
         """What Run runs now with the workspace's settings (`selected`: instead of its selection):
         the one source of what the window counts for Run — its label, the estimate's line."""
-        ws = self
-        keys = ws.selected if selected is None else selected
-        chosen = [ws.sources[k] for k in keys if k in ws.sources]
+        keys = self.selected if selected is None else selected
+        chosen = [self.sources[k] for k in keys if k in self.sources]
         several = len(chosen) >= 2
         if not several:
-            chosen = list(ws.sources.values())
-        broken = tuple(s for s in chosen if s.key in ws.broken)
-        readable = [s for s in chosen if s.key not in ws.broken]
-        settings = ws.settings
-        waiting = {s.key for s in readable if settings is not None and ws.is_queued(s, settings)}
+            chosen = list(self.sources.values())
+        broken = tuple(s for s in chosen if s.key in self.broken)
+        readable = [s for s in chosen if s.key not in self.broken]
+        settings = self.settings
+        waiting = {s.key for s in readable if settings is not None and self.is_queued(s, settings)}
         todo = [
             s
             for s in readable
-            if settings is None or (s.key not in waiting and not ws.has_result(s.key, settings))
+            if settings is None or (s.key not in waiting and not self.has_result(s.key, settings))
         ]
         again = bool(readable) and not todo and not waiting
         run = tuple(readable if again else todo)
         # "Run on Quick cut-out": the one input that runs from a result chosen with "Use as input"
         # is named by that result, whatever else runs beside it ("… and 1 image").
         from_results = [
-            (s, b) for s in run if (b := ws.base(s.key)) is not None and not b.is_original
+            (s, b) for s in run if (b := self.base(s.key)) is not None and not b.is_original
         ]
         on = ""
         if len(from_results) == 1:
@@ -527,33 +526,30 @@ class Workspace(QObject):
         return RunPlan(run, done, len(waiting), broken, again, several, on)
 
     def has_result(self, key: str, settings: JobSettings) -> bool:
-        ws = self
         """Whether the input's next job with `settings` would make a result it has already: a
         finished one whose steps (from the original) make the same pictures."""
-        made = ws.made.get(key)
-        return made is not None and ws.next_steps(key, settings) in made
+        made = self.made.get(key)
+        return made is not None and self.next_steps(key, settings) in made
 
     def is_queued(self, source: InputSource, settings: JobSettings) -> bool:
-        ws = self
         """Whether a job of the input that makes what its next job would, into the same folder, is
         queued or running (a batch sent to another folder while the first runs is a new one)."""
-        active = [j for j in ws.jobs_of(source.key) if j.state.active]
+        active = [j for j in self.jobs_of(source.key) if j.state.active]
         if not active:
             return False
-        steps = ws.next_steps(source.key, settings)
+        steps = self.next_steps(source.key, settings)
         folder = settings.output_folder(source.paths)
         return any(
             j.request.output_dir == folder
-            and tuple(step.makes for step in ws.chains.get(j.id, ())) == steps
+            and tuple(step.makes for step in self.chains.get(j.id, ())) == steps
             for j in active
         )
 
     def next_steps(self, key: str, settings: JobSettings) -> tuple[object, ...]:
-        ws = self
         """The steps (from the original) that the input's next job with `settings` would make."""
         before: tuple[object, ...] = ()
-        if key in ws.bases:  # its next job starts from a result: that result's steps come first
-            base = ws.base(key)
+        if key in self.bases:  # its next job starts from a result: that result's steps come first
+            base = self.base(key)
             if base is not None and not base.is_original:
-                before = tuple(step.makes for step in ws.chain_of(base))
+                before = tuple(step.makes for step in self.chain_of(base))
         return (*before, settings.makes)
