@@ -7,7 +7,10 @@ apart (decoding, padding, the smallest run, writing), fitted to the last few job
 one odd job does not decide): tiny inputs (under TINY_MP) teach only the fixed cost, and the
 fixed cost never takes more than most of a real job's time, so a 1×1 image cannot poison the
 rate. A batch's figure is one sum, fixed cost × images + rate × their megapixels, worked out
-once per batch (`rate`), not once per job. How long the products take to write is learnt
+once per batch (`rate`), not once per job. Until a tiny job of the model ran, its fixed cost is
+the device's (other models' tiny jobs), else DEFAULT_FIXED_S: one real job alone would call
+small images free. The model's start (loading, the engine's first preparations) is learnt
+apart (`learn_load`), for a batch whose model is not in memory. How long the products take to write is learnt
 apart too, per megapixel of input, so a job's time left counts its writing. The families that
 run the model at its own resolution have a time per image.
 
