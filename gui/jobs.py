@@ -218,6 +218,7 @@ class Job:
     frames: int = 1
     parent_label: str = ""  # the result it was run on ("Quick cut-out"); empty: the original
     origin: str = ""  # who asked, when not this window: "command line (pid 123)"
+    queued_at: float = field(default_factory=time.monotonic)  # when the window made it
 
     @property
     def id(self) -> str:

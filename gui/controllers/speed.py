@@ -50,9 +50,10 @@ LEARN_WEIGHT = 0.5  # how much a new job moves the remembered time per image (ot
 MIN_MARGINAL = 0.2  # the rate keeps at least this share of a job's time (a fixed cost too high)
 HISTORY = 9  # the jobs of each kind (tiny, real) the rate and the fixed cost are fitted to
 # A job's own cost whatever its size (reading, writing, the engine's turn between jobs), until
-# a tiny job of some model on the device measured it: 40-80 ms on a busy 2-core machine. Without
+# a tiny job of some model on the device measured it: 20-30 ms on an idle 2-core machine, 40-80
+# ms on a busy one. Without
 # it one real job taught only a rate, and 1000 small images were "about 20 s" for 80 s.
-DEFAULT_FIXED_S = 0.05
+DEFAULT_FIXED_S = 0.03
 SIZE_CACHE_S = 30.0  # a model file's size is read again after this long
 
 ModelBytes = Callable[[str], int | None]
