@@ -201,6 +201,8 @@ class Engine:
         if session.first_run_at is not None:
             timings["first_run_s"] = session.first_run_at - started
         timings["io_s"] = work.io_seconds  # decoding inputs and writing products
+        if session.probe_seconds > 0:  # the model's once-only measurement, not this job's work
+            timings["probe_s"] = session.probe_seconds
         timings["total_s"] = time.perf_counter() - started
         return Result(
             request_id=request.id,

@@ -68,6 +68,21 @@ class BadInputError(EngineError):
     kind = ErrorKind.BAD_INPUT
 
 
+# How to raise the pixel limit where the engine runs from the command line; the window says
+# its own lever in place of this phrase (gui/messages.py: for_window).
+PIXEL_LIMIT_LEVER = "raise the limit with --max-megapixels"
+
+
+class PixelLimitError(BadInputError):
+    """An input over the pixel limit: refused before anything is decoded. Its message ends
+    with PIXEL_LIMIT_LEVER, which each front end may say its own way."""
+
+    def __init__(self, message: str, total: int, limit: int) -> None:
+        super().__init__(message)
+        self.total = total
+        self.limit = limit
+
+
 class ModelError(EngineError):
     """A model file is missing, not ONNX, or fits no family's contract."""
 

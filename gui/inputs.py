@@ -219,3 +219,16 @@ def as_sequence(sources: Sequence[InputSource]) -> InputSource:
     ordered = numbered_sequence([s.paths[0] for s in sources]) or [s.paths[0] for s in sources]
     first = sources[0]
     return InputSource(tuple(ordered), True, len(ordered), first.width, first.height)
+
+
+def count_words(sources: Sequence[InputSource]) -> str:
+    """`3 images`, `1 clip`, `2 images and 1 clip`: a clip is counted as a clip. The one way
+    the window counts inputs: Run's label, the estimate's line and the status bar's."""
+    clips = sum(1 for s in sources if s.clip)
+    images = len(sources) - clips
+    parts = []
+    if images or not clips:
+        parts.append(f"{images} image{'s' if images != 1 else ''}")
+    if clips:
+        parts.append(f"{clips} clip{'s' if clips != 1 else ''}")
+    return " and ".join(parts)

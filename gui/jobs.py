@@ -218,6 +218,7 @@ class Job:
     frames: int = 1
     parent_label: str = ""  # the result it was run on ("Quick cut-out"); empty: the original
     origin: str = ""  # who asked, when not this window: "command line (pid 123)"
+    queued_at: float = field(default_factory=time.monotonic)  # when the window made it
 
     @property
     def id(self) -> str:
@@ -307,11 +308,15 @@ class Job:
         return end - self.started_at
 
     def working_seconds(self) -> float | None:
-        """Seconds the finished job spent on its runs and files, model loading excluded."""
+        """Seconds the finished job spent on its runs and files, model loading and the
+        engine's once-per-model measurement (the tile overlap's probe) excluded."""
         if self.result is None or self.started_at is None or self.ended_at is None:
             return None
-        load = float(self.result.timings.get("load_s", 0.0))
-        return max(0.0, self.ended_at - self.started_at - load)
+        timings = self.result.timings
+        once = float(timings.get("load_s", 0.0)) + float(timings.get("probe_s", 0.0))
+        # The engine's own figure when the window heard of the start late (a busy loop).
+        took = max(self.ended_at - self.started_at, float(timings.get("total_s", 0.0)))
+        return max(0.0, took - once)
 
     def eta(self, now: float | None = None) -> float | None:
         """Seconds left: from the pace since the first finished run (model loading excluded)

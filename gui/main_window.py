@@ -120,7 +120,6 @@ class MainWindow(QMainWindow):
             self.settings,
             lambda path: make_thumbnail(path, THUMB).image,
             lambda: ws.run_on_drop,
-            self.panel.run_button.text,
             lambda: ws.operation,
             self,
         )

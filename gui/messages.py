@@ -11,6 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
+from engine.errors import PIXEL_LIMIT_LEVER
+
+# The pixel limit's lever in the window (the engine names the command line's, --max-megapixels).
+WINDOW_PIXEL_LIMIT_LEVER = "raise “Largest image” in File ▸ Preferences…"
+
 
 class NoticeLevel(Enum):
     INFO = "info"
@@ -33,3 +38,9 @@ class Notice:
     topic: Topic = Topic.INPUTS
     action_label: str = ""  # a button on the notice, e.g. "Process as one sequence"
     action: Callable[[], object] | None = None
+
+
+def for_window(text: str) -> str:
+    """An engine message as the window says it: the levers it names are the window's (the
+    pixel limit is Preferences' “Largest image”, not a command-line option)."""
+    return text.replace(PIXEL_LIMIT_LEVER, WINDOW_PIXEL_LIMIT_LEVER)

@@ -23,8 +23,9 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from engine.operation_specs import Operation, operations
 from engine.previews import Region
 from engine.requests import Progress, Result
-from gui.inputs import InputSource
+from gui.inputs import InputSource, count_words
 from gui.jobs import ORIGINAL, Job, JobSettings, JobState, Version, job_versions
+from gui.messages import for_window
 from gui.pictures import PictureBudget
 
 
@@ -41,6 +42,43 @@ class ClearedInputs:
     made: dict[str, set[tuple[object, ...]]]
     selected: tuple[str, ...]
     viewing: tuple[str | None, str | None]
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What one press of Run would queue, and why the others are left out.
+
+    Run takes the selected inputs when the person selected several, else all of them; it
+    leaves out an input that cannot be read and one that already has a finished result of the
+    same steps in this session, or a job for it queued or running into the same folder —
+    unless every one is done and none is waiting: then it runs them all again. The button
+    says which: "Run 3 images", "Run 1 image (2 done)", "Run 3 images (5 queued)", "Run 3
+    images again", "Run 2 images and 1 clip", "Run selected (2)", "Run on Quick cut-out"."""
+
+    run: tuple[InputSource, ...]  # queued, in the list's order
+    done: int = 0  # left out: they have this result already
+    queued: int = 0  # left out: a job for this result is queued or running
+    broken: tuple[InputSource, ...] = ()  # left out: they cannot be read
+    again: bool = False  # every readable one is done: Run runs them again
+    selected: bool = False  # the person selected several: Run runs those
+    on: str = ""  # one input, run from a result of it ("Quick cut-out"), not its original
+
+    @property
+    def label(self) -> str:
+        left_out = [f"{self.queued} queued"] if self.queued else []
+        if self.done and not self.again:
+            left_out.append(f"{self.done} done")
+        done = ", ".join(left_out)
+        if not self.run:
+            return f"Run ({done})" if done else "Run"
+        again = " again" if self.again else ""
+        if self.selected:
+            if done:
+                return f"Run selected ({len(self.run)}, {done})"
+            return f"Run selected{again} ({len(self.run)})"
+        if self.on:
+            return f"Run on {self.on}{again}"
+        return f"Run {count_words(self.run)}{again}" + (f" ({done})" if done else "")
 
 
 ANNOUNCE_PART_S = 0.015  # a batch's announcements per turn of the event loop (issue #21)
@@ -185,6 +223,7 @@ class Workspace(QObject):
 
     def set_broken(self, key: str, reason: str) -> None:
         """The input cannot be read (its thumbnail or header said why): Run leaves it out."""
+        reason = for_window(reason)
         if key in self.sources and self.broken.get(key) != reason:
             self.broken[key] = reason
             self.inputChanged.emit(key)
@@ -294,6 +333,7 @@ class Workspace(QObject):
         if job is None:
             return []
         job.on_finished(result)
+        job.message = for_window(job.message)
         key = self.job_input.get(job.id, "")
         added = job_versions(job, key)
         self._versions.setdefault(key, []).extend(added)
@@ -311,7 +351,7 @@ class Workspace(QObject):
         job = self.jobs.get(job_id)
         if job is None:
             return
-        job.on_failed(message)
+        job.on_failed(for_window(message))
         key = self.job_input.get(job.id, "")
         self._versions.setdefault(key, []).extend(job_versions(job, key))
         self._ended(job)
@@ -460,3 +500,65 @@ class Workspace(QObject):
         if region != self.region:
             self.region = region
             self.regionChanged.emit(region)
+
+    # -- what Run runs -------------------------------------------------------------------------
+    def run_plan(self, selected: Sequence[str] | None = None) -> RunPlan:
+        """What Run runs now with the workspace's settings (`selected`: instead of its selection):
+        the one source of what the window counts for Run — its label, the estimate's line."""
+        keys = self.selected if selected is None else selected
+        chosen = [self.sources[k] for k in keys if k in self.sources]
+        several = len(chosen) >= 2
+        if not several:
+            chosen = list(self.sources.values())
+        broken = tuple(s for s in chosen if s.key in self.broken)
+        readable = [s for s in chosen if s.key not in self.broken]
+        settings = self.settings
+        waiting = {s.key for s in readable if settings is not None and self.is_queued(s, settings)}
+        todo = [
+            s
+            for s in readable
+            if settings is None or (s.key not in waiting and not self.has_result(s.key, settings))
+        ]
+        again = bool(readable) and not todo and not waiting
+        run = tuple(readable if again else todo)
+        # "Run on Quick cut-out": the one input that runs from a result chosen with "Use as input"
+        # is named by that result, whatever else runs beside it ("… and 1 image").
+        from_results = [
+            (s, b) for s in run if (b := self.base(s.key)) is not None and not b.is_original
+        ]
+        on = ""
+        if len(from_results) == 1:
+            source, base = from_results[0]
+            others = [s for s in run if s.key != source.key]
+            on = base.label + (f" and {count_words(others)}" if others else "")
+        done = 0 if again else len(readable) - len(todo) - len(waiting)
+        return RunPlan(run, done, len(waiting), broken, again, several, on)
+
+    def has_result(self, key: str, settings: JobSettings) -> bool:
+        """Whether the input's next job with `settings` would make a result it has already: a
+        finished one whose steps (from the original) make the same pictures."""
+        made = self.made.get(key)
+        return made is not None and self.next_steps(key, settings) in made
+
+    def is_queued(self, source: InputSource, settings: JobSettings) -> bool:
+        """Whether a job of the input that makes what its next job would, into the same folder, is
+        queued or running (a batch sent to another folder while the first runs is a new one)."""
+        active = [j for j in self.jobs_of(source.key) if j.state.active]
+        if not active:
+            return False
+        steps = self.next_steps(source.key, settings)
+        folder = settings.output_folder(source.paths)
+        return any(
+            j.request.output_dir == folder
+            and tuple(step.makes for step in self.chains.get(j.id, ())) == steps
+            for j in active
+        )
+
+    def next_steps(self, key: str, settings: JobSettings) -> tuple[object, ...]:
+        """The steps (from the original) that the input's next job with `settings` would make."""
+        before: tuple[object, ...] = ()
+        if key in self.bases:  # its next job starts from a result: that result's steps come first
+            base = self.base(key)
+            if base is not None and not base.is_original:
+                before = tuple(step.makes for step in self.chain_of(base))
+        return (*before, settings.makes)

@@ -43,6 +43,12 @@ FIGURES = (
     # Issue 21: the window with a batch (200 jobs in --quick), the estimate after one job.
     "longest event-loop stall, 200 jobs queued, cancelled and cleared",
     "estimate error after one job",
+    # Issue 35: the estimate after one job of each size, for small images after a real one,
+    # and after a restart (a new process reading the kept speeds).
+    "estimate error after one job, 1024×768",
+    "estimate error for 20 64×48 after one 1024×768 job",
+    "estimate error after a restart, 64×48",
+    "estimate error after a restart, 1024×768",
     "bench duration (--quick)",
     "bytes on the machine, app + engine run on one model",
     "a request through the app vs in-process",

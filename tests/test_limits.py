@@ -128,6 +128,30 @@ def test_a_size_over_the_pixel_limit_exits_2_before_the_model_loads(
     assert not out.exists() or not any(out.iterdir())
 
 
+def test_an_input_over_the_pixel_limit_names_the_command_lines_lever(
+    models: Path, tmp_path: Path
+) -> None:
+    """The message names the option that raises the limit, and the option does raise it."""
+    image = photo(tmp_path / "wide.png", 1200, 1000)  # 1.2 Mpx
+
+    def run(limit: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "engine", "run", "upscale", str(image), "--model",
+             str(models / "up2.onnx"), "--out", str(tmp_path / limit), "--tile", "256",
+             "--max-megapixels", limit],
+            capture_output=True, text=True, timeout=300, cwd=ROOT,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        )  # fmt: skip
+
+    refused = run("1")
+    assert refused.returncode == 4, refused.stderr
+    assert "the limit is 1.0 megapixels" in refused.stderr, refused.stderr
+    assert "raise the limit with --max-megapixels" in refused.stderr
+    assert "settings" not in refused.stderr and "Traceback" not in refused.stderr
+    admitted = run("5")  # the ×2 product too: 4.8 Mpx
+    assert admitted.returncode == 0, admitted.stderr
+
+
 @pytest.mark.parametrize(
     ("operation", "model", "output"),
     [

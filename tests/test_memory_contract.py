@@ -48,6 +48,26 @@ def test_m1_same_key_reuses_the_same_session_object(upscaler: Path, tmp_path: Pa
     assert len(engine.sessions) == 1
 
 
+def test_a_sessions_last_use_is_when_its_last_run_ended(upscaler: Path, tmp_path: Path) -> None:
+    """The models list's "Last used" is the end of the job's work, not its start: a job of
+    minutes read "5 min ago" 35 s after it ended."""
+    import time
+
+    engine = Engine(EngineSettings(models_dir=tmp_path))
+    img = photo(tmp_path / "a.png", 96, 64)
+    engine.run(_request(upscaler, [img], tmp_path / "o"))  # loads the session
+    runs: list[float] = []
+
+    def seen(event: Progress) -> None:
+        if event.kind is ProgressKind.RUN_FINISHED:
+            runs.append(time.time())
+
+    engine.run(_request(upscaler, [img], tmp_path / "o", tile=32), seen)
+    (info,) = engine.loaded()
+    assert len(runs) > 1
+    assert info.last_used >= runs[-1] - 0.001, (info.last_used, runs)
+
+
 def test_m1_other_device_or_runtime_creates_another(upscaler: Path, tmp_path: Path) -> None:
     recorder = Recorder(CUDA_EP)
     engine = Engine(EngineSettings(models_dir=tmp_path), session_wrap=recorder)

@@ -323,3 +323,30 @@ def test_playing_a_clip_in_the_window_ends_on_its_last_frame(
     qtbot.waitUntil(lambda: window.viewer.clip_frame == FRAMES - 1, timeout=5000)
     before, _ = shown(window)
     assert before is not None and np.array_equal(before, frame(clip, FRAMES - 1))
+
+
+def test_a_folder_of_a_thousand_frames_scrubs_all_of_them_holding_one(
+    qtbot: QtBot, window: MainWindow, tmp_path: Path
+) -> None:
+    """A frame folder's bar spans every frame (it showed the first 300 of 1000), each read
+    when shown, like a clip's: the window holds the frame on screen, not the folder."""
+    from PIL import Image
+
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    count = 1000
+    for i in range(count):
+        Image.new("RGB", (8, 6), (i % 256, i // 256, 7)).save(folder / f"f{i:04d}.png")
+    window.accept_paths([folder])
+    qtbot.waitUntil(
+        lambda: window.viewer.before is not None and window.viewer.before.path == folder,
+        timeout=20_000,
+    )
+    viewer = window.viewer
+    assert viewer.before is not None and len(viewer.before.frames) == 1  # one decoded, not 1000
+    assert viewer.clip_bar.isVisibleTo(viewer) and not viewer.scrubber_row.isVisibleTo(viewer)
+    assert viewer.clip_bar.slider.maximum() == count - 1
+    scrub_to(qtbot, window, 900)
+    before, _ = shown(window)
+    assert before is not None and tuple(before[0, 0]) == (900 % 256, 900 // 256, 7)
+    assert viewer.clip_bar.label.text().startswith(f"frame 901/{count}")

@@ -127,7 +127,7 @@ def test_2_run_processes_every_image_and_says_so(
     window.accept_paths(images)
     assert window.workspace.jobs == {}  # run-on-drop is off: adding writes nothing
     assert window.panel.run_button.text() == "Run 3 images"
-    assert "Run 3 images" in window.statusBar().currentMessage()
+    assert window.statusBar().currentMessage().startswith("Added 3 images. Press Run")
     qtbot.mouseClick(window.panel.run_button, Qt.MouseButton.LeftButton)
     assert [j.request.inputs for j in window.workspace.jobs.values()] == [(p,) for p in images]
     wait_ended(qtbot, window)

@@ -11,11 +11,12 @@ from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from engine.requests import Operation
+from engine.runtime.sessions import SessionInfo
 from engine.samples.upscaler_models import make_upscaler
 from gui.main_window import MainWindow
 from tests.engine_helpers import photo
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
-from tests.window_fixtures import WindowFactory, wait_ended
+from tests.window_fixtures import WindowFactory, use_model, wait_ended
 
 
 @pytest.fixture
@@ -181,3 +182,25 @@ def test_11_an_offline_download_names_the_address_the_file_and_the_folder(
     assert f"put it in {catalog_models} as 4xSPANkendata_fp32.onnx" in text
     assert text.count("4xSPANkendata_fp32.onnx") == 2  # said once, not by the app and the command
     assert not (catalog_models / "4xSPANkendata_fp32.onnx").exists()
+
+
+def test_last_used_in_the_models_list_is_when_the_job_ended(
+    qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
+) -> None:
+    """It said "Last used 5 min ago" 35 s after a job ended (its start): it is its end."""
+    import time
+
+    use_model(window, models, "slow.onnx", tile=64)
+    runs: list[float] = []
+    # Stamped in the engine thread as each run ends (a queued slot may hear of them late).
+    window.engine.runFinished.connect(
+        lambda _event: runs.append(time.time()), Qt.ConnectionType.DirectConnection
+    )
+    sessions: list[tuple[SessionInfo, ...]] = []
+    window.engine.sessionsChanged.connect(sessions.append)
+    window.accept_paths([photo(tmp_path / "a.png", 160, 128, seed=1)])
+    window.run_selected()
+    wait_ended(qtbot, window)
+    assert len(runs) > 2
+    (info,) = sessions[-1]
+    assert runs[0] <= info.last_used <= runs[-1], (info.last_used, runs)

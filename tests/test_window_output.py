@@ -18,7 +18,6 @@ from pytestqt.qtbot import QtBot
 
 from engine.io.sequences import list_sequence
 from engine.options import OutputFormat, OutputOptions
-from gui.controllers.run_plan import plan_run
 from gui.jobs import JobState, SaveTo
 from gui.main_window import MainWindow
 from gui.settings import AppSettings
@@ -252,12 +251,12 @@ def test_13_run_pressed_again_during_a_batch_does_not_queue_it_twice(
     first = window.run_selected()
     assert len(first) == 3
     # Before the engine thread's answers are handled, all three are still queued or running.
-    assert plan_run(window.workspace).label == "Run (3 queued)"
+    assert window.workspace.run_plan().label == "Run (3 queued)"
     assert window.run_selected() == []
     assert len(window.workspace.jobs) == 3
     extra = photo(tmp_path / "d.png", 24, 16, seed=9)
     window.accept_paths([extra])
-    assert plan_run(window.workspace).label == "Run 1 image (3 queued)"
+    assert window.workspace.run_plan().label == "Run 1 image (3 queued)"
     ids = window.run_selected()
     assert [window.workspace.jobs[i].request.inputs for i in ids] == [(extra,)]
     wait_ended(qtbot, window)

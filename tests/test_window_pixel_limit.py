@@ -16,7 +16,7 @@ from gui.widgets.inputs_panel import InputMark
 from gui.widgets.preferences import PreferencesDialog
 from tests.engine_helpers import photo
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
-from tests.window_fixtures import use_model
+from tests.window_fixtures import use_model, wait_ended
 
 
 def declared_png(path: Path, width: int, height: int) -> Path:
@@ -64,3 +64,23 @@ def test_preferences_offer_the_pixel_limit_the_message_names(
     dialog.max_pixels.setValue(20)
     dialog.accept()
     assert window.settings.engine_settings().max_pixels == 20_000_000
+
+
+def test_the_engines_refusal_names_the_windows_lever_not_the_command_lines(
+    qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
+) -> None:
+    """The engine's message names the command line's option (--max-megapixels); in the
+    window the same refusal names Preferences' “Largest image”, the lever a person has."""
+    dialog = PreferencesDialog(window.settings, "models")
+    qtbot.addWidget(dialog)
+    dialog.max_pixels.setValue(1)  # 1 Mpx: a 900×600 input passes, its ×2 product does not
+    dialog.accept()
+    window.apply_preferences()
+    use_model(window, models, "up2.onnx")
+    window.accept_paths([photo(tmp_path / "wide.png", 900, 600, seed=3)])
+    (job_id,) = window.run_selected()
+    wait_ended(qtbot, window)
+    message = window.workspace.jobs[job_id].message
+    assert "the limit is 1.0 megapixels" in message, message
+    assert PIXEL_LIMIT in message and "Preferences" in message
+    assert "--max-megapixels" not in message

@@ -203,3 +203,29 @@ def test_the_preview_follows_the_workspace_and_asks_the_fake_engine(
     assert fake.preview_requests[-1].region is None and fake.preview_requests[-1].job.tile is None
     preview.set_enabled(False)
     assert not ws.preview_on and fake.previews_cancelled >= 1 and fake.released == 1
+
+
+def test_no_controller_or_widget_writes_a_jobs_fields_past_the_workspace() -> None:
+    """A job the window holds changes only through `Workspace` (its one writer), so every
+    change is announced: no `job.<field> = …` in the controllers or the widgets."""
+    import ast
+
+    root = Path(__file__).resolve().parent.parent / "gui"
+    found = []
+    for path in sorted([*root.glob("controllers/*.py"), *root.glob("widgets/*.py")]):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, ast.AugAssign | ast.AnnAssign)
+                else []
+            )
+            for target in targets:
+                if (
+                    isinstance(target, ast.Attribute)
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id.endswith("job")
+                ):
+                    found.append(f"{path.name}:{target.lineno} {target.value.id}.{target.attr}")
+    assert not found, found

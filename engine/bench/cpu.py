@@ -41,6 +41,7 @@ from engine.bench.startup import measure_cli, measure_window
 from engine.bench.table import Row, Table, find_model, scratch, table_for
 from engine.bench.video import measure_video
 from engine.bench.window_batches import measure_batches
+from engine.bench.window_estimates import measure_estimates
 from engine.bench.window_memory import measure_window_memory
 from engine.cancel import CancelToken
 from engine.errors import Cancelled
@@ -237,6 +238,10 @@ def run_cpu_bench(args: argparse.Namespace) -> int:
         # The window with a thousand jobs, and its estimate after one job (issue #21).
         batch_model = find_model(models_dir, "realesrgan-animevideov3-x2") or anime
         measure_batches(table, 200 if quick else 1000, batch_model, 3 if quick else 6)
+        # The estimate after one job of a tiny, a medium and a huge input, and after a restart
+        # (issue #35); a full job of 6000×4000 takes minutes on a CPU, so only the full bench.
+        sizes = [(64, 48), (1024, 768)] + ([] if quick else [(6000, 4000)])
+        measure_estimates(table, batch_model, sizes, [6, 1] if quick else [6, 3, 1])
         measure_resume_watch(table, work, quick)  # --resume's cost, a watch's latency (#34)
         measure_browse_resume(table, 1000)  # the model browser's start, the queue journal (#34)
         # Overhead of the engine against a bare ORT loop over the same tiles.

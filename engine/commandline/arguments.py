@@ -10,6 +10,7 @@ from typing import NoReturn
 from engine.errors import UsageError
 from engine.operation_specs import operations
 from engine.options import parse_tile
+from engine.settings import DEFAULT_MAX_PIXELS
 
 MEGABYTES_RANGE = (1, 16 * 1024 * 1024)  # 1 MB … 16 TiB
 
@@ -26,6 +27,19 @@ def _tile(text: str) -> int | None:
         return parse_tile(text)
     except UsageError as e:  # argparse says it in its own one-line error
         raise argparse.ArgumentTypeError(str(e)) from e
+
+
+def _megapixels(text: str) -> int:
+    """Pixels from megapixels (the limit the window's Preferences call Largest image)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 < value <= 1_000_000):
+        raise argparse.ArgumentTypeError(
+            f"--max-megapixels takes megapixels above 0, for example 400; not {text!r}"
+        )
+    return int(value * 1_000_000)
 
 
 def _megabytes(text: str) -> int:
@@ -122,6 +136,15 @@ def add_run_arguments(run: argparse.ArgumentParser) -> None:
         action="store_true",
         help="a clip's frame that cannot be decoded is replaced by the one before it "
         "(default: the clip fails, naming the frame)",
+    )
+    run.add_argument(
+        "--max-megapixels",
+        type=_megapixels,
+        default=None,
+        metavar="MP",
+        help="refuse inputs larger than this many megapixels, all frames together (default "
+        f"{DEFAULT_MAX_PIXELS / 1e6:.0f}, which is 16384²); runs in this process, the app "
+        "keeping its own limit (its Preferences' Largest image)",
     )
     run.add_argument("--cpu-mem-limit", type=_megabytes, default=None, metavar="MB")
     run.add_argument("--gpu-mem-limit", type=_megabytes, default=None, metavar="MB")

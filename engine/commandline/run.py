@@ -39,6 +39,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         cpu_mem_limit=args.cpu_mem_limit,
         gpu_mem_limit=args.gpu_mem_limit,
         keep_cpu_arena=args.keep_cpu_arena,
+        **({"max_pixels": args.max_megapixels} if args.max_megapixels is not None else {}),
     )
     request = OperationRequest(
         operation=operation_named(args.operation),
@@ -70,7 +71,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if (left := resumed_request(request, settings, args.json)) is None:
             return 0
         request = left
-    if not args.standalone:
+    # The app refuses and admits by its own pixel limit: a run with its own limit stays here.
+    if not args.standalone and args.max_megapixels is None:
         code = run_in_app(settings, request, args)
         if code is not None:
             return code

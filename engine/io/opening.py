@@ -14,7 +14,7 @@ from typing import BinaryIO
 
 from PIL import Image, PngImagePlugin, UnidentifiedImageError
 
-from engine.errors import BadInputError, ResourceError
+from engine.errors import PIXEL_LIMIT_LEVER, BadInputError, PixelLimitError, ResourceError
 from engine.io.image import READ_FORMATS, SUPPORTED_TEXT, fmt_pixels
 from engine.io.metadata import cheap_exif, exif_orientation
 
@@ -32,9 +32,11 @@ def check_limit(path: Path, width: int, height: int, frames: int, max_pixels: in
     if total <= max_pixels:
         return
     size = f"{width}×{height} pixels" + (f" × {frames} frames" if frames > 1 else "")
-    raise BadInputError(
+    raise PixelLimitError(
         f"{path.name}: the image is {size} ({fmt_pixels(total)}); the limit is "
-        f"{fmt_pixels(max_pixels)}. Reduce the image or raise the pixel limit in the settings."
+        f"{fmt_pixels(max_pixels)}. Reduce the image or {PIXEL_LIMIT_LEVER}.",
+        total,
+        max_pixels,
     )
 
 

@@ -14,7 +14,7 @@ import math
 import numpy as np
 from PIL import Image
 
-from engine.errors import UsageError
+from engine.errors import PIXEL_LIMIT_LEVER, UsageError
 from engine.io.image import fmt_pixels
 
 LANCZOS_SUPPORT = 3.0  # Pillow's LANCZOS reaches 3 source pixels (× the shrink factor)
@@ -28,7 +28,8 @@ def check_product_size(name: str, width: int, height: int, max_pixels: int) -> N
     if total > max_pixels:
         raise UsageError(
             f"{name}: the product would be {width}×{height} pixels ({fmt_pixels(total)}); the "
-            f"limit is {fmt_pixels(max_pixels)}. Choose a smaller output size."
+            f"limit is {fmt_pixels(max_pixels)}. Choose a smaller output size or "
+            f"{PIXEL_LIMIT_LEVER}."
         )
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.errors import BadInputError
+from engine.errors import PIXEL_LIMIT_LEVER, BadInputError, PixelLimitError
 from engine.io.frames import read_only, unify_frames
 from engine.io.image import (
     IMAGE_SUFFIXES,
@@ -53,10 +53,12 @@ def load_sequence(
             )
     total = sum(w * h * n for w, h, n in sizes)
     if total > max_pixels:
-        raise BadInputError(
+        raise PixelLimitError(
             f"{files[0].parent.name or files[0].name}: the sequence of {len(files)} files has "
             f"{fmt_pixels(total)}; the limit is {fmt_pixels(max_pixels)}. Use fewer frames "
-            "or raise the pixel limit in the settings."
+            f"or {PIXEL_LIMIT_LEVER}.",
+            total,
+            max_pixels,
         )
     if stream:
         return _streamed(files, max_pixels, check)

@@ -25,7 +25,7 @@ import av
 import av.error
 import numpy as np
 
-from engine.errors import BadInputError, ResourceError
+from engine.errors import PIXEL_LIMIT_LEVER, BadInputError, PixelLimitError, ResourceError
 from engine.io.clip_errors import damaged as _damaged
 from engine.io.clip_errors import fmt_pixels as _fmt_pixels
 from engine.io.clip_errors import open_clip as _open
@@ -112,10 +112,12 @@ def probe_video(path: Path, max_pixels: int, *, count_frames: bool = True) -> Vi
                 raise too_large
             raise BadInputError(f"{path.name}: the video stream states no frame size; damaged?")
         if width * height > max_pixels:
-            raise BadInputError(
+            raise PixelLimitError(
                 f"{path.name}: its frames are {width}×{height} pixels "
                 f"({_fmt_pixels(width * height)}); the limit is {_fmt_pixels(max_pixels)} per "
-                "frame. Raise the pixel limit in the settings."
+                f"frame. Reduce the clip or {PIXEL_LIMIT_LEVER}.",
+                width * height,
+                max_pixels,
             )
         pts = _packet_times(path, container, stream) if count_frames else _even_times(stream)
         if not pts:

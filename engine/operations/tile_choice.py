@@ -7,6 +7,7 @@ setting, a light model's measured one, or the default). A job and its preview ca
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 import numpy as np
@@ -75,11 +76,13 @@ def tile_overlap(ctx: RunContext) -> int:
             return plain_upscale(picture, c, tile, overlap, run)
 
         counted = session.runs
+        began = time.perf_counter()
         # A failing probe fails the request as its first run would (the handle has released
         # a poisoned session; out of memory retries at half the tile as usual).
         try:
             known = calibration.calibrate(ctx.spec.path, identity, upscale, c.multiple_of)
         finally:
+            session.probe_seconds += time.perf_counter() - began
             # The probe's runs are the engine's measurement, once per model: the request's
             # `runs` count those of its products (they still count as attempted, so the
             # arena is handed back after them as after any run).

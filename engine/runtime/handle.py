@@ -49,6 +49,9 @@ class SessionHandle:
         self.shrinks = 0
         self.runs_reused = 0  # runs not made: a preview had made their tiles (upscale)
         self.load_seconds = 0.0
+        # Spent on the engine's once-per-model measurement (the tile overlap's probe): not the
+        # request's own work, so what learns a speed from the request leaves it out.
+        self.probe_seconds = 0.0
         self.first_run_at: float | None = None  # perf_counter at the start of the first run
         self._retried = False  # a failed run on a kept copy was retried on the original
         self.tiled = True  # the operation runs in tiles (what an out-of-memory message offers)
@@ -165,6 +168,9 @@ class SessionHandle:
         self.runs += 1
         self.cpu_kernel = entry.cpu_kernel
         entry.runs += 1
+        # "Last used" is when the work ended, not when the job took the session: a job of
+        # minutes read "5 min ago" 35 s after it ended (the last run's end is the job's end).
+        entry.last_used = time.time()
         self.cache.runs += 1
         if shrink is not None:
             self.shrinks += 1

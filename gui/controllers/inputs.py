@@ -25,8 +25,8 @@ from engine.requests import Operation
 from engine.settings import DEFAULT_MAX_PIXELS
 from gui.controllers.jobs import AddOutcome, JobsController
 from gui.controllers.models import ModelsController
-from gui.inputs import Classified, InputSource, classify_paths
-from gui.messages import Notice, NoticeLevel, Topic
+from gui.inputs import Classified, InputSource, classify_paths, count_words
+from gui.messages import Notice, NoticeLevel, Topic, for_window
 from gui.settings import AppSettings
 from gui.tasks import TaskOutcome, TaskThread
 
@@ -87,7 +87,6 @@ class InputsController(QObject):
         settings: AppSettings,
         thumbnailer: Thumbnailer,
         run_on_drop: Callable[[], bool],
-        run_text: Callable[[], str],
         operation: Callable[[], Operation],
         parent: QObject | None = None,
     ) -> None:
@@ -98,7 +97,6 @@ class InputsController(QObject):
         self.settings = settings
         self.thumbnailer = thumbnailer
         self.run_on_drop = run_on_drop
-        self.run_text = run_text
         self.operation = operation
         self.closed = False
         self._run_later: bool | None = None  # how the rest of a large drop is run as it comes
@@ -194,7 +192,7 @@ class InputsController(QObject):
             self.settings.add_recent([str(s.paths[0]) for s in found.sources])
         if found.refused:
             tail = "" if found.sources or found.models else " Nothing was added."
-            self._warn("\n".join(found.refused) + tail)
+            self._warn(for_window("\n".join(found.refused)) + tail)
         elif found.sources and first:
             self.noticeCleared.emit(Topic.INPUTS)  # an earlier refusal is stale now
         run = self.run_on_drop() if run is None else run
@@ -208,12 +206,13 @@ class InputsController(QObject):
             else:
                 jobs = self.jobs.queue_jobs(list(found.sources), self.operation())
         elif found.sources and first:
-            count = len(found.sources) + found.more
-            noun = "clip" if all(s.clip for s in found.sources) else "image"
-            self.statusRequested.emit(
-                f"Added {count} {noun}{'s' if count != 1 else ''}. "
-                f"Press {self.run_text()} (Ctrl+Return) when ready."
-            )
+            # What was added, counted as Run counts (an image and a clip are "1 image and 1
+            # clip"); what Run will run is the button's to say: a file found broken later
+            # makes a count here stale ("Press Run 4 images" beside "Run 3 images").
+            what = count_words(found.sources)
+            if found.more:  # the rest of a large drop comes a part per turn
+                what = f"{len(found.sources) + found.more} images"
+            self.statusRequested.emit(f"Added {what}. Press Run (Ctrl+Return) when ready.")
         if found.sequence_offer and not found.refused:
             offer = found.sequence_offer
             self.noticeRequested.emit(

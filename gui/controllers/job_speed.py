@@ -11,14 +11,24 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
 
 from PySide6.QtCore import QObject
 
+from engine.models.catalog import load_catalog
 from engine.requests import Operation
-from gui.controllers.run_plan import count_words
-from gui.controllers.speed import TINY_MP, Calibrator, Estimate, Rate, SpeedBook
+from engine.runtime.sessions import SessionInfo
+from gui.controllers.speed import (
+    MIN_MARGINAL,
+    TINY_MP,
+    Calibrator,
+    Estimate,
+    Rate,
+    SpeedBook,
+)
 from gui.engine_thread import EngineThread
-from gui.inputs import InputSource
+from gui.inputs import InputSource, count_words
 from gui.jobs import Job, JobSettings, fmt_duration, fmt_estimate
 from gui.workspace import Workspace
 
@@ -38,17 +48,33 @@ class JobSpeed:
         self.calibrator = Calibrator(engine, speeds, parent)
         self.calibrator.calibrated.connect(self._on_calibrated)
         self._ends: deque[float] = deque(maxlen=9)  # the last back-to-back jobs' end times
+        # (model file name, device) of the sessions loaded now: a batch of a model not in
+        # memory waits for its loading first (after a restart, or Unload all).
+        self._loaded: set[tuple[str, str]] = set()
+        engine.sessionsChanged.connect(self._on_sessions)
+
+    def _on_sessions(self, sessions: tuple[SessionInfo, ...]) -> None:
+        self._loaded = {(info.model_name, info.device) for info in sessions}
+
+    def loaded(self, model: str, device: str) -> bool:
+        """Whether `model` (a catalog id or a file) is in memory on `device` now."""
+        entry = load_catalog().get(model)
+        name = entry.file if entry is not None else Path(model).name
+        return (name, device) in self._loaded
 
     def rate(self, settings: JobSettings) -> Rate | None:
         return self.speeds.rate(settings.operation, settings.model, settings.device)
 
     def estimate(self, sources: Sequence[InputSource], settings: JobSettings) -> Estimate | None:
-        """One figure for the whole batch (fixed cost × images + rate × megapixels)."""
+        """One figure for the whole batch: the model's loading when it is not in memory, then
+        fixed cost × images (frames) + rate × megapixels."""
         megapixels = sum(s.megapixels for s in sources)
         frames = sum(max(s.frames, 1) for s in sources)
-        return self.speeds.estimate(
-            settings.operation, settings.model, settings.device, megapixels, frames
-        )
+        model, device = settings.model, settings.device
+        guess = self.speeds.estimate(settings.operation, model, device, megapixels, frames)
+        if guess is None or self.loaded(model, device):
+            return guess
+        return replace(guess, seconds=guess.seconds + self.speeds.load_seconds(model, device))
 
     def estimate_text(
         self, sources: Sequence[InputSource], settings: JobSettings, where: str, idle: bool
@@ -73,15 +99,17 @@ class JobSpeed:
             return f"Measuring how fast {settings.model_label} runs on {where}…"
         return f"The first job measures how fast {settings.model_label} runs on {where}."
 
-    def expect(self, job: Job, rate: Rate | None) -> None:
-        """The job's time and its products' writing time, from the model's measured speed."""
+    def expect(
+        self, operation: Operation, megapixels: float, frames: int, rate: Rate | None
+    ) -> tuple[float | None, float | None]:
+        """A new job's time and its products' writing time, from the model's measured speed
+        (None where unknown). The job is made with them; a job already in the workspace gets
+        its figure through the workspace (`job_estimated`), the one writer of its fields."""
         if rate is None:
-            return
-        operation = job.request.operation
-        if operation is Operation.UPSCALE and job.megapixels <= 0:
-            return  # the size is unknown
-        job.expected_s = rate.seconds(job.megapixels, job.frames)
-        job.expected_write_s = rate.writing(job.megapixels)
+            return None, None
+        if operation is Operation.UPSCALE and megapixels <= 0:
+            return None, None  # the size is unknown
+        return rate.seconds(megapixels, frames), rate.writing(megapixels)
 
     def _on_calibrated(self, model: str, device: str) -> None:
         """A speed is known now: jobs queued before it get their estimate."""
@@ -113,7 +141,12 @@ class JobSpeed:
         the mean over the last few), whichever is more."""
         ends = self._ends
         if len(ends) < 2 or ends[-1] != job.ended_at:
-            return seconds
+            # Alone, it also cost the engine's turn to it (queued to started), which the
+            # interval between back-to-back jobs counts: a tiny job's own time was a third
+            # of what each of the next six took.
+            if job.started_at is None:
+                return seconds
+            return seconds + min(max(job.started_at - job.queued_at, 0.0), BACK_TO_BACK_S)
         load = float(job.result.timings.get("load_s", 0.0)) if job.result else 0.0
         if job.megapixels < TINY_MP * max(job.frames, 1):
             interval = (ends[-1] - ends[0]) / (len(ends) - 1)
@@ -127,6 +160,15 @@ class JobSpeed:
         if seconds is None or result is None:
             return
         seconds = self._engine_seconds(job, seconds)
+        if result.sessions_created:
+            # Loading and what the engine prepared before the first run are the session's
+            # cost, paid once per batch when the model is not in memory (`estimate`), not
+            # each image's: a first tiny job otherwise taught 3× what the next ones took.
+            timings = result.timings
+            load = float(timings.get("load_s", 0.0))
+            start = max(float(timings.get("first_run_s", load)), load)
+            self.speeds.learn_load(job.request.model, job.request.device, start)
+            seconds = max(seconds - (start - load), MIN_MARGINAL * seconds)
         frames = sum(p.frames for p in result.products[:1]) or 1
         if result.runs_reused:
             return  # a preview had made some of its tiles: its time says nothing of the rate

@@ -35,7 +35,6 @@ from engine.requests import (
 )
 from gui.controllers.chains import FOLLOW_AT_MOST, ChainRuns
 from gui.controllers.job_speed import JobSpeed
-from gui.controllers.run_plan import plan_run
 from gui.controllers.speed import Calibrator, Estimate, Rate, SpeedBook
 from gui.engine_thread import EngineThread
 from gui.inputs import (
@@ -326,11 +325,11 @@ class JobsController(QObject):
         """What Run runs: the selected inputs when the person selected several, else all;
         not the unreadable ones, nor the ones done already with these settings (all of them
         again when every one is done)."""
-        return list(plan_run(self.workspace, selected).run)
+        return list(self.workspace.run_plan(selected).run)
 
     def run_label(self, selected: Sequence[str] | None = None) -> str:
         """The Run button's words: what it will do."""
-        return plan_run(self.workspace, selected).label
+        return self.workspace.run_plan(selected).label
 
     @property
     def calibrator(self) -> Calibrator:
@@ -353,7 +352,7 @@ class JobsController(QObject):
 
     def run_selected(self, operation: Operation | None = None) -> list[str]:
         """Run: every image, or the selected ones when several are selected."""
-        plan = plan_run(self.workspace)
+        plan = self.workspace.run_plan()
         sources = list(plan.run)
         if not sources and plan.queued:
             self.statusRequested.emit(
@@ -486,14 +485,18 @@ class JobsController(QObject):
             output=settings.output,
             id=job_id or new_request_id(),
         )
+        expected_s, write_s = self.speed.expect(
+            settings.operation, source.megapixels, source.frames, rate
+        )
         job = Job(
             request,
             settings.model_label,
+            expected_s=expected_s,
+            expected_write_s=write_s,
             megapixels=source.megapixels,
             frames=source.frames,
             parent_label="" if start.is_original else start.label,
         )
-        self.speed.expect(job, rate)
         chain = (*(() if start.is_original else ws.chain_of(start)), settings)
         if then:
             self.chains.remember(request.id, then)
@@ -586,7 +589,7 @@ class JobsController(QObject):
         self.workspace.job_failed(failure.request_id, failure.message)
         job = self.workspace.jobs[failure.request_id]
         self.speed.ended(job)
-        self.chains.failed(job, failure.message)
+        self.chains.failed(job, job.message)
 
     def _on_cancelled(self, cancellation: OperationCancellation) -> None:
         self.workspace.job_cancelled(cancellation.request_id)

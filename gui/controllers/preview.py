@@ -36,6 +36,7 @@ from engine.requests import (
 )
 from gui.engine_thread import EngineThread
 from gui.jobs import is_tiled, viewable_products
+from gui.messages import for_window
 from gui.tasks import TaskOutcome, TaskThread
 from gui.workspace import Workspace
 
@@ -312,7 +313,7 @@ class PreviewController(QObject):
     def _on_failed(self, failure: OperationFailure) -> None:
         if failure.request_id == self._started and self.enabled:
             self.statusChanged.emit("", False)
-            self.failed.emit(f"Preview: {failure.message}")
+            self.failed.emit(f"Preview: {for_window(failure.message)}")
 
     def _on_cancelled(self, cancellation: OperationCancellation) -> None:
         if cancellation.request_id == self._started:

@@ -13,7 +13,7 @@ from PySide6.QtCore import QObject, Signal
 from engine.options import OutputOptions
 from gui.inputs import InputSource
 from gui.jobs import Version
-from gui.messages import Notice, NoticeLevel, Topic
+from gui.messages import Notice, NoticeLevel, Topic, for_window
 from gui.tasks import TaskOutcome, TaskThread
 from gui.workspace import Workspace
 
@@ -72,7 +72,7 @@ class ResultsController(QObject):
             if outcome.error is not None:
                 self.noticeRequested.emit(
                     Notice(
-                        f"{target.name} was not saved: {outcome.error}",
+                        f"{target.name} was not saved: {for_window(str(outcome.error))}",
                         NoticeLevel.WARNING,
                         Topic.FILES,
                     )

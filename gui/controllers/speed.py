@@ -7,7 +7,10 @@ apart (decoding, padding, the smallest run, writing), fitted to the last few job
 one odd job does not decide): tiny inputs (under TINY_MP) teach only the fixed cost, and the
 fixed cost never takes more than most of a real job's time, so a 1×1 image cannot poison the
 rate. A batch's figure is one sum, fixed cost × images + rate × their megapixels, worked out
-once per batch (`rate`), not once per job. How long the products take to write is learnt
+once per batch (`rate`), not once per job. Until a tiny job of the model ran, its fixed cost is
+the device's (other models' tiny jobs), else DEFAULT_FIXED_S: one real job alone would call
+small images free. The model's start (loading, the engine's first preparations) is learnt
+apart (`learn_load`), for a batch whose model is not in memory. How long the products take to write is learnt
 apart too, per megapixel of input, so a job's time left counts its writing. The families that
 run the model at its own resolution have a time per image.
 
@@ -45,7 +48,12 @@ log = logging.getLogger(__name__)
 TINY_MP = 0.05  # inputs under ~250×200 px are all fixed cost: they teach no rate
 LEARN_WEIGHT = 0.5  # how much a new job moves the remembered time per image (other families)
 MIN_MARGINAL = 0.2  # the rate keeps at least this share of a job's time (a fixed cost too high)
-HISTORY = 9  # the jobs the rate and the fixed cost are fitted to
+HISTORY = 9  # the jobs of each kind (tiny, real) the rate and the fixed cost are fitted to
+# A job's own cost whatever its size (reading, writing, the engine's turn between jobs), until
+# a tiny job of some model on the device measured it: 20-30 ms on an idle 2-core machine, 40-80
+# ms on a busy one. Without
+# it one real job taught only a rate, and 1000 small images were "about 20 s" for 80 s.
+DEFAULT_FIXED_S = 0.03
 SIZE_CACHE_S = 30.0  # a model file's size is read again after this long
 
 ModelBytes = Callable[[str], int | None]
@@ -137,17 +145,27 @@ def _warm(history: list[tuple[float, float, bool]]) -> list[tuple[float, float]]
     ]
 
 
-def fit(samples: list[tuple[float, float]]) -> tuple[float, float]:
+def _kept(history: list[tuple[float, float, bool]]) -> list[tuple[float, float, bool]]:
+    """The last HISTORY tiny jobs and the last HISTORY real ones, in their order: a batch of
+    300 tiny images must not push out what the real jobs taught of the rate (the next large
+    image was "The first job measures…" again)."""
+    tiny = [i for i, (mp, _, _) in enumerate(history) if mp < TINY_MP][-HISTORY:]
+    real = [i for i, (mp, _, _) in enumerate(history) if mp >= TINY_MP][-HISTORY:]
+    return [history[i] for i in sorted(tiny + real)]
+
+
+def fit(samples: list[tuple[float, float]], prior: float = 0.0) -> tuple[float, float]:
     """(fixed seconds per image, seconds per megapixel) from (megapixels, seconds) per image.
 
-    Tiny images are all fixed cost: their median is it. Real ones give the rate, each its own
+    Tiny images are all fixed cost: their median is it (without one, `prior`: the device's
+    per-job cost as other models' tiny jobs showed it). Real ones give the rate, each its own
     (seconds − fixed) / megapixels, and the median of those; when their sizes differ enough and
     no tiny image measured the fixed cost, a straight line through them gives it. Either way
     the fixed cost stays under (1 − MIN_MARGINAL) of the quickest real image, so a slow tiny
     job (a first run's allocations) cannot make every image of a batch cost seconds."""
     tiny = [s for m, s in samples if m < TINY_MP]
     real = [(m, s) for m, s in samples if m >= TINY_MP]
-    fixed = statistics.median(tiny) if tiny else 0.0
+    fixed = statistics.median(tiny) if tiny else prior
     if not real:
         return fixed, 0.0
     sizes = [m for m, _ in real]
@@ -218,9 +236,7 @@ class SpeedBook:
     def _put_history(
         self, model: str, device: str, history: list[tuple[float, float, bool]]
     ) -> None:
-        text = ";".join(
-            f"{mp:.6g}:{s:.6g}" + (":c" if cold else "") for mp, s, cold in history[-HISTORY:]
-        )
+        text = ";".join(f"{mp:.6g}:{s:.6g}" + (":c" if cold else "") for mp, s, cold in history)
         self.store.set("jobs\t" + self.key(model, device), text)
 
     def learn(
@@ -255,9 +271,9 @@ class SpeedBook:
         history = self._history(model, device)
         if not history and old is not None and old.samples > 0:
             history = [(1.0, old.fixed + old.per_mp, False)]  # kept before the history was
-        history = [*history, (megapixels / frames, seconds / frames, cold)][-HISTORY:]
+        history = _kept([*history, (megapixels / frames, seconds / frames, cold)])
         self._put_history(model, device, history)
-        fixed, per_mp = fit(_warm(history))
+        fixed, per_mp = fit(_warm(history), self.fixed_prior(model, device))
         base = old or Speed(0.0, 0.0, 0.0, 0, weight)
         tiny = megapixels < TINY_MP * frames
         write = base.write_per_mp
@@ -277,6 +293,37 @@ class SpeedBook:
                 write,
             ),
         )
+
+    def fixed_prior(self, model: str, device: str) -> float:
+        """A job's cost whatever its size on `device` before `model` ran a tiny one: the
+        median of what the other models' tiny jobs there showed, else DEFAULT_FIXED_S."""
+        known = [
+            speed.fixed
+            for other in self._models(device)
+            if other != model
+            and (speed := self.get(other, device)) is not None
+            and speed.fixed > 0
+            and any(mp < TINY_MP for mp, _, _ in self._history(other, device))
+        ]
+        return statistics.median(known) if known else DEFAULT_FIXED_S
+
+    def learn_load(self, model: str, device: str, seconds: float) -> None:
+        """A job loaded the model (its session was made for it) and made its first run
+        `seconds` after it began: what a batch waits for before its first image when the
+        model is not in memory (after a restart or Unload all)."""
+        if seconds <= 0:
+            return
+        old = self.load_seconds(model, device)
+        mixed = seconds if old <= 0 else (1 - LEARN_WEIGHT) * old + LEARN_WEIGHT * seconds
+        self.store.set("load\t" + self.key(model, device), f"{mixed:.6g}")
+
+    def load_seconds(self, model: str, device: str) -> float:
+        """The model's loading and first preparations on `device` as jobs measured them
+        (0: not known)."""
+        try:
+            return float(self.store.get("load\t" + self.key(model, device)) or 0.0)
+        except ValueError:
+            return 0.0
 
     def rate(self, operation: Operation, model: str, device: str) -> Rate | None:
         """The figures a batch's estimate is made of, read once for the whole batch."""

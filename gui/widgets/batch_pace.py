@@ -14,6 +14,7 @@ class BatchPace:
 
     def __init__(self) -> None:
         self.ended = 0  # jobs of this batch that ended (finished, failed or cancelled)
+        self._ended_ids: set[str] = set()  # those jobs, so one taken out of the list uncounts
         self._queued: dict[str, float | None] = {}  # queued job → its estimate as counted
         self._queued_expected = 0.0
         self._queued_unknown = 0  # queued jobs without an estimate
@@ -33,6 +34,7 @@ class BatchPace:
         if old is None or not old.active or not job.state.ended:
             return
         self.ended += 1
+        self._ended_ids.add(job.id)
         seconds = job.working_seconds() if job.state is JobState.FINISHED else None
         if seconds is None:
             return  # a cancelled or failed job says nothing of the pace
@@ -41,6 +43,14 @@ class BatchPace:
         if job.expected_s is not None and job.expected_s > 0:
             self._done_expected += job.expected_s
             self._done_measured += seconds
+
+    def drop(self, job_id: str) -> None:
+        """The job left the list (its image was cleared): the batch line no longer counts it,
+        as it did the 578 cancelled jobs of images already cleared."""
+        self.forget(job_id)
+        if job_id in self._ended_ids:
+            self._ended_ids.discard(job_id)
+            self.ended -= 1
 
     def forget(self, job_id: str) -> None:
         if job_id not in self._queued:

@@ -21,7 +21,7 @@ from engine.io.sequences import list_sequence
 from engine.previews import Region
 from engine.settings import DEFAULT_MAX_PIXELS
 
-MAX_VIEW_FRAMES = 300  # frames decoded for the scrubber; longer sequences show their first ones
+MAX_VIEW_FRAMES = 300  # frames of an animated file decoded for the scrubber
 FRAME_SIZE = (1920, 1200)  # a still's frame when the view's size is not known
 
 
@@ -35,10 +35,18 @@ class DisplayImage:
     height: int
     bit_depth: int
     has_alpha: bool
-    total_frames: int  # may exceed len(frames) for very long sequences
+    total_frames: int  # may exceed len(frames): a clip's, a frame folder's, a long animation's
     durations: tuple[int, ...] = ()  # milliseconds per frame of an animation
     clip: VideoMeta | None = None  # a clip: `frames` holds the shown one, the rest read on demand
+    # A folder of frames (or several frame files): `frames` holds the first, the others are
+    # read on demand like a clip's, so the bar scrubs all 1000 of them, holding one at a time.
+    frame_files: tuple[Path, ...] = ()
     readable: bool = False  # a still read at the view's size: its parts are read as details
+
+    @property
+    def read_on_demand(self) -> bool:
+        """Its frames are read one at a time as they are shown (a clip, a frame folder)."""
+        return self.clip is not None or len(self.frame_files) > 1
 
     @property
     def size(self) -> QSize:
@@ -143,20 +151,7 @@ def load_display(
             from engine.errors import EngineError
 
             raise EngineError(f"{path.name}: the folder holds no image files.")
-        frames: list[QImage] = []
-        first = load_image(files[0], DEFAULT_MAX_PIXELS)
-        for f in files[:max_frames]:
-            decoded = first if f == files[0] else load_image(f, DEFAULT_MAX_PIXELS)
-            frames.extend(to_qimage(fr) for fr in decoded.frames[:1])
-        return DisplayImage(
-            path,
-            tuple(frames),
-            first.size[0],
-            first.size[1],
-            first.meta.bit_depth,
-            first.meta.has_alpha,
-            len(files),
-        )
+        return _frame_files(path, tuple(files))
     decoded = load_image(path, DEFAULT_MAX_PIXELS)
     images = tuple(to_qimage(fr) for fr in decoded.frames[:max_frames])
     return DisplayImage(
@@ -194,10 +189,15 @@ def load_clip(path: Path) -> DisplayImage:
 
 
 def read_clip_frame(image: DisplayImage, index: int) -> QImage:
-    """Frame `index` of a clip shown in the viewer (on the task thread): one seek and decode,
-    the clip is never held; past its end, its last frame (a product shorter than its input)."""
+    """Frame `index` of a clip or frame folder shown in the viewer (on the task thread): one
+    seek and decode, the clip is never held; past its end, its last frame (a product shorter
+    than its input)."""
     from engine.io.video import read_frame
 
+    files = image.frame_files
+    if len(files) > 1:  # a frame folder: one file decoded, nothing else kept
+        index = min(max(index, 0), len(files) - 1)
+        return to_qimage(load_image(files[index], DEFAULT_MAX_PIXELS).frames[0])
     meta = image.clip
     if meta is None:
         return image.frames[min(index, len(image.frames) - 1)]
@@ -276,16 +276,20 @@ def load_display_paths(
     """A file, a folder of frames, or several frame files, as one DisplayImage."""
     if len(paths) == 1:
         return load_display(paths[0], frame_size=frame_size)
-    first = load_image(paths[0], DEFAULT_MAX_PIXELS)
-    frames = [to_qimage(first.frames[0])]
-    for p in paths[1:MAX_VIEW_FRAMES]:
-        frames.append(to_qimage(load_image(p, DEFAULT_MAX_PIXELS).frames[0]))
+    return _frame_files(paths[0], paths)
+
+
+def _frame_files(path: Path, files: tuple[Path, ...]) -> DisplayImage:
+    """The frames `files` (a folder's, or several files) for the viewer: the first decoded,
+    the others read when the bar shows them (`read_clip_frame`)."""
+    first = load_image(files[0], DEFAULT_MAX_PIXELS)
     return DisplayImage(
-        paths[0],
-        tuple(frames),
+        path,
+        (to_qimage(first.frames[0]),),
         first.size[0],
         first.size[1],
         first.meta.bit_depth,
         first.meta.has_alpha,
-        len(paths),
+        len(files),
+        frame_files=files,
     )

@@ -331,7 +331,7 @@ class JobList(QWidget):
             state = self._states.pop(job_id, None)
             if state is not None:
                 self._counts[state] -= 1
-            self._batch.forget(job_id)
+            self._batch.drop(job_id)
         if self._running in gone:
             self._running = None
         self._next_hint = 0

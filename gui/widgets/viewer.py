@@ -12,6 +12,7 @@ is drawn at (`detailRequested`; 1:1 shows the file's own pixels). What it holds 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 from PySide6.QtCore import (
     QMimeData,
@@ -49,6 +50,7 @@ from gui.widgets.version_strip import DragHandle, VersionStrip, file_mime
 
 DETAIL_DELAY_MS = 60  # a zoom or pan settles this long before the part in view is read
 DETAIL_MARGIN = 0.25  # of the part in view, read around it so a small pan needs nothing
+FOLDER_RATE = 25  # frames per second a frame folder plays at (the frames state none)
 ENOUGH = 0.95  # a picture with this share of the pixels the screen shows is sharp enough
 
 
@@ -270,10 +272,11 @@ class ViewerPanel(QWidget):
         self.scrubber.blockSignals(False)
         self.scrubber_row.setVisible(frames > 1)
         self._clip_shown = None
-        clip = next((i for i in (before, after) if i is not None and i.clip is not None), None)
-        if clip is not None and clip.clip is not None:
+        clip = next((i for i in (before, after) if i is not None and i.read_on_demand), None)
+        if clip is not None:
             self.scrubber_row.hide()
-            self.clip_bar.set_clip(clip.total_frames, clip.clip.rate)
+            rate = clip.clip.rate if clip.clip is not None else Fraction(FOLDER_RATE)
+            self.clip_bar.set_clip(clip.total_frames, rate)
             self.clip_bar.show()
         else:
             self._hide_clip()
