@@ -320,10 +320,12 @@ class Workspace(QObject):
             job.on_cancel_requested()
             self._changed(job)
 
-    def job_estimated(self, job_id: str, seconds: float) -> None:
+    def job_estimated(self, job_id: str, seconds: float, write_s: float | None = None) -> None:
         job = self.jobs.get(job_id)
         if job is not None:
             job.expected_s = seconds
+            if write_s is not None:
+                job.expected_write_s = write_s
             self._changed(job)
 
     def job_finished(self, result: Result) -> list[Version]:

@@ -560,7 +560,10 @@ class JobsController(QObject):
         if job is None or not job.origin or job.expected_s is not None:
             return
         request = job.request
-        self.speed.expect(job, self.speeds.rate(request.operation, request.model, request.device))
+        rate = self.speeds.rate(request.operation, request.model, request.device)
+        seconds, write_s = self.speed.expect(request.operation, job.megapixels, job.frames, rate)
+        if seconds is not None:
+            self.workspace.job_estimated(job.id, seconds, write_s)
 
     def _on_started(self, request: OperationRequest) -> None:
         self.workspace.job_started(request.id)
