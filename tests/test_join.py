@@ -415,7 +415,7 @@ def test_the_apps_list_shows_the_command_lines_job_after_the_queued_ones(
         slow = OperationRequest(
             Operation.UPSCALE,
             str(models / "slow.onnx"),
-            (photo(tmp_path / "big.png", 512, 384),),
+            (photo(tmp_path / "big.png", 1024, 768),),
             output_dir=tmp_path / "own",
             tile=64,
         )

@@ -111,6 +111,18 @@ class JobSpeed:
             return None, None  # the size is unknown
         return rate.seconds(megapixels, frames), rate.writing(megapixels)
 
+    def expect_added(self, job_id: str) -> None:
+        """A job asked for from outside the window (a command line's) gets the estimate the
+        window's own would: its row says how long it will take while it waits."""
+        job = self.workspace.jobs.get(job_id)
+        if job is None or not job.origin or job.expected_s is not None:
+            return
+        request = job.request
+        rate = self.speeds.rate(request.operation, request.model, request.device)
+        seconds, write_s = self.expect(request.operation, job.megapixels, job.frames, rate)
+        if seconds is not None:
+            self.workspace.job_estimated(job.id, seconds, write_s)
+
     def _on_calibrated(self, model: str, device: str) -> None:
         """A speed is known now: jobs queued before it get their estimate."""
         for job in list(self.workspace.jobs.values()):

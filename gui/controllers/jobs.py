@@ -554,16 +554,7 @@ class JobsController(QObject):
 
     # -- the engine's signals -----------------------------------------------------------------
     def _on_added(self, job_id: str) -> None:
-        """A job asked for from outside the window (a command line's) gets the estimate the
-        window's own would: its row says how long it will take while it waits."""
-        job = self.workspace.jobs.get(job_id)
-        if job is None or not job.origin or job.expected_s is not None:
-            return
-        request = job.request
-        rate = self.speeds.rate(request.operation, request.model, request.device)
-        seconds, write_s = self.speed.expect(request.operation, job.megapixels, job.frames, rate)
-        if seconds is not None:
-            self.workspace.job_estimated(job.id, seconds, write_s)
+        self.speed.expect_added(job_id)
 
     def _on_started(self, request: OperationRequest) -> None:
         self.workspace.job_started(request.id)
