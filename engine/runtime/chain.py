@@ -60,13 +60,13 @@ def _check_finite(x: np.ndarray, product: np.ndarray, model: str) -> None:
 
 class _RowsReport:
     """Tells the run's listener (finished_rows.py) which rows of the caller's buffer are
-    final, as the streamed chain makes them: only for one image written into the caller's
-    buffer with the shuffle (the chain's whole product). A band holding NaN where the image
-    has none is never handed on: the run stops there and ORT's makes it again."""
+    final, as the streamed chain makes them: only for one image whose whole product the
+    kernel writes into the caller's buffer (`whole`). A band holding NaN where the image has
+    none is never handed on: the run stops there and ORT's makes it again."""
 
-    def __init__(self, into: np.ndarray | None, images: int, shuffle: int, x: np.ndarray) -> None:
+    def __init__(self, whole: bool, images: int, x: np.ndarray) -> None:
         listener = finished_rows.listener()
-        self._listener = listener if into is not None and images == 1 and shuffle else None
+        self._listener = listener if whole and images == 1 else None
         self._done = 0
         self._image_nan: bool | None = None
         self._x = x
@@ -224,7 +224,7 @@ class ChainSession:
                     assert target is not None
                     # A cancel is seen between calls of STEPS rows of tiles (ORT sees it
                     # between nodes): a tenth of a second or so.
-                    rows = _RowsReport(into, n, r, x[i])
+                    rows = _RowsReport(into is not None and r > 0, n, x[i])
                     for s0 in range(0, streamed.steps, STEPS):
                         if run_options is not None and run_options.terminate:
                             raise RuntimeError(TERMINATED)
@@ -312,8 +312,13 @@ class GraphSession:
 
         try:
             for i in range(n):
+                rows = _RowsReport(into is not None, n, x[i])
+
+                def made(done: int, rows: _RowsReport = rows, product: np.ndarray = out[i]) -> None:
+                    rows.made(product, done, graph.input)
+
                 # A cancel is seen between two convolutions (ORT sees it between nodes).
-                if not self._program.run(x[i], out[i], self._threads, stopped):
+                if not self._program.run(x[i], out[i], self._threads, stopped, made):
                     raise RuntimeError(TERMINATED)
         except MemoryError as e:
             raise RuntimeError(f"Failed to allocate memory for the graph's tensors ({e})") from e
