@@ -17,10 +17,10 @@ from engine.cancel import CancelToken
 from engine.errors import Cancelled
 from engine.requests import Operation, OperationRequest
 from engine.runtime.sessions import SessionKey
-from engine.samples.upscaler_models import make_upscaler
+from engine.samples.upscaler_models import make_compact_upscaler, make_upscaler
 from engine.settings import EngineSettings
 from engine.tiling.assembly import TileAssembler
-from engine.tiling.plan import plan_tiles
+from engine.tiling.plan import Tile, plan_tiles
 from tests.engine_helpers import SessionProxy, photo
 
 # A wide output (×4 of 512 px: 6 KB a row) so the encoder's blocks of rows (256 KB) are a
@@ -140,3 +140,31 @@ def test_the_assembler_says_which_rows_are_final_and_never_touches_them_again() 
     assert len(set(told)) == len(plan.rows)  # one advance per tile row
     for rows, before in snapshots:
         assert np.array_equal(out[:rows], before)
+
+
+def test_a_cancel_during_a_single_kernel_run_whose_rows_are_being_written_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The whole image in one run of Tessera's kernel: its rows go to the writer during the
+    # run (engine/runtime/finished_rows.py). A cancel once the first band is stored stops the
+    # run between its calls, and the temp file goes with it.
+    model = make_compact_upscaler(tmp_path / "m.onnx", 4, features=16, convs=4)
+    image = photo(tmp_path / "in.png", 48, 400, seed=9)
+    token = CancelToken()
+    bands: list[int] = []
+    add_rows = TileAssembler.add_rows
+
+    def cancelling(self: TileAssembler, tile: Tile, rows: np.ndarray, start: int) -> None:
+        add_rows(self, tile, rows, start)
+        bands.append(start)
+        token.cancel()
+
+    monkeypatch.setattr(TileAssembler, "add_rows", cancelling)
+    out = tmp_path / "o"
+    engine = Engine(EngineSettings(models_dir=tmp_path))
+    request = OperationRequest(Operation.UPSCALE, str(model), (image,), output_dir=out)
+    with pytest.raises(Cancelled):
+        engine.run(request, cancel=token)
+    assert bands and bands[0] == 0
+    assert not out.exists() or list(out.iterdir()) == []
+    assert not [t for t in threading.enumerate() if t.name == "tessera-writer"]

@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 from onnx import helper, numpy_helper
 
-from engine.runtime import chain, convgraph, winograd
+from engine.runtime import chain, convgraph, finished_rows, winograd
 from engine.runtime.handle import SessionHandle
 from engine.runtime.providers import Device, Runtime
 from engine.runtime.sessions import SessionCache, SessionKey
@@ -194,6 +194,32 @@ def test_the_session_cache_runs_the_graph_into_the_callers_buffer(tmp_path: Path
     entry, _ = cache.get(SessionKey.make(model, Device("cpu"), Runtime.CPU))
     assert isinstance(entry.session, ort.InferenceSession)
     cache.release_all()
+
+
+def test_the_streamed_tail_reports_the_products_rows_as_they_become_final(
+    tmp_path: Path,
+) -> None:
+    """The graph's last convolutions write the product top to bottom: the run's listener
+    hears how many rows are final while it goes on (an upscale's writer takes them during the
+    run), and those rows hold the product's values already."""
+    model = make_rrdb_upscaler(tmp_path / "r.onnx", blocks=1)
+    session = load_chain(model)
+    assert isinstance(session, chain.GraphSession)
+    x = _image(4 * winograd.GROUP * convgraph.STREAM_STEPS, 6)
+    expected = session.run(None, {"input": x})[0]
+    buffer = np.full(expected.shape, np.nan, np.float32)
+    binding = session.io_binding()
+    binding.bind_cpu_input("input", x)
+    binding.bind_output("output", "cpu", 0, buffer.dtype, buffer.shape, buffer.ctypes.data)
+    seen: list[tuple[int, np.ndarray]] = []
+    with finished_rows.reported_to(lambda rows: seen.append((rows, buffer[:, :, :rows].copy()))):
+        session.run_with_iobinding(binding)
+    np.testing.assert_array_equal(buffer, expected)
+    counts = [rows for rows, _ in seen]
+    assert len(set(counts)) >= 3
+    assert counts == sorted(set(counts)) and counts[-1] == expected.shape[2]
+    for rows, band in seen:
+        np.testing.assert_array_equal(band, expected[:, :, :rows])
 
 
 def test_a_cancelled_run_stops_between_two_convolutions(tmp_path: Path) -> None:

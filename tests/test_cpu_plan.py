@@ -19,10 +19,12 @@ from engine.bench.peers import ncnn_own_tiles
 from engine.operations import calibration
 from engine.options import UpscaleOptions
 from engine.requests import Operation, OperationRequest
-from engine.runtime import optimize
+from engine.runtime import finished_rows, optimize
 from engine.runtime.identity import FileIdentity
 from engine.samples.upscaler_models import make_compact_upscaler, make_upscaler
 from engine.settings import EngineSettings
+from engine.tiling.assembly import TileAssembler
+from engine.tiling.plan import Tile
 from tests.engine_helpers import photo
 
 
@@ -51,6 +53,31 @@ def test_auto_runs_an_image_that_fits_the_budget_at_once_on_the_cpu(tmp_path: Pa
     tiled, tiled_runs, _ = _upscale(engine, model, image, tmp_path / "b", tile=64)
     assert tiled_runs > 1
     assert int(np.abs(whole - tiled).max()) <= 1  # the same product, by the tiling rule
+
+
+@pytest.mark.parametrize("mode", ["RGB", "RGBA"])
+def test_a_single_run_on_the_kernel_is_written_as_its_rows_are_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    # The whole image in one run: the kernel's chain reports its finished rows, and the PNG
+    # writer takes them in bands during the run (not all after it), the same product.
+    model = make_compact_upscaler(tmp_path / "m.onnx", 4, features=16, convs=4)
+    image = photo(tmp_path / "in.png", 40, 200, mode=mode, seed=2)
+    engine = Engine(EngineSettings(models_dir=tmp_path))
+    bands: list[int] = []
+    add_rows = TileAssembler.add_rows
+
+    def counted(self: TileAssembler, tile: Tile, rows: np.ndarray, start: int) -> None:
+        bands.append(start)
+        add_rows(self, tile, rows, start)
+
+    monkeypatch.setattr(TileAssembler, "add_rows", counted)
+    streamed, runs, tile = _upscale(engine, model, image, tmp_path / "a")
+    assert (runs, tile) == (2 if mode == "RGBA" else 1, None)
+    assert len(bands) >= 2 * runs and bands.count(0) == runs
+    monkeypatch.setattr(finished_rows, "listener", lambda: None)
+    after, _, _ = _upscale(engine, model, image, tmp_path / "b")
+    np.testing.assert_array_equal(streamed, after)
 
 
 def test_an_image_beyond_the_budget_is_still_tiled(tmp_path: Path) -> None:

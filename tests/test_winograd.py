@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from engine.errors import Cancelled, map_error
-from engine.runtime import chain, winograd
+from engine.runtime import chain, finished_rows, winograd
 from engine.runtime.handle import SessionHandle
 from engine.runtime.providers import Device, Runtime
 from engine.runtime.sessions import SessionCache, SessionKey
@@ -200,6 +200,37 @@ def test_outputs_are_written_into_the_callers_buffer(
     binding.bind_output("output", "cpu", 0, buffer.dtype, buffer.shape, buffer.ctypes.data)
     session.run_with_iobinding(binding)
     np.testing.assert_array_equal(buffer, expected)
+
+
+@pytest.mark.parametrize("downscale", [None, 0.5])
+def test_a_run_into_the_callers_buffer_reports_its_rows_as_they_become_final(
+    tmp_path: Path, downscale: float | None
+) -> None:
+    """The kernel writes the chain's whole product (shuffle and the image's sum) top to
+    bottom: the run's listener hears how many rows are final while it goes on, and those rows
+    already hold the product's values (a writer takes them during the run). A chain with an
+    ORT tail makes its product only at the end: nothing is reported early."""
+    model = make_compact_upscaler(tmp_path / "m.onnx", 4, features=16, convs=4, downscale=downscale)
+    session = load_chain(model)
+    assert isinstance(session, chain.ChainSession)
+    x = _image(4 * winograd.GROUP * chain.STEPS * 3, 12)
+    expected = session.run(None, {"input": x})[0]
+    buffer = np.full(expected.shape, np.nan, np.float32)
+    binding = session.io_binding()
+    binding.bind_cpu_input("input", x)
+    binding.bind_output("output", "cpu", 0, buffer.dtype, buffer.shape, buffer.ctypes.data)
+    seen: list[tuple[int, np.ndarray]] = []
+    with finished_rows.reported_to(lambda rows: seen.append((rows, buffer[:, :, :rows].copy()))):
+        session.run_with_iobinding(binding)
+    np.testing.assert_array_equal(buffer, expected)
+    if downscale is not None:
+        assert seen == []
+        return
+    counts = [rows for rows, _ in seen]
+    assert len(counts) >= 3
+    assert counts == sorted(set(counts)) and counts[-1] == expected.shape[2]
+    for rows, band in seen:
+        np.testing.assert_array_equal(band, expected[:, :, :rows])
 
 
 def test_a_cancelled_run_stops_between_rows_of_tiles(tmp_path: Path) -> None:

@@ -98,6 +98,7 @@ class TileOverlap:
             else None
         )
         self._blended: Future[None] | None = None
+        self._bands: list[Future[None]] = []  # a single tile's rows stored during its run
 
     def __enter__(self) -> TileOverlap:
         return self
@@ -128,7 +129,31 @@ class TileOverlap:
             self._wait()
         self._blended = self._submit(asm.add, t, output)
 
+    def rows_of(
+        self,
+        asm: TileAssembler,
+        t: Tile,
+        buffer: np.ndarray,
+        c: Contract,
+        reduce: Callable[[np.ndarray], np.ndarray],
+    ) -> Callable[[int], None]:
+        """A listener for a single tile's run (finished_rows.py): each band of `buffer`'s rows
+        the run makes final is stored into `asm` on the side thread, so a writer of the
+        assembler's rows encodes them while the run goes on; `blend` then stores the rest."""
+        done = 0
+
+        def made(rows: int) -> None:
+            nonlocal done
+            band = reduce(from_tensor(buffer, c)[done:rows])
+            self._bands.append(self._submit(asm.add_rows, t, band, done))
+            done = rows
+
+        return made
+
     def _wait(self) -> None:
+        bands, self._bands = self._bands, []
+        for band in bands:
+            band.result()
         if self._blended is not None:
             done, self._blended = self._blended, None
             done.result()  # a failure on the side thread is raised here

@@ -50,6 +50,7 @@ from engine.operations.write_behind import WriteBehind, abandoned_on_error
 from engine.options import OperationOptions, UpscaleConfig, UpscaleOptions, of_type, settle
 from engine.previews import PreviewPatch, PreviewRequest, PreviewResult, Region
 from engine.requests import Operation, Product, ProductKind, ProgressKind
+from engine.runtime import finished_rows
 from engine.runtime.handle import SessionHandle
 from engine.tiling.assembly import TileAssembler
 from engine.tiling.cache import PlanKey
@@ -409,11 +410,19 @@ class Upscale(OperationBase):
                     buffer = buffers[turn % 2]
                     if writer is not None:
                         writer.check()  # a writer that failed (a full disk) stops the runs
-                    result = ctx.run(
-                        {c.image_input: tensor},
-                        outputs=[c.image_output],
-                        into={c.image_output: buffer},
-                    )[0]
+                    # A single tile's rows are written as the kernel makes them (its chain
+                    # reports them; ORT's runs do not): the PNG is not all left for after.
+                    rows = (
+                        overlap.rows_of(asm, t, buffer, c, reduce)
+                        if writer is not None and plan.count == 1
+                        else None
+                    )
+                    with finished_rows.reported_to(rows):
+                        result = ctx.run(
+                            {c.image_input: tensor},
+                            outputs=[c.image_output],
+                            into={c.image_output: buffer},
+                        )[0]
                     del tensor
                     overlap.blend(asm, t, reduce(from_tensor(result, c)), wait_previous=True)
             overlap.drain()

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from engine.files import LIVE, sweep_leftovers
-from engine.runtime import convgraph, kernel_choice, optimize, winograd
+from engine.runtime import convgraph, finished_rows, kernel_choice, optimize, winograd
 from engine.runtime.conv_chain import FORMAT, Arg, Chain, analyse
 from engine.runtime.identity import FileIdentity
 
@@ -56,6 +56,32 @@ def has_nan(a: np.ndarray) -> bool:
 def _check_finite(x: np.ndarray, product: np.ndarray, model: str) -> None:
     if has_nan(product) and not has_nan(x):
         raise KernelDisagreed(f"Tessera's CPU kernel made NaN of {model}'s finite input")
+
+
+class _RowsReport:
+    """Tells the run's listener (finished_rows.py) which rows of the caller's buffer are
+    final, as the streamed chain makes them: only for one image whose whole product the
+    kernel writes into the caller's buffer (`whole`). A band holding NaN where the image has
+    none is never handed on: the run stops there and ORT's makes it again."""
+
+    def __init__(self, whole: bool, images: int, x: np.ndarray) -> None:
+        listener = finished_rows.listener()
+        self._listener = listener if whole and images == 1 else None
+        self._done = 0
+        self._image_nan: bool | None = None
+        self._x = x
+
+    def made(self, product: np.ndarray, rows: int, model: str) -> None:
+        if self._listener is None or rows <= self._done:
+            return
+        band = product[:, self._done : rows]
+        if any(has_nan(plane) for plane in band):
+            if self._image_nan is None:
+                self._image_nan = has_nan(np.ascontiguousarray(self._x))
+            if not self._image_nan:
+                raise KernelDisagreed(f"Tessera's CPU kernel made NaN of {model}'s finite input")
+        self._done = rows
+        self._listener(rows)
 
 
 class ChainBinding:
@@ -198,10 +224,12 @@ class ChainSession:
                     assert target is not None
                     # A cancel is seen between calls of STEPS rows of tiles (ORT sees it
                     # between nodes): a tenth of a second or so.
+                    rows = _RowsReport(into is not None and r > 0, n, x[i])
                     for s0 in range(0, streamed.steps, STEPS):
                         if run_options is not None and run_options.terminate:
                             raise RuntimeError(TERMINATED)
                         streamed.run(a, image, target, s0, s0 + STEPS, self._threads)
+                        rows.made(target, streamed.finished_rows(s0 + STEPS), self._input.name)
                     if not r:
                         assert nhwc is not None
                         end[i] = nhwc[:, :, : last.cout].transpose(2, 0, 1)
@@ -284,8 +312,13 @@ class GraphSession:
 
         try:
             for i in range(n):
+                rows = _RowsReport(into is not None, n, x[i])
+
+                def made(done: int, rows: _RowsReport = rows, product: np.ndarray = out[i]) -> None:
+                    rows.made(product, done, graph.input)
+
                 # A cancel is seen between two convolutions (ORT sees it between nodes).
-                if not self._program.run(x[i], out[i], self._threads, stopped):
+                if not self._program.run(x[i], out[i], self._threads, stopped, made):
                     raise RuntimeError(TERMINATED)
         except MemoryError as e:
             raise RuntimeError(f"Failed to allocate memory for the graph's tensors ({e})") from e

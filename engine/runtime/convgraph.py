@@ -418,9 +418,11 @@ class Program:
         out: np.ndarray,
         threads: int,
         stopped: Callable[[], bool] = lambda: False,
+        rows_made: Callable[[int], None] = lambda rows: None,
     ) -> bool:
         """One NCHW image [cin][H][W] into `out` [cout][H s][W s]; False where `stopped`
-        answered True between two convolutions (`out` is then incomplete)."""
+        answered True between two convolutions (`out` is then incomplete). `rows_made(n)`: rows
+        [0, n) of `out` are final (the streamed tail writes them top to bottom)."""
         g = self.graph
         _, height, width = image.shape
         pool: dict[tuple[int, int, int], list[np.ndarray]] = defaultdict(list)
@@ -461,4 +463,5 @@ class Program:
                 if stopped():
                     return False
                 chain.run(x, x, out, s0, s0 + STREAM_STEPS, threads)
+                rows_made(chain.finished_rows(s0 + STREAM_STEPS))
         return True

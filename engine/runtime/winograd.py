@@ -331,6 +331,15 @@ class StreamedChain:
         if not self._handle:
             raise MemoryError("Failed to allocate memory for the chain's rows")
         self.steps = int(lib.tw_chain_steps_total(self._handle))
+        self._count, self._group, self._height, self._shuffle = count, group, height, shuffle
+
+    def finished_rows(self, steps: int) -> int:
+        """Rows of the product that steps [0, `steps`) have made final (of height × shuffle,
+        or of height without one): step s makes layer l's group of rows s - 2l, and the
+        shuffle the last layer's group of the step before (winograd.c, chain_worker)."""
+        lag = 2 * (self._count - 1) + (1 if self._shuffle else 0)
+        groups = max(0, steps - lag)
+        return min(self._height, groups * self._group * 4) * max(1, self._shuffle)
 
     def run(
         self, x: np.ndarray, image: np.ndarray, out: np.ndarray, s0: int, s1: int, threads: int

@@ -250,6 +250,7 @@ class TileAssembler:
         # each advance (from the thread that adds the tiles), so a writer can take them.
         self.final_rows = 0
         self._on_rows = on_rows
+        self._stored = 0  # a single tile's rows stored before the tile (add_rows)
 
     def rows(self, start: int, stop: int) -> np.ndarray:
         """Output rows [start, stop) of the assembled image, a view; final below `final_rows`."""
@@ -299,7 +300,7 @@ class TileAssembler:
         if output.shape != self._tile_shape:
             raise ValueError(f"tile output shape {output.shape}, expected {self._tile_shape}")
         if self.plan.count == 1:
-            _store(self._out, output)
+            _store(self._out[self._stored :], output[self._stored :])
             self._next += 1
             self._finished_to(self._out.shape[0])
             return
@@ -313,6 +314,23 @@ class TileAssembler:
             self._carry_out = None
             self._window = None
             self._finished_to(self._bands[tile.row].final.end)
+
+    def add_rows(self, tile: Tile, rows: np.ndarray, start: int) -> None:
+        """Output rows [start, start + len(rows)) of a single-tile plan's one tile, final before
+        the tile's run has ended (its rows in order, from 0); `add` then stores only the rest."""
+        if self.plan.count != 1 or self._next or tile != self._tiles[0] or start != self._stored:
+            raise ValueError("only a single tile's rows, in order, are added before the tile")
+        rows = np.asarray(rows, dtype=np.float32)
+        if rows.ndim == 2 and self.channels == 1:
+            rows = rows[:, :, None]
+        stop = start + rows.shape[0]
+        if stop > self._out.shape[0] or rows.shape[1:] != self._tile_shape[1:]:
+            raise ValueError(
+                f"rows of shape {rows.shape} at {start}, the tile is {self._tile_shape}"
+            )
+        _store(self._out[start:stop], rows)
+        self._stored = stop
+        self._finished_to(stop)
 
     def finish(self) -> np.ndarray:
         """The assembled (height*scale, width*scale, channels) image; every tile must be in."""
