@@ -187,27 +187,8 @@ def _libc() -> object | None:
 
 _LIBC = _libc()
 
-# glibc's mallopt parameters, and how a person names each in the environment: theirs wins.
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
-_M_ARENA_MAX = -8
-ARENA_ENV = ("MALLOC_ARENA_MAX", "glibc.malloc.arena_max")
-MMAP_THRESHOLD_ENV = ("MALLOC_MMAP_THRESHOLD_", "glibc.malloc.mmap_threshold")
-TRIM_THRESHOLD_ENV = ("MALLOC_TRIM_THRESHOLD_", "glibc.malloc.trim_threshold")
-
-MMAP_THRESHOLD = 2**20
-"""Blocks of this size and over get pages of their own (mmap), which go back when freed."""
-
-
-def _mallopt(param: int, value: int, env: tuple[str, str]) -> bool:
-    """Set one of glibc's malloc parameters unless the person's environment already does (the
-    variable or its GLIBC_TUNABLES name); True when set. A no-op where there is no glibc."""
-    mallopt = getattr(_LIBC, "mallopt", None)
-    if mallopt is None:
-        return False
-    if env[0] in os.environ or env[1] in os.environ.get("GLIBC_TUNABLES", ""):
-        return False
-    return bool(mallopt(param, value))
+_M_ARENA_MAX = -8  # glibc's mallopt parameter
+ARENA_ENV = ("MALLOC_ARENA_MAX", "glibc.malloc.arena_max")  # the person's own choice wins
 
 
 def one_heap_arena() -> bool:
@@ -217,44 +198,30 @@ def one_heap_arena() -> bool:
     viewer's reader, ONNX Runtime's intra-op threads, the writers). `malloc_trim` hands back
     the free pages inside every arena but the free top of the main heap only: what a job left
     at the top of another thread's arena stays until that arena grows past glibc's trim
-    threshold, which its default raises to up to 64 MB (measured: 18 MiB left after one
-    3000×2000 ×2 job and Unload all, 32 MiB after three; 1.4 MiB with one arena, with no more
-    page faults and no slower job). It counts only for arenas made afterwards, so it is set when
+    threshold, which it raises to up to 64 MB (measured: 18 MiB left after one 3000×2000 ×2
+    job and Unload all, 32 MiB after three; 1.4 MiB with one arena, with no more page
+    faults and no slower job). It counts only for arenas made afterwards, so it is set when
     this module is imported, before the engine or the window start a thread. A no-op where
     there is no glibc, or where MALLOC_ARENA_MAX or GLIBC_TUNABLES already says how many.
     """
-    return _mallopt(_M_ARENA_MAX, 1, ARENA_ENV)
-
-
-def fixed_mmap_threshold() -> bool:
-    """Give every block of `MMAP_THRESHOLD` and over pages of its own, and trim the heap's top
-    once that much of it is free (mallopt M_MMAP_THRESHOLD and M_TRIM_THRESHOLD); True when
-    both are set.
-
-    glibc's default is dynamic: once a mapped block is freed, blocks up to its size (at most
-    32 MiB) come from the heap from then on, and the trim threshold doubles with it. After a
-    large picture was freed, a job's tiles, bands and the viewer's rows of a few MiB then
-    live in the heap among small objects that outlive them, and the heap's top stays out.
-    A fixed threshold also turns that adjustment off. A no-op where there is no glibc, or
-    where the environment already sets the parameter.
-    """
-    mmap = _mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD, MMAP_THRESHOLD_ENV)
-    trim = _mallopt(_M_TRIM_THRESHOLD, MMAP_THRESHOLD, TRIM_THRESHOLD_ENV)
-    return mmap and trim
+    mallopt = getattr(_LIBC, "mallopt", None)
+    if mallopt is None:
+        return False
+    if "MALLOC_ARENA_MAX" in os.environ or ARENA_ENV[1] in os.environ.get("GLIBC_TUNABLES", ""):
+        return False
+    return bool(mallopt(_M_ARENA_MAX, 1))
 
 
 ONE_HEAP_ARENA = one_heap_arena()
-FIXED_MMAP_THRESHOLD = fixed_mmap_threshold()
 
 
 def trim_heap() -> None:
     """Give the C heap's free pages back to the system (glibc's malloc_trim).
 
-    Blocks under `MMAP_THRESHOLD` (a model's small weights, Python's and ONNX Runtime's
-    objects, numpy's small temporaries) come from the heap, and freed heap memory between
-    blocks still in use stays in the process: after an operation that can be tens of MB of RSS
-    held for nothing (M11). With one heap arena (`one_heap_arena`) that is all of it. A no-op
-    where there is no glibc.
+    numpy's temporaries of a few MB come from the heap once glibc has raised its mmap
+    threshold, and freed heap memory stays in the process: after an operation that is tens of
+    MB of RSS held for nothing (M11). With one heap arena (`one_heap_arena`) that is all of
+    it. A no-op where there is no glibc.
     """
     trim = getattr(_LIBC, "malloc_trim", None)
     if trim is not None:
