@@ -141,6 +141,24 @@ class StallFigures:
     steps_ms: dict[str, float] = field(default_factory=dict)
 
 
+def run_jobs(win: object, paths: list[Path], timeout: float = TIMEOUT_S) -> float:
+    """Queue `paths` in the window as Run would and wait for their jobs: the seconds they took.
+    A job that failed is raised: a bench figure of failed jobs would mean nothing."""
+    from gui.inputs import classify_paths
+
+    jobs = win.jobs  # type: ignore[attr-defined]
+    workspace = win.workspace  # type: ignore[attr-defined]
+    sources = classify_paths(paths).sources
+    workspace.add_sources(sources)
+    began = time.monotonic()
+    ids = jobs.queue(sources, workspace.settings)
+    wait_until(lambda: all(workspace.jobs[i].state.ended for i in ids), timeout)
+    failed = [workspace.jobs[i].message for i in ids if workspace.jobs[i].message]
+    if failed:
+        raise RuntimeError(failed[0])
+    return time.monotonic() - began
+
+
 def measure_stall(
     home: Path, count: int, profile: Path | None = None, shots: Path | None = None
 ) -> StallFigures:
@@ -250,12 +268,7 @@ def measure_estimate(home: Path, model: Path | None, images: int) -> EstimateFig
         workspace = win.workspace  # type: ignore[attr-defined]
 
         def run(paths: list[Path]) -> float:
-            sources = classify_paths(paths).sources
-            workspace.add_sources(sources)
-            began = time.monotonic()
-            ids = jobs.queue(sources, workspace.settings)
-            wait_until(lambda: all(workspace.jobs[i].state.ended for i in ids))
-            return time.monotonic() - began
+            return run_jobs(win, paths)
 
         def figure(paths: list[Path]) -> float:
             guess = jobs.estimate(classify_paths(paths).sources, workspace.settings)

@@ -17,7 +17,6 @@ import json
 import os
 import sys
 import tempfile
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -27,7 +26,7 @@ os.environ.setdefault("ORT_LOGGING_LEVEL", "3")
 from PySide6.QtWidgets import QApplication
 
 from engine.samples.synthetic import synthetic_upscaler
-from gui.bench_batches import a_window, choose, wait_until
+from gui.bench_batches import a_window, choose, run_jobs
 
 DEFAULT_SIZES = ((64, 48), (1024, 768), (2048, 1536))
 TINY = (64, 48)
@@ -90,15 +89,7 @@ def measure_size(
         workspace = win.workspace  # type: ignore[attr-defined]
 
         def run(paths: list[Path]) -> float:
-            sources = classify_paths(paths).sources
-            workspace.add_sources(sources)
-            began = time.monotonic()
-            ids = jobs.queue(sources, workspace.settings)
-            wait_until(lambda: all(workspace.jobs[i].state.ended for i in ids), TIMEOUT_S)
-            failed = [workspace.jobs[i].message for i in ids if workspace.jobs[i].message]
-            if failed:
-                raise RuntimeError(failed[0])
-            return time.monotonic() - began
+            return run_jobs(win, paths, TIMEOUT_S)
 
         def figure(paths: list[Path]) -> float:
             guess = jobs.estimate(classify_paths(paths).sources, workspace.settings)
