@@ -398,6 +398,18 @@ def _job_writing_to(win: MainWindow, folder: Path) -> str | None:
     return ids[0] if ids else None
 
 
+@contextlib.contextmanager
+def _serving(win: MainWindow, tmp_path: Path) -> Iterator[tuple[JoinedRequests, Path]]:
+    """The window's join server on a socket of the test's own, closed however the test ends."""
+    served = JoinedRequests(win.workspace, win.engine, win)
+    path = tmp_path / "join.sock"
+    assert served.listen(path)
+    try:
+        yield served, path
+    finally:
+        served.close()
+
+
 def _hello(models: Path, **changes: object) -> wire.Hello:
     hello = wire.Hello(os.getpid(), __version__, models_dir=os.path.realpath(models))
     return dataclasses.replace(hello, **changes)  # type: ignore[arg-type]
@@ -407,10 +419,7 @@ def test_the_apps_list_shows_the_command_lines_job_after_the_queued_ones(
     qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
 ) -> None:
     win = window
-    served = JoinedRequests(win.workspace, win.engine, win)
-    path = tmp_path / "join.sock"
-    assert served.listen(path)
-    try:
+    with _serving(win, tmp_path) as (_served, path):
         # A job of the window's own runs (the slow model), so the command line's waits.
         slow = OperationRequest(
             Operation.UPSCALE,
@@ -460,8 +469,6 @@ def test_the_apps_list_shows_the_command_lines_job_after_the_queued_ones(
         qtbot.waitUntil(lambda: not client.is_alive(), timeout=10_000)
         qtbot.waitUntil(lambda: gone_job.state is JobState.CANCELLED, timeout=10_000)
         assert not list((tmp_path / "gone").glob("*.png"))
-    finally:
-        served.close()
 
 
 def test_a_job_that_ends_after_its_command_line_gave_up_leaves_no_product(
@@ -587,10 +594,7 @@ def test_a_job_cancelled_in_the_app_tells_the_command_line_what_it_wrote(
     """The person's Cancel in the window ends the command line's job too, and the ending
     names the products already written (the terminal lists them, as a stopped run does)."""
     win = window
-    served = JoinedRequests(win.workspace, win.engine, win)
-    path = tmp_path / "join.sock"
-    assert served.listen(path)
-    try:
+    with _serving(win, tmp_path) as (_served, path):
         first = photo(tmp_path / "a.png", 24, 16)
         second = photo(tmp_path / "b.png", 512, 384)
         request = OperationRequest(
@@ -618,8 +622,6 @@ def test_a_job_cancelled_in_the_app_tells_the_command_line_what_it_wrote(
         assert outcome.products == (tmp_path / "cli" / "a-slow.png",)
         assert sorted(p.name for p in (tmp_path / "cli").iterdir()) == ["a-slow.png"]
         assert win.workspace.jobs[job_id].state is JobState.CANCELLED
-    finally:
-        served.close()
 
 
 def test_overlapping_joined_runs_with_one_id_each_get_their_own_outcome(
@@ -629,10 +631,7 @@ def test_overlapping_joined_runs_with_one_id_each_get_their_own_outcome(
     two terminals at once while the window runs "job-1" each get their own product, and every
     id is answered once; a second request on a connection is refused, about itself only."""
     win = window
-    served = JoinedRequests(win.workspace, win.engine, win)
-    path = tmp_path / "join.sock"
-    assert served.listen(path)
-    try:
+    with _serving(win, tmp_path) as (_served, path):
         own = OperationRequest(
             Operation.UPSCALE,
             str(models / "slow.onnx"),
@@ -684,8 +683,6 @@ def test_overlapping_joined_runs_with_one_id_each_get_their_own_outcome(
         assert "one per connection" in refusals[0].message
         assert isinstance(twice.messages[-1], Result)
         assert twice.messages[-1].request_id == "job-1"
-    finally:
-        served.close()
 
 
 class _Raw(threading.Thread):
@@ -722,10 +719,7 @@ def test_raw_requests_are_checked_as_the_command_line_checks_them_and_all_answer
     qtbot: QtBot, window: MainWindow, models: Path, tmp_path: Path
 ) -> None:
     win = window
-    served = JoinedRequests(win.workspace, win.engine, win)
-    path = tmp_path / "join.sock"
-    assert served.listen(path)
-    try:
+    with _serving(win, tmp_path) as (_served, path):
         image = photo(tmp_path / "a.png", 24, 16)
         good = OperationRequest(
             Operation.UPSCALE, str(models / "up2.onnx"), (image,), output_dir=tmp_path / "o"
@@ -749,8 +743,6 @@ def test_raw_requests_are_checked_as_the_command_line_checks_them_and_all_answer
         tiles = clients["tile 1"].messages[0]
         assert isinstance(tiles, OperationFailure) and "--tile takes" in tiles.message
         assert not (tmp_path / "o").exists()
-    finally:
-        served.close()
 
 
 def _closed(sock: socket.socket) -> bool:
@@ -773,10 +765,7 @@ def test_the_server_drops_idle_and_oversized_clients_and_listens_again_after_an_
 
     monkeypatch.setattr(joined_module, "IDLE_MS", 300)
     win = window
-    served = JoinedRequests(win.workspace, win.engine, win)
-    path = tmp_path / "join.sock"
-    assert served.listen(path)
-    try:
+    with _serving(win, tmp_path) as (served, path):
         # A connection that never sends its request is dropped after the idle time.
         idle = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         idle.connect(str(path))
@@ -813,8 +802,6 @@ def test_the_server_drops_idle_and_oversized_clients_and_listens_again_after_an_
         client.start()
         qtbot.waitUntil(lambda: not client.is_alive(), timeout=JOB_MS)
         assert client.messages and isinstance(client.messages[-1], Result), client.refused
-    finally:
-        served.close()
 
 
 def test_twenty_joined_runs_from_four_terminals_each_get_their_own_product(
@@ -823,10 +810,7 @@ def test_twenty_joined_runs_from_four_terminals_each_get_their_own_product(
     """The soak: four terminals each run five requests one after another (every process
     numbers from job-1), all at once against the app while the window runs its own jobs."""
     win = window
-    served = JoinedRequests(win.workspace, win.engine, win)
-    path = tmp_path / "join.sock"
-    assert served.listen(path)
-    try:
+    with _serving(win, tmp_path) as (_served, path):
         own = [
             OperationRequest(
                 Operation.UPSCALE,
@@ -869,5 +853,3 @@ def test_twenty_joined_runs_from_four_terminals_each_get_their_own_product(
         assert sorted(p.name for p in (tmp_path / "own").iterdir()) == [
             f"own{i}-up2.png" for i in range(3)
         ]
-    finally:
-        served.close()
