@@ -22,14 +22,20 @@ from tests.engine_helpers import photo
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _welcome(conn: socket.socket) -> tuple[wire.FrameReader, list[wire.Message]]:
+    """An app's side of the handshake: the command line's hello read, welcomed."""
+    reader = wire.FrameReader()
+    waiting: list[wire.Message] = []
+    hello = wire.receive(conn, reader, waiting)
+    assert isinstance(hello, wire.Hello)
+    wire.send(conn, wire.Welcome(os.getpid(), __version__, True))
+    return reader, waiting
+
+
 def _dying_app(listener: socket.socket, got_request: threading.Event) -> None:
     conn, _ = listener.accept()
     with conn:
-        reader = wire.FrameReader()
-        waiting: list[wire.Message] = []
-        hello = wire.receive(conn, reader, waiting)
-        assert isinstance(hello, wire.Hello)
-        wire.send(conn, wire.Welcome(os.getpid(), __version__, True))
+        reader, waiting = _welcome(conn)
         wire.receive(conn, reader, waiting)  # the request: then the app is gone
         got_request.set()
 
@@ -39,11 +45,7 @@ def _hung_app(listener: socket.socket, got: list[wire.Message], done: threading.
     still sends (its Abandon) until the connection ends."""
     conn, _ = listener.accept()
     with conn:
-        reader = wire.FrameReader()
-        waiting: list[wire.Message] = []
-        hello = wire.receive(conn, reader, waiting)
-        assert isinstance(hello, wire.Hello)
-        wire.send(conn, wire.Welcome(os.getpid(), __version__, True))
+        reader, waiting = _welcome(conn)
         while (message := wire.receive(conn, reader, waiting)) is not None:
             got.append(message)
     done.set()
