@@ -5,7 +5,8 @@
 #    set against a float64 convolution) run under qemu-aarch64 (the NEON path);
 #  - the check run on an AVX2-only x86 CPU under `qemu-x86_64 -cpu Haswell`, which must pick
 #    the AVX2 path by itself;
-#  - the check built with AddressSanitizer and UBSan and run on this CPU's every set.
+#  - the check built with AddressSanitizer and UBSan, and with ThreadSanitizer, and run on
+#    this CPU's every set.
 # Installs the Debian packages it needs (CI has apt). Exit status: 0 when all held.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,5 +56,9 @@ step "AddressSanitizer + UBSan on this CPU, every set"
 gcc -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all \
   "${warn[@]}" -pthread "$check" "$src" -lm -o "$out/check-asan"
 "$out/check-asan"
+
+step "ThreadSanitizer on this CPU: the chain's threads take each other's shares"
+gcc -O1 -g -fsanitize=thread "${warn[@]}" -pthread "$check" "$src" -lm -o "$out/check-tsan"
+"$out/check-tsan"
 
 step "kernel builds and checks held in $((SECONDS - began)) s"

@@ -26,6 +26,7 @@ from engine.api import Engine
 from engine.bench.after_preview import measure_job_after_preview
 from engine.bench.browse_resume import measure_browse_resume
 from engine.bench.joined import measure_join
+from engine.bench.kernel_contention import measure_kernel_contention
 from engine.bench.kernel_isas import measure_kernel_isas
 from engine.bench.memory import measure_family_peaks, measure_frames, measure_held
 from engine.bench.peers import (
@@ -343,6 +344,7 @@ def run_cpu_bench(args: argparse.Namespace) -> int:
         packages = getattr(args, "packages_dir", None) or packages_dir()
         measure_against_ncnn(table, settings, models_dir, packages, work, quick)
         measure_kernel_isas(table, settings, models_dir, packages, work, quick)
+        measure_kernel_contention(table, settings, models_dir, quick)
     took = time.perf_counter() - began
     limit = 180 if quick else 1800
     table.add(

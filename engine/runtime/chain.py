@@ -128,7 +128,7 @@ class ChainSession:
         self._shuffle = chain.shuffle
         self._layers = tuple(winograd.Conv3x3.make(w, b, s) for w, b, s in chain.weights)
         self._tail = tail
-        self._threads = threads or _cores()
+        self._threads = threads or kernel_choice.cores()
 
     @property
     def weight_bytes(self) -> int:
@@ -252,7 +252,7 @@ class GraphSession:
         graph = program.graph
         self._input = Arg(graph.input, (None, graph.channels_in, None, None))
         self._output = Arg(graph.output, (None, graph.channels_out, None, None))
-        self._threads = threads or _cores()
+        self._threads = threads or kernel_choice.cores()
 
     @property
     def weight_bytes(self) -> int:
@@ -323,12 +323,6 @@ class GraphSession:
         except MemoryError as e:
             raise RuntimeError(f"Failed to allocate memory for the graph's tensors ({e})") from e
         return out
-
-
-def _cores() -> int:
-    import psutil
-
-    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
 
 
 def load(

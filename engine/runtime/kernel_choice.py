@@ -253,7 +253,7 @@ def measure(counts: Counter[tuple[int, int]], threads: int) -> tuple[float, floa
     from engine.runtime import winograd
 
     rng = np.random.default_rng(0)
-    cores = _cores()
+    everyone = cores()
     kernel = ort_total = 0.0
     for (cin, cout), count in counts.items():
         weight = rng.normal(0, 0.1, (cout, cin, 3, 3)).astype(np.float32)
@@ -267,7 +267,9 @@ def measure(counts: Counter[tuple[int, int]], threads: int) -> tuple[float, floa
             source: np.ndarray = source,
             target: np.ndarray = target,
         ) -> None:
-            winograd.conv(layer, winograd.Slice(source), winograd.Slice(target), threads or cores)
+            winograd.conv(
+                layer, winograd.Slice(source), winograd.Slice(target), threads or everyone
+            )
 
         kernel += count * _best(by_kernel)
         ort_total += count * _best(_ort_conv(weight, bias, threads))
@@ -312,7 +314,8 @@ def _ort_conv(weight: np.ndarray, bias: np.ndarray, threads: int) -> Callable[[]
     return lambda: session.run(None, feeds)
 
 
-def _cores() -> int:
+def cores() -> int:
+    """The threads a kernel run takes where the engine names none: one per physical core."""
     import psutil
 
     return psutil.cpu_count(logical=False) or os.cpu_count() or 1

@@ -449,6 +449,18 @@ int tw_chain_steps_total(const void *p) {
     return c->groups + 2 * (c->n - 1) + (c->r > 0 ? 1 : 0);
 }
 
+/* One thread's share of a step, taken item by item (atomic): its owner takes it from the
+ * front, and a thread done with its own share takes what is left of the others'. A share
+ * is the owner's columns of every layer, so without stealing a thread reads for one layer
+ * the columns it made for the last from its own cache; with it, a thread the system put
+ * aside (a PNG writer beside the run, another program) does not hold the others at the
+ * step's barrier. Two sets of counters: step s uses set s % 2 while each thread clears its
+ * own counter of the other set, which nobody touches again until the barrier is passed. */
+typedef struct {
+    int next;
+    char pad[64 - sizeof(int)];
+} tw_share;
+
 typedef struct {
     const tw_chain_t *c;
     const float *in, *image;
@@ -459,6 +471,7 @@ typedef struct {
     int failed;
     int threads; /* that run: the barrier's count */
     int joined;  /* threads that took their index (atomic) */
+    tw_share shares[2][64];
 } run_t;
 
 static void shuffle_rows(const tw_chain_t *c, const float *act, int mod, const float *image,
@@ -477,6 +490,81 @@ static void shuffle_rows(const tw_chain_t *c, const float *act, int mod, const f
         }
 }
 
+/* What one step asks of the chain: each layer's tile rows this step (0: none) and the
+ * rows of tiles shuffled into the image. */
+typedef struct {
+    int rows[MAX_LAYERS];
+    int all_rows; /* the sum of rows[] */
+    int sg;       /* the last layer's group shuffled this step */
+    int shuffle;  /* its rows of tiles (0: none) */
+} step_t;
+
+static void step_plan(const tw_chain_t *c, int s, step_t *st) {
+    const int G = c->group;
+    st->all_rows = 0;
+    for (int l = 0; l < c->n; l++) {
+        const int g = s - 2 * l, t0 = g * G;
+        st->rows[l] = (g >= 0 && t0 < c->tiles_h) ? (c->tiles_h - t0 < G ? c->tiles_h - t0 : G) : 0;
+        st->all_rows += st->rows[l];
+    }
+    st->sg = s - 2 * (c->n - 1) - 1;
+    st->shuffle = (c->r > 0 && st->sg >= 0 && st->sg * G < c->tiles_h)
+                      ? (c->tiles_h - st->sg * G < G ? c->tiles_h - st->sg * G : G)
+                      : 0;
+}
+
+static job_t layer_job(const run_t *run, int l) {
+    const tw_chain_t *c = run->c;
+    const tw_layer *L = &c->layers[l];
+    const int last = l == c->n - 1, planar = last && c->r == 0 && c->channels > 0;
+    return (job_t){l == 0 ? run->in : c->rings[l - 1],
+                   L->U,
+                   L->bias,
+                   L->slope,
+                   last && c->r == 0 ? run->out : c->rings[l],
+                   c->H,
+                   c->W,
+                   L->cinp,
+                   L->coutp,
+                   l == 0 ? 0 : c->ring,
+                   last && c->r == 0 ? 0 : c->ring,
+                   L->cinp,
+                   L->coutp,
+                   l == 0 ? c->up : 1,
+                   planar,
+                   planar ? c->channels : L->coutp,
+                   0,
+                   {NULL, NULL},
+                   {0, 0},
+                   {1, 1}};
+}
+
+/* Thread t's share of step s, in order: each layer's rows, a block of NT tiles of t's
+ * columns at a time; then the shuffle's rows k = t, t + threads, ... */
+static int share_items(const run_t *run, const step_t *st, int t) {
+    const int x0 = run->c->tiles_w * t / run->threads, x1 = run->c->tiles_w * (t + 1) / run->threads;
+    const int blocks = (x1 - x0 + NT - 1) / NT;
+    const int shuffles = t < st->shuffle ? (st->shuffle - t + run->threads - 1) / run->threads : 0;
+    return st->all_rows * blocks + shuffles;
+}
+
+static void share_item(const run_t *run, const step_t *st, int s, int t, int item, float *V, float *M) {
+    const tw_chain_t *c = run->c;
+    const int x0 = c->tiles_w * t / run->threads, x1 = c->tiles_w * (t + 1) / run->threads;
+    const int blocks = (x1 - x0 + NT - 1) / NT;
+    if (item < st->all_rows * blocks) {
+        int l = 0;
+        while (item >= st->rows[l] * blocks) item -= st->rows[l++] * blocks;
+        const int k = item / blocks, tx = x0 + item % blocks * NT;
+        const job_t j = layer_job(run, l);
+        run->block(&j, (s - 2 * l) * c->group + k, tx, x1 - tx < NT ? x1 - tx : NT, V, M);
+        return;
+    }
+    const int k = t + (item - st->all_rows * blocks) * run->threads;
+    const int y0 = (st->sg * c->group + k) * 4, y1 = y0 + 4 < c->H ? y0 + 4 : c->H;
+    shuffle_rows(c, c->rings[c->n - 1], c->ring, run->image, run->out, y0, y1);
+}
+
 static void chain_worker(void *arg) {
     run_t *run = arg;
     tw_lock(&run->barrier->m); /* the barrier's count is set */
@@ -491,52 +579,18 @@ static void chain_worker(void *arg) {
     float *V = tw_v_alloc(widest);
     float *M = tw_alloc(TW_WORK(widest));
     if (V == NULL || M == NULL) __atomic_store_n(&run->failed, 1, __ATOMIC_RELAXED);
-    const int G = c->group;
+    step_t st;
     for (int s = run->s0; s < run->s1; s++) {
         /* This step's work: each layer's group s - 2l of tile rows, in blocks, then the
-         * shuffle of the last layer's group made at the step before. */
-        int rows[MAX_LAYERS]; /* tile rows of each layer's group this step (0: none) */
-        for (int l = 0; l < c->n; l++) {
-            const int g = s - 2 * l, t0 = g * G;
-            rows[l] = (g >= 0 && t0 < c->tiles_h) ? (c->tiles_h - t0 < G ? c->tiles_h - t0 : G) : 0;
-        }
-        const int sg = s - 2 * (c->n - 1) - 1;
-        const int shuffle_rows_n =
-            (c->r > 0 && sg >= 0 && sg * G < c->tiles_h) ? (c->tiles_h - sg * G < G ? c->tiles_h - sg * G : G) : 0;
-        /* A fixed share of every row for each thread: the columns a thread makes for one
-         * layer are the ones it reads for the next, from its own cache. */
-        if (V != NULL && M != NULL) {
-            const int x0 = c->tiles_w * me / run->threads, x1 = c->tiles_w * (me + 1) / run->threads;
-            for (int l = 0; l < c->n; l++) {
-                const tw_layer *L = &c->layers[l];
-                const int last = l == c->n - 1, planar = last && c->r == 0 && c->channels > 0;
-                job_t j = {l == 0 ? run->in : c->rings[l - 1],
-                           L->U,
-                           L->bias,
-                           L->slope,
-                           last && c->r == 0 ? run->out : c->rings[l],
-                           c->H,
-                           c->W,
-                           L->cinp,
-                           L->coutp,
-                           l == 0 ? 0 : c->ring,
-                           last && c->r == 0 ? 0 : c->ring,
-                           L->cinp,
-                           L->coutp,
-                           l == 0 ? c->up : 1,
-                           planar,
-                           planar ? c->channels : L->coutp,
-                           0,
-                           {NULL, NULL},
-                           {0, 0},
-                           {1, 1}};
-                for (int k = 0; k < rows[l]; k++)
-                    for (int tx = x0; tx < x1; tx += NT)
-                        run->block(&j, (s - 2 * l) * G + k, tx, x1 - tx < NT ? x1 - tx : NT, V, M);
-            }
-            for (int k = me; k < shuffle_rows_n; k += run->threads) {
-                const int y0 = (sg * G + k) * 4, y1 = y0 + 4 < c->H ? y0 + 4 : c->H;
-                shuffle_rows(c, c->rings[c->n - 1], c->ring, run->image, run->out, y0, y1);
+         * shuffle of the last layer's group made at the step before; all of it independent. */
+        step_plan(c, s, &st);
+        tw_share *shares = run->shares[s % 2];
+        __atomic_store_n(&run->shares[(s + 1) % 2][me].next, 0, __ATOMIC_RELAXED);
+        if (V != NULL && M != NULL && !__atomic_load_n(&run->failed, __ATOMIC_RELAXED)) {
+            for (int k = 0; k < run->threads; k++) { /* its own share first, then the others' */
+                const int t = (me + k) % run->threads, items = share_items(run, &st, t);
+                for (int i; (i = __atomic_fetch_add(&shares[t].next, 1, __ATOMIC_RELAXED)) < items;)
+                    share_item(run, &st, s, t, i, V, M);
             }
         }
         tw_barrier_wait(run->barrier);
@@ -557,7 +611,7 @@ int tw_chain_steps(void *p, const float *in, const float *image, float *out, int
     if (s1 <= s0) return 0;
     tw_barrier barrier;
     tw_barrier_init(&barrier);
-    run_t run = {c, in, image, out, s0, s1, tw_block(), &barrier, 0, 0, 0};
+    run_t run = {c, in, image, out, s0, s1, tw_block(), &barrier, 0, 0, 0, {{{0}}}};
     tw_task task = {chain_worker, &run};
     tw_thread ids[64];
     int started = 0;

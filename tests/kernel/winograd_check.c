@@ -253,6 +253,8 @@ int main(int argc, char **argv) {
         ok &= check_conv(40, 27, 7, 61, 1, 0, 0, 1, 1);
         ok &= check_chain(9, 13, 1);
         ok &= check_chain(23, 17, 3);
+        ok &= check_chain(41, 70, 4); /* shares of many items: taken by whichever thread is free */
+        ok &= check_chain(10, 5, 3);  /* more threads than columns of tiles: empty shares */
         ok &= check_chain_planar(7, 30, 1);
         ok &= check_chain_planar(12, 9, 2);
         printf("%s: %s\n", NAMES[isa], ok ? "ok" : "FAILED");
