@@ -258,6 +258,9 @@ class LazyFrames(Sequence[np.ndarray]):
 
     shape: tuple[int, int, int]
     dtype: np.dtype[Any]
+    # Whether the source already decodes its next frame while the current one is used (a
+    # clip's side thread); otherwise the operations do (engine/operations/frames_ahead.py).
+    decodes_ahead: bool = False
 
     def frame(self, index: int) -> np.ndarray:
         raise NotImplementedError

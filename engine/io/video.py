@@ -365,6 +365,8 @@ class VideoFrames(LazyFrames):
     In order each frame costs one decode; going back (or skipping ahead) restarts the decoder.
     `close()` stops the side thread (it also ends by itself after the last frame)."""
 
+    decodes_ahead = True
+
     def __init__(self, path: Path, meta: VideoMeta, skip_broken: bool = False) -> None:
         self.path, self.meta = path, meta
         self._layout = _Layout.of(meta)

@@ -27,6 +27,7 @@ from engine.io.image import DecodedImage, Rows, from_float
 from engine.models.contracts import ModelSpec
 from engine.operations.base import OperationBase, RunContext
 from engine.operations.foreground import estimate_foreground
+from engine.operations.frames_ahead import FramesAhead
 from engine.operations.pixels import (
     Bilinear,
     alpha_float,
@@ -74,10 +75,10 @@ class RemoveBackground(OperationBase):
         c = ctx.spec.contract
         size = c.fixed_size or (self.config.input_size,) * 2
         n = len(image.frames)
-        with Products(ctx, image) as products:
+        with Products(ctx, image) as products, FramesAhead(image.frames) as frames:
             cutouts = products.image_product("cutout", ProductKind.IMAGE, image.meta)
             masks = products.image_product("mask", ProductKind.MASK, data_meta(image))
-            for index, frame in enumerate(image.frames):
+            for index, frame in enumerate(frames):
                 ctx.start_frame(index, n, 1)
                 model_in = normalise(
                     resize_planes(frame, size[0], size[1], Image.Resampling.BILINEAR),

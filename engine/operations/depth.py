@@ -40,6 +40,7 @@ from engine.models.contracts import Contract, ModelSpec
 from engine.operations.base import OperationBase, RunContext
 from engine.operations.colormap import turbo
 from engine.operations.depth_codec import depth_text, encode_depth16, nearness
+from engine.operations.frames_ahead import FramesAhead
 from engine.operations.pixels import (
     Bilinear,
     input_dtype,
@@ -153,7 +154,11 @@ class Depth(OperationBase):
         n = len(image.frames)
         meta = data_meta(image)
         shape = (height, width, 1)
-        with Products(ctx, image) as products, FrameSpill() as depths:
+        with (
+            Products(ctx, image) as products,
+            FrameSpill() as depths,
+            FramesAhead(image.frames) as frames,
+        ):
             # Made in this order, published in this order.
             floats = products.float_product("depth", ProductKind.DEPTH_FLOAT)
             encoded = products.image_product("depth", ProductKind.DEPTH16, meta, text={})
@@ -161,7 +166,7 @@ class Depth(OperationBase):
             confs = products.float_product("depth-conf", ProductKind.CONFIDENCE)
             skies = products.image_product("sky", ProductKind.SKY, meta)
             lo, hi = np.inf, -np.inf
-            for index, frame in enumerate(image.frames):
+            for index, frame in enumerate(frames):
                 ctx.start_frame(index, n, 1)
                 chw = _model_input(frame, place, self.config.normalization)
                 results = ctx.run({c.image_input: _feed(c, chw)}, outputs=outputs)

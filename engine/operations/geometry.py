@@ -53,6 +53,7 @@ from engine.io.spill import FrameSpill
 from engine.models.contracts import Contract, ModelSpec
 from engine.operations.base import OperationBase, RunContext
 from engine.operations.depth_codec import depth_text, encode_depth16
+from engine.operations.frames_ahead import FramesAhead
 from engine.operations.pixels import Bilinear, input_dtype, resize_planes, rgb_float
 from engine.operations.products import Products, data_meta
 from engine.options import (
@@ -371,7 +372,11 @@ class Geometry(OperationBase):
         n = len(image.frames)
         meta = data_meta(image)
         one = (height, width, 1)
-        with Products(ctx, image) as products, FrameSpill() as spilled:
+        with (
+            Products(ctx, image) as products,
+            FrameSpill() as spilled,
+            FramesAhead(image.frames) as frames,
+        ):
             # "geometry-" names keep these apart from the depth and cut-out products of the
             # same photo in the same folder. Made in this order, published in this order.
             floats = products.float_product("geometry-depth", ProductKind.DEPTH_FLOAT)
@@ -385,7 +390,7 @@ class Geometry(OperationBase):
             )
             lo, hi = np.inf, -np.inf
             metrics: list[float] = []
-            for index, frame in enumerate(image.frames):
+            for index, frame in enumerate(frames):
                 ctx.start_frame(index, n, 1)
                 chw = resize_planes(frame, *model_hw, Image.Resampling.BOX).transpose(2, 0, 1)
                 feeds = _feeds(c, chw, self.config.num_tokens)
