@@ -5,6 +5,7 @@ peak does not grow with the number of frames."""
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,9 @@ import pytest
 from engine.api import Engine
 from engine.cancel import CancelToken
 from engine.errors import Cancelled
+from engine.io.sequences import SequenceFrames
+from engine.io.writing import ImageStream
+from engine.operations import tile_frames
 from engine.requests import Operation, OperationRequest, Progress, ProgressKind
 from engine.runtime.sessions import SessionKey
 from engine.samples.upscaler_models import make_upscaler
@@ -47,7 +51,7 @@ class _WriterGate(CancelToken):
         self.seen_open: bool | None = None
 
     def check(self) -> None:
-        if self.seen_open is None and threading.current_thread().name == "tessera-writer":
+        if self.seen_open is None and threading.current_thread().name.startswith("tessera-writer"):
             self.seen_open = self.opened.wait(WAIT_S)
         super().check()
 
@@ -132,7 +136,7 @@ def test_a_cancel_during_a_write_behind_leaves_nothing_half_written(tmp_path: Pa
     with pytest.raises(Cancelled):
         _engine(tmp_path, at).run(_request(model, frames, out=out), progress, cancel=gate)
     assert _files(out) == []  # no frame published, no temp file left
-    assert not [t for t in threading.enumerate() if t.name == "tessera-writer"]
+    assert not [t for t in threading.enumerate() if t.name.startswith("tessera-writer")]
 
 
 def test_a_failed_frame_write_fails_its_input_only_and_leaves_nothing(tmp_path: Path) -> None:
@@ -169,6 +173,91 @@ def test_a_failed_frame_write_fails_its_input_only_and_leaves_nothing(tmp_path: 
     assert data["products"] and all("single" in p for p in data["products"]), data
     assert data["files"] == data["products"], data  # nothing of the failed input, no temp file
     assert "traceback" not in data["messages"][0].lower()
+
+
+def test_a_folders_next_frame_is_decoded_while_the_frame_before_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Fails before frames_ahead.py: each file was decoded on the engine thread when its frame
+    # came up, so during frame k's run frame k + 1's decoding never started.
+    model = make_upscaler(tmp_path / "up2.onnx", scale=2)
+    frames = _frames(tmp_path / "frames", 4)
+    started: list[int] = []
+    changed = threading.Condition()
+    decode = SequenceFrames.frame
+
+    def frame(self: SequenceFrames, index: int) -> np.ndarray:
+        with changed:
+            started.append(index)
+            changed.notify_all()
+        return decode(self, index)
+
+    monkeypatch.setattr(SequenceFrames, "frame", frame)
+    done = 0
+    seen: dict[int, bool] = {}
+
+    def progress(p: Progress) -> None:
+        nonlocal done
+        if p.kind is ProgressKind.FRAME_FINISHED:
+            done += 1
+
+    def at(_run: int) -> None:
+        # A run of frame `done` (the model's probes run before any frame is decoded).
+        with changed:
+            if done in started and done + 1 < 4 and done not in seen:
+                seen[done] = changed.wait_for(lambda: done + 1 in started, timeout=5.0)
+
+    result = _engine(tmp_path, at).run(_request(model, frames, out=tmp_path / "o"), progress)
+    assert result.ok and len(result.products) == 4
+    assert seen == {0: True, 1: True, 2: True}
+    assert not [t for t in threading.enumerate() if t.name.startswith("tessera-frames")]
+
+
+def test_a_broken_frame_of_a_folder_fails_when_it_is_reached_and_nothing_is_left(
+    tmp_path: Path,
+) -> None:
+    # A guard of the decoding ahead: frame 3 of 4 is not a picture. The input fails naming
+    # it, no product of it is left, the other input of the batch is done.
+    model = make_upscaler(tmp_path / "up2.onnx", scale=2)
+    frames = _frames(tmp_path / "frames", 4)
+    (frames / "f0003.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 64)
+    single = photo(tmp_path / "single.png", 24, 16)
+    out = tmp_path / "o"
+    result = _engine(tmp_path).run(_request(model, frames, single, out=out))
+    assert [f.source for f in result.failures] == [frames]
+    assert "f0003.png" in result.failures[0].message
+    assert [p.path.name for p in result.products] == [p.name for p in _files(out)]
+    assert all("single" in p.path.name for p in result.products)
+
+
+def test_a_sequence_reuses_its_side_threads_instead_of_one_each_frame(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Fails before: every frame started (and joined) a writer thread and a tile thread of its
+    # own, 2-4 ms of the engine thread's time a frame on a busy 2-core machine.
+    model = make_upscaler(tmp_path / "up2.onnx", scale=2)
+    frames = _frames(tmp_path / "frames", 6, 48, 48)
+    writers: set[threading.Thread] = set()
+    tilers: set[threading.Thread] = set()
+    add, cut = ImageStream.add, tile_frames.tile_input
+
+    def stream_add(self: ImageStream, frame: Any) -> None:
+        writers.add(threading.current_thread())
+        add(self, frame)
+
+    def tile_input(*args: Any) -> Any:
+        tilers.add(threading.current_thread())
+        return cut(*args)
+
+    monkeypatch.setattr(ImageStream, "add", stream_add)
+    monkeypatch.setattr(tile_frames, "tile_input", tile_input)
+    request = _request(model, frames, out=tmp_path / "o")
+    result = _engine(tmp_path).run(replace(request, tile=16))  # 3 x 3 tiles a frame
+    assert result.ok and len(result.products) == 6
+    assert 1 <= len(writers) <= 2  # the frame being made and the one handed over
+    assert all(t.name.startswith("tessera-writer") for t in writers)
+    side = {t for t in tilers if t is not threading.main_thread()}
+    assert len(side) == 1 and next(iter(side)).name.startswith("tessera-tiles")
 
 
 def test_the_peak_of_a_sequence_does_not_grow_with_its_frames(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Executor, Future
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -376,13 +377,28 @@ class BackgroundWrite:
     `abandon()`; an error of the writer is raised by `check()` as soon as it happened, so the
     producer stops at once when, say, the disk is full."""
 
-    def __init__(self, write: Callable[[], None], frame: GrowingFrame) -> None:
+    def __init__(
+        self, write: Callable[[], None], frame: GrowingFrame, on: Executor | None = None
+    ) -> None:
+        """`on`: the executor of a sequence's writes (engine/operations/write_behind.py), whose
+        threads outlive a frame; else a thread of its own."""
         self._frame = frame
         self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._future: Future[None] | None = None
+        if on is not None:
+            self._future = on.submit(self._work, write)
+            return
         self._thread = threading.Thread(
             target=self._work, args=(write,), name="tessera-writer", daemon=True
         )
         self._thread.start()
+
+    def _join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+        elif self._future is not None:
+            self._future.result()  # _work keeps its error: this only waits
 
     def _work(self, write: Callable[[], None]) -> None:
         try:
@@ -397,10 +413,10 @@ class BackgroundWrite:
 
     def result(self) -> None:
         """Waits for the writer to finish; raises what stopped it."""
-        self._thread.join()
+        self._join()
         self.check()
 
     def abandon(self) -> None:
         """Gives the frame up and waits for the writer to end (it discards its temp file)."""
         self._frame.abandon()
-        self._thread.join()
+        self._join()

@@ -31,6 +31,7 @@ from engine.operations.base import (
     RunContext,
     model_id,
 )
+from engine.operations.frames_ahead import FramesAhead
 from engine.operations.products import Products
 from engine.operations.tile_choice import auto_tile, plan_cost, tile_overlap
 from engine.operations.tile_frames import (
@@ -248,16 +249,21 @@ class Upscale(OperationBase):
         band_write = ctx.settings.overlap_tiles
         # A frame's write goes on behind the next frame's runs (engine/operations/write_behind.py).
         behind = WriteBehind() if band_write else None
-        with Products(ctx, image) as products, abandoned_on_error(behind):
+        with (
+            Products(ctx, image) as products,
+            abandoned_on_error(behind),
+            TileOverlap(ctx.settings.overlap_tiles) as overlap,
+            FramesAhead(image.frames) as frames,
+        ):
             sink = products.image_product(model_id(ctx.spec), ProductKind.IMAGE, image.meta)
-            for index, frame in enumerate(image.frames):
+            for index, frame in enumerate(frames):
                 while True:
                     failure: ResourceError | None = None
                     # A PNG of its own is encoded band by band while the later tiles run.
                     # (Not with `overlap_tiles` off: then all the engine's own work is on its thread.)
                     early = sink.add if band_write and sink.encodes_rows_as_read() else None
                     try:
-                        out = self._frame(frame, c, tile, index, n, ctx, early, behind)
+                        out = self._frame(frame, c, tile, index, n, ctx, overlap, early, behind)
                     except DiskFullError:
                         raise  # a smaller tile frees no disk
                     except ResourceError as e:
@@ -312,6 +318,7 @@ class Upscale(OperationBase):
         index: int,
         count: int,
         ctx: RunContext,
+        overlap: TileOverlap,
         write: Callable[[FrameLike], None] | None = None,
         behind: WriteBehind | None = None,
     ) -> np.ndarray | None:
@@ -349,9 +356,9 @@ class Upscale(OperationBase):
                 finally:
                     finished.let_go()
 
-            writer = BackgroundWrite(behind.after_previous(whole) if behind else whole, growing)
+            writer = behind.start(whole, growing) if behind else BackgroundWrite(whole, growing)
         try:
-            self._run_tiles(ctx, prep, assemblers, reuse, key, writer)
+            self._run_tiles(ctx, prep, assemblers, reuse, key, overlap, writer)
             # Counted once the frame is done: a failed try's tiles are gone, not reused.
             ctx.session.runs_reused += len(reuse) * len(passes)
         except BaseException:
@@ -379,6 +386,7 @@ class Upscale(OperationBase):
         assemblers: list[TileAssembler],
         reuse: set[int],
         key: PlanKey | None,
+        overlap: TileOverlap,
         writer: BackgroundWrite | None,
     ) -> None:
         """Every tile of the frame run (or taken from the preview's cache, `reuse` under `key`)
@@ -388,11 +396,11 @@ class Upscale(OperationBase):
         buffers = result_buffers(c, plan, c.scale or 1)
         units = [(t, p) for t in plan.tiles for p in range(len(prep.passes))]
         todo = [(t, p) for t, p in units if t.index not in reuse]
-        with TileOverlap(ctx.settings.overlap_tiles) as overlap:
+        try:
             # The next tile's tensor is cut and converted, and the last result blended, on a
             # side thread while ORT runs (it releases the GIL): the engine's own work hides
             # behind the runs. Blending keeps the tiles' order; nothing runs ahead of a cancel.
-            upcoming = overlap.prepare(prep, todo[0], c) if todo else None
+            upcoming = overlap.prepare(prep, todo[0], c, now=True) if todo else None
             turn = 0
             for t in plan.tiles:
                 if t.index in reuse and tiles is not None and key is not None:
@@ -424,5 +432,14 @@ class Upscale(OperationBase):
                             into={c.image_output: buffer},
                         )[0]
                     del tensor
-                    overlap.blend(asm, t, reduce(from_tensor(result, c)), wait_previous=True)
+                    overlap.blend(
+                        asm,
+                        t,
+                        reduce(from_tensor(result, c)),
+                        wait_previous=True,
+                        now=upcoming is None,  # the frame's last: waited for at once
+                    )
             overlap.drain()
+        except BaseException:
+            overlap.abandon()  # the frame's queued side work does not run; the thread stays
+            raise
