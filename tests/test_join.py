@@ -420,11 +420,13 @@ def test_the_apps_list_shows_the_command_lines_job_after_the_queued_ones(
 ) -> None:
     win = window
     with _serving(win, tmp_path) as (_served, path):
-        # A job of the window's own runs (the slow model), so the command line's waits.
+        # A job of the window's own runs (the slow model), so the command line's waits. Eight
+        # photos: one alone could end before the first Alive (a second), and the command line's
+        # job would then run and end without one; the test cancels this job once it has one.
         slow = OperationRequest(
             Operation.UPSCALE,
             str(models / "slow.onnx"),
-            (photo(tmp_path / "big.png", 1024, 768),),
+            tuple(photo(tmp_path / f"big{i}.png", 1024, 768, seed=i) for i in range(8)),
             output_dir=tmp_path / "own",
             tile=64,
         )
