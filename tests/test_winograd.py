@@ -304,7 +304,9 @@ def test_the_kernel_alone_matches_a_direct_convolution() -> None:
         one.run(case.x, np.zeros((3, h, wd), np.float32), out, 0, one.steps, 2)
     ref = case.expected
     assert out.shape == (h, wd, winograd.padded(27))
-    assert np.abs(out[:, :, :27] - ref).max() < 1e-4
+    # Relative, as tests/test_kernel_isas.py bounds every set: outputs reach ~9, and SSE2 (the
+    # baseline, TESSERA_CPU_ISA=baseline) has no FMA: 1.05e-4 off, 1.2e-5 of the largest.
+    assert np.abs(out[:, :, :27] - ref).max() <= 2e-5 * float(np.abs(ref).max())
     np.testing.assert_array_equal(out[:, :, 27:], 0)  # the padding stays zero for the next layer
 
 
