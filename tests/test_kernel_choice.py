@@ -73,6 +73,7 @@ def test_auto_measures_once_and_keeps_the_choice_beside_the_kept_copy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(kernel_choice.KERNELS_ENV, "auto")
+    monkeypatch.delenv(winograd.ISA_ENV, raising=False)  # the CPU as it is, whatever the shell caps
     model = srvgg(tmp_path / "m.onnx", features=32, convs=5, scale=2)
     key = SessionKey.make(model, CPU, Runtime.CPU)
     cache = SessionCache(threads=2)
@@ -102,6 +103,7 @@ def test_a_kept_choice_for_ort_loads_ort_and_one_of_another_cpu_is_measured_agai
     """A model whose shapes suit ORT better on this CPU runs on ORT; a choice measured on
     another CPU (a copied models folder) is not trusted."""
     monkeypatch.setenv(kernel_choice.KERNELS_ENV, "auto")
+    monkeypatch.delenv(winograd.ISA_ENV, raising=False)  # the CPU as it is, whatever the shell caps
     model = srvgg(tmp_path / "m.onnx", features=16, scale=2)
     key = SessionKey.make(model, CPU, Runtime.CPU)
     cache = SessionCache(threads=2)

@@ -50,7 +50,8 @@ def _image(h: int, w: int, n: int = 1) -> np.ndarray:
     return np.random.default_rng(7).random((n, 3, h, w), dtype=np.float32)
 
 
-def test_the_cpus_sets_are_exported() -> None:
+def test_the_cpus_sets_are_exported(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(winograd.ISA_ENV, raising=False)  # the CPU as it is, whatever the shell caps
     isas = winograd.available_isas()
     assert "baseline" in isas
     assert winograd.build_problem() is None
@@ -95,6 +96,7 @@ def test_each_set_runs_the_contract_models_as_ort_does(
 
 
 def test_a_set_the_cpu_lacks_raises_and_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(winograd.ISA_ENV, raising=False)  # the CPU as it is, whatever the shell caps
     lacking = next((i for i in winograd.ISAS if i not in winograd.available_isas()), None)
     if lacking is None:
         pytest.skip("this CPU has every set")
@@ -167,9 +169,12 @@ def test_an_avx2_only_cpu_takes_the_avx2_path(tmp_path: Path) -> None:
     assert "avx512" not in done.stdout
 
 
-def test_the_bench_has_a_kernel_row_per_set(tmp_path: Path) -> None:
+def test_the_bench_has_a_kernel_row_per_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`bench --quick`'s rows: one "kernel ÷ ORT" per set this CPU has, each a ratio of two
     real requests; without ncnn's originals one row says why."""
+    monkeypatch.delenv(winograd.ISA_ENV, raising=False)  # the CPU as it is, whatever the shell caps
     models = tmp_path / "models"
     make_compact_upscaler(models / "realesrgan-animevideov3-x4.onnx", 4, features=16, convs=4)
     work = tmp_path / "work"
