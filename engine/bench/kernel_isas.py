@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from engine.api import Engine
@@ -41,6 +41,38 @@ MODELS: tuple[tuple[str, tuple[int, int], tuple[int, int] | None], ...] = (
 # it loses: cpusafe's measured choice), and AVX-512 against ncnn.
 ORT_GOALS = {"avx512": 0.6, "avx2": 0.8, "neon": 1.0}
 NCNN_GOAL = {"avx512": 0.75}
+
+
+def bench_photos(
+    table: Table, models_dir: Path, work: Path, quick: bool, prefix: str, skipped: str
+) -> Iterator[tuple[str, Path, tuple[int, int], Path]]:
+    """Each model of MODELS measured in this run (its --quick size, or its full one), with a
+    photo of that size; a model not installed gets the row `skipped` (formatted with its id)."""
+    for model_id, full, small in MODELS:
+        size = small if quick else full
+        if size is None:
+            continue
+        model = find_model(models_dir, model_id)
+        if model is None:
+            table.add(Row(skipped.format(model_id), "skipped", "", "", None, "not installed"))
+            continue
+        width, height = size
+        photo = test_image(work / f"{prefix}-{width}x{height}.png", width, height)
+        yield model_id, model, size, photo
+
+
+def warmed_engines(
+    settings: EngineSettings, warm: Callable[[Engine], object]
+) -> tuple[Engine, Engine]:
+    """Two engines on `settings`, each loaded and warmed by `warm` (the kept chain made): one
+    that runs Tessera's kernel wherever the graph allows, one that runs ORT's kernels only."""
+    engines = []
+    for kernels in ("tessera", "ort"):
+        with _env(TESSERA_CPU_KERNELS=kernels, TESSERA_CPU_ISA=None):
+            engine = Engine(settings)
+            warm(engine)
+            engines.append(engine)
+    return engines[0], engines[1]
 
 
 @contextlib.contextmanager
@@ -77,23 +109,15 @@ def measure_kernel_isas(
     no_ncnn = ncnn_unavailable(packages, download=False)
     warm = test_image(work / "isa-warm.png", 64, 48)
     rounds = 1 if quick else 2
-    for model_id, full, small in MODELS:
-        size = small if quick else full
-        model = find_model(models_dir, model_id)
-        if size is None:
-            continue
-        if model is None:
-            table.add(Row(f"{model_id}: kernel ÷ ORT", "skipped", "", "", None, "not installed"))
-            continue
-        width, height = size
-        photo = test_image(work / f"isa-{width}x{height}.png", width, height)
-        out = work / "isa-out"
-        with _env(TESSERA_CPU_KERNELS="tessera", TESSERA_CPU_ISA=None):
-            ours = Engine(settings)
-            _timed(ours, _request(model, warm, out, None))  # load, the kept chain, warm
-        with _env(TESSERA_CPU_KERNELS="ort", TESSERA_CPU_ISA=None):
-            theirs = Engine(settings)
-            _timed(theirs, _request(model, warm, out, None))
+    out = work / "isa-out"
+    for model_id, model, (width, height), photo in bench_photos(
+        table, models_dir, work, quick, "isa", "{}: kernel ÷ ORT"
+    ):
+
+        def warm_up(engine: Engine, model: Path = model) -> None:
+            _timed(engine, _request(model, warm, out, None))  # load, the kept chain, warm
+
+        ours, theirs = warmed_engines(settings, warm_up)
         kernel: dict[str, list[float]] = {isa: [] for isa in isas}
         ort_s: list[float] = []
         for _ in range(rounds):  # alternating, so a slow spell of the machine hits all

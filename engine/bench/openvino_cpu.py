@@ -26,9 +26,9 @@ import numpy as np
 from PIL import Image
 
 from engine.api import Engine
-from engine.bench.kernel_isas import MODELS, _env
+from engine.bench.kernel_isas import _env, bench_photos, warmed_engines
 from engine.bench.peers import _request
-from engine.bench.table import Row, Table, find_model, scratch
+from engine.bench.table import Row, Table, scratch
 from engine.runtime import winograd
 from engine.samples.synthetic import test_image
 from engine.settings import EngineSettings
@@ -149,22 +149,14 @@ def measure_openvino_cpu(
     isas = winograd.available_isas()
     threads = settings.threads or os.cpu_count() or 2  # as ORT's 0: every core
     warm = test_image(work / "ov-warm.png", 64, 48)
-    for model_id, full, small in MODELS:
-        size = small if quick else full
-        model = find_model(models_dir, model_id)
-        if size is None:
-            continue
-        if model is None:
-            table.add(Row(f"OpenVINO CPU, {model_id}", "skipped", "", "", None, "not installed"))
-            continue
-        width, height = size
-        photo = test_image(work / f"ov-{width}x{height}.png", width, height)
-        with _env(TESSERA_CPU_KERNELS="tessera", TESSERA_CPU_ISA=None):
-            ours = Engine(settings)
-            run_engine(ours, model, warm, work / "warm.png")  # load, the kept chain, warm
-        with _env(TESSERA_CPU_KERNELS="ort", TESSERA_CPU_ISA=None):
-            theirs = Engine(settings)
-            run_engine(theirs, model, warm, work / "warm.png")
+    for model_id, model, (width, height), photo in bench_photos(
+        table, models_dir, work, quick, "ov", "OpenVINO CPU, {}"
+    ):
+
+        def warm_up(engine: Engine, model: Path = model) -> None:
+            run_engine(engine, model, warm, work / "warm.png")  # load, the kept chain, warm
+
+        ours, theirs = warmed_engines(settings, warm_up)
         ort: list[Timed] = []
         kernel: dict[str, list[Timed]] = {isa: [] for isa in isas}
         ov: dict[str, list[Timed]] = {isa: [] for isa in isas}
