@@ -11,6 +11,8 @@ from pytestqt.qtbot import QtBot
 
 from gui.controllers.speed_store import FILE_NAME
 from gui.inputs import InputSource
+from gui.jobs import JobSettings
+from gui.main_window import MainWindow
 from gui.settings import AppSettings, SaveTo
 from tests.engine_helpers import photo
 from tests.qt_fixtures import qt_leak_guard  # noqa: F401 - autouse leak guard
@@ -65,19 +67,27 @@ def _tiny_sources(folder: Path, count: int) -> list[InputSource]:
     return [InputSource((folder / f"t{i}.png",), False, 1, 8, 8) for i in range(count)]
 
 
+def _after_one_job(
+    qtbot: QtBot, make_window: WindowFactory, models: Path, image: Path, size: tuple[int, int]
+) -> tuple[MainWindow, JobSettings]:
+    """A window that has run one job of up2.onnx on a photo of `size`, and its settings."""
+    window = make_window()
+    use_model(window, models, "up2.onnx")
+    window.accept_paths([photo(image, *size, seed=1)])
+    window.run_selected()
+    wait_ended(qtbot, window)
+    settings = window.workspace.settings
+    assert settings is not None
+    return window, settings
+
+
 def test_after_one_real_job_small_images_still_cost_their_own_time(
     qtbot: QtBot, make_window: WindowFactory, models: Path, tmp_path: Path
 ) -> None:
     """One job of a real size teaches a rate per pixel; each image also costs its reading,
     writing and the engine's turn whatever its size, so 1000 small images are not "about
     20 s" for 80 s: the batch's figure counts that cost per image."""
-    window = make_window()
-    use_model(window, models, "up2.onnx")
-    window.accept_paths([photo(tmp_path / "a.png", 320, 240, seed=1)])
-    window.run_selected()
-    wait_ended(qtbot, window)
-    settings = window.workspace.settings
-    assert settings is not None
+    window, settings = _after_one_job(qtbot, make_window, models, tmp_path / "a.png", (320, 240))
     speed = window.speeds.get(settings.model, settings.device)
     assert speed is not None and speed.fixed > 0
     guess = window.jobs.estimate(_tiny_sources(tmp_path, 50), settings)
@@ -89,13 +99,7 @@ def test_a_batch_waits_for_its_model_to_load_when_it_is_not_in_memory(
 ) -> None:
     """After Unload all (or a restart) a batch's first image waits for the model's loading:
     the figure counts it then, and not while the model is in memory."""
-    window = make_window()
-    use_model(window, models, "up2.onnx")
-    window.accept_paths([photo(tmp_path / "a.png", 64, 48, seed=1)])
-    window.run_selected()
-    wait_ended(qtbot, window)
-    settings = window.workspace.settings
-    assert settings is not None
+    window, settings = _after_one_job(qtbot, make_window, models, tmp_path / "a.png", (64, 48))
     start = window.speeds.load_seconds(settings.model, settings.device)
     assert start > 0
     sources = _tiny_sources(tmp_path, 5)
