@@ -168,6 +168,8 @@ def test_the_idle_app_has_not_imported_onnxruntime_and_still_shows_the_probed_ru
         _wait_for(lambda: "runtimes probed" in _read(log_file), app, "the runtime probe")
         assert not _mapped(app.pid, "onnxruntime"), "the idle window loaded ONNX Runtime"
         assert not _mapped(app.pid, "onnx_cpp2py_export"), "the idle window loaded onnx"
+        # HTTP and TLS come with the first download, not the window (3 MiB of the idle RSS).
+        assert not _mapped(app.pid, "/_ssl."), "the idle window loaded TLS for downloads"
         assert "runtimes probed in a child process: cpu/cpu ok" in log_file.read_text()
 
 

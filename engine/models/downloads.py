@@ -15,16 +15,12 @@ A catalog model is downloaded only when the catalog pins its sha256 and size.
 from __future__ import annotations
 
 import errno
-import http.client
 import os
 import shutil
 import socket
-import ssl
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import Enum
@@ -150,6 +146,9 @@ def _host(url: str) -> str:
 
 
 def _network_error(url: str, reason: object, timeout: float, done: int = 0) -> DownloadError:
+    import http.client  # here, not at the top: see _fetch
+    import ssl
+
     host = _host(url)
     resume = " Run it again to resume." if done else ""
     if isinstance(reason, socket.gaierror):
@@ -226,6 +225,12 @@ def _fetch(
     timeout: float,
 ) -> None:
     """Bring `part` to the whole file, resuming from what it already holds."""
+    # Imported on the first download, not with the window: HTTP, TLS and their email
+    # parsing are 3 MiB of an idle window that may never download (the bench's idle row).
+    import http.client
+    import urllib.error
+    import urllib.request
+
     offset = part.stat().st_size if part.exists() else 0
     if size is not None and offset > size:
         raise _Restart  # longer than the file can be: not ours to continue
