@@ -472,6 +472,7 @@ typedef struct {
     int threads; /* that run: the barrier's count */
     int joined;  /* threads that took their index (atomic) */
     tw_share shares[2][64];
+    job_t *jobs; /* each layer's convolution in this call (layer_job), made once */
 } run_t;
 
 static void shuffle_rows(const tw_chain_t *c, const float *act, int mod, const float *image,
@@ -513,15 +514,14 @@ static void step_plan(const tw_chain_t *c, int s, step_t *st) {
                       : 0;
 }
 
-static job_t layer_job(const run_t *run, int l) {
-    const tw_chain_t *c = run->c;
+static job_t layer_job(const tw_chain_t *c, int l, const float *in, float *out) {
     const tw_layer *L = &c->layers[l];
     const int last = l == c->n - 1, planar = last && c->r == 0 && c->channels > 0;
-    return (job_t){l == 0 ? run->in : c->rings[l - 1],
+    return (job_t){l == 0 ? in : c->rings[l - 1],
                    L->U,
                    L->bias,
                    L->slope,
-                   last && c->r == 0 ? run->out : c->rings[l],
+                   last && c->r == 0 ? out : c->rings[l],
                    c->H,
                    c->W,
                    L->cinp,
@@ -539,28 +539,35 @@ static job_t layer_job(const run_t *run, int l) {
                    {1, 1}};
 }
 
+/* Thread t's columns of tiles [x0, x1), in `blocks` blocks of NT: the same in every step. */
+typedef struct {
+    int x0, x1, blocks;
+} tw_cols;
+
+static tw_cols share_cols(const run_t *run, int t) {
+    const int x0 = run->c->tiles_w * t / run->threads, x1 = run->c->tiles_w * (t + 1) / run->threads;
+    return (tw_cols){x0, x1, (x1 - x0 + NT - 1) / NT};
+}
+
 /* Thread t's share of step s, in order: each layer's rows, a block of NT tiles of t's
  * columns at a time; then the shuffle's rows k = t, t + threads, ... */
 static int share_items(const run_t *run, const step_t *st, int t) {
-    const int x0 = run->c->tiles_w * t / run->threads, x1 = run->c->tiles_w * (t + 1) / run->threads;
-    const int blocks = (x1 - x0 + NT - 1) / NT;
     const int shuffles = t < st->shuffle ? (st->shuffle - t + run->threads - 1) / run->threads : 0;
-    return st->all_rows * blocks + shuffles;
+    return st->all_rows * share_cols(run, t).blocks + shuffles;
 }
 
 static void share_item(const run_t *run, const step_t *st, int s, int t, int item, float *V, float *M) {
     const tw_chain_t *c = run->c;
-    const int x0 = c->tiles_w * t / run->threads, x1 = c->tiles_w * (t + 1) / run->threads;
-    const int blocks = (x1 - x0 + NT - 1) / NT;
-    if (item < st->all_rows * blocks) {
+    const tw_cols cols = share_cols(run, t);
+    if (item < st->all_rows * cols.blocks) {
         int l = 0;
-        while (item >= st->rows[l] * blocks) item -= st->rows[l++] * blocks;
-        const int k = item / blocks, tx = x0 + item % blocks * NT;
-        const job_t j = layer_job(run, l);
-        run->block(&j, (s - 2 * l) * c->group + k, tx, x1 - tx < NT ? x1 - tx : NT, V, M);
+        while (item >= st->rows[l] * cols.blocks) item -= st->rows[l++] * cols.blocks;
+        const int k = item / cols.blocks, tx = cols.x0 + item % cols.blocks * NT;
+        const int nt = cols.x1 - tx < NT ? cols.x1 - tx : NT;
+        run->block(&run->jobs[l], (s - 2 * l) * c->group + k, tx, nt, V, M);
         return;
     }
-    const int k = t + (item - st->all_rows * blocks) * run->threads;
+    const int k = t + (item - st->all_rows * cols.blocks) * run->threads;
     const int y0 = (st->sg * c->group + k) * 4, y1 = y0 + 4 < c->H ? y0 + 4 : c->H;
     shuffle_rows(c, c->rings[c->n - 1], c->ring, run->image, run->out, y0, y1);
 }
@@ -609,9 +616,12 @@ int tw_chain_steps(void *p, const float *in, const float *image, float *out, int
     if (threads < 1) threads = 1;
     if (threads > 64) threads = 64;
     if (s1 <= s0) return 0;
+    job_t *jobs = malloc(sizeof *jobs * (size_t)c->n);
+    if (jobs == NULL) return -1;
+    for (int l = 0; l < c->n; l++) jobs[l] = layer_job(c, l, in, out);
     tw_barrier barrier;
     tw_barrier_init(&barrier);
-    run_t run = {c, in, image, out, s0, s1, tw_block(), &barrier, 0, 0, 0, {{{0}}}};
+    run_t run = {c, in, image, out, s0, s1, tw_block(), &barrier, 0, 0, 0, {{{0}}}, jobs};
     tw_task task = {chain_worker, &run};
     tw_thread ids[64];
     int started = 0;
@@ -627,5 +637,6 @@ int tw_chain_steps(void *p, const float *in, const float *image, float *out, int
     chain_worker(&run);
     for (int i = 0; i < started; i++) tw_thread_join(ids[i]);
     tw_barrier_destroy(&barrier);
+    free(jobs);
     return run.failed ? -1 : 0;
 }
