@@ -51,4 +51,4 @@ class FramesAhead:
             frame = pending.result()  # its decoding error, if any, is raised here
             pending = pool.submit(frames.__getitem__, index + 1) if index + 1 < count else None
             yield frame
-            del frame
+            del frame  # not held while the next one is awaited: one frame ahead, not two

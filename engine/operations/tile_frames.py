@@ -10,7 +10,7 @@ engine's bookkeeping, for the overlap's measurement.
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -101,7 +101,6 @@ class TileOverlap:
         )
         self._blended: Future[None] | None = None
         self._bands: list[Future[None]] = []  # a single tile's rows stored during its run
-        self._queued: list[Future[Any]] = []  # handed to the side thread, maybe not done
 
     def __enter__(self) -> TileOverlap:
         return self
@@ -116,11 +115,7 @@ class TileOverlap:
         at once (a frame's first tensor, its last blend): a hand-over and back costs more
         than it hides when the cores are busy."""
         if self._pool is not None and not now:
-            queued = self._pool.submit(fn, *args)
-            # Only what may still run: a done future holds its result (a tile's tensor).
-            self._queued = [f for f in self._queued if not f.done()]
-            self._queued.append(queued)
-            return queued
+            return self._pool.submit(fn, *args)
         done: Future[T] = Future()
         done.set_result(fn(*args))
         return done
@@ -177,16 +172,13 @@ class TileOverlap:
     def drain(self) -> None:
         """The frame's side work done (its errors raised here)."""
         self._wait()
-        self._queued.clear()
 
     def abandon(self) -> None:
         """The frame is given up (a failure, a cancel, a retry at a smaller tile): what it
-        queued does not run, what runs finishes, and its errors go with it."""
-        queued, self._queued = self._queued, []
+        handed the side thread (a tensor and a blend or two) ends, and its errors go with it."""
         self._bands, self._blended = [], None
-        for future in queued:
-            future.cancel()
-        wait([f for f in queued if not f.cancelled()])
+        if self._pool is not None:
+            self._pool.submit(int).result()  # one thread, in order: all before it has ended
 
 
 @dataclass(frozen=True)
