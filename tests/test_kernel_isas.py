@@ -17,6 +17,7 @@ import onnxruntime as ort
 import pytest
 from PIL import Image
 
+from engine.bench.kernel_contention import measure_kernel_contention
 from engine.bench.kernel_isas import measure_kernel_isas
 from engine.bench.table import Table
 from engine.errors import CpuIsaError
@@ -188,6 +189,25 @@ def test_the_bench_has_a_kernel_row_per_set(
         assert isinstance(row.value, float) and row.value > 0
     assert rows["Tessera ÷ ncnn per instruction set"].value == "skipped"
     assert os.environ.get(winograd.ISA_ENV) is None  # the bench put the settings back
+
+
+def test_the_contention_row_times_the_chain_beside_a_spinner_it_then_stops(
+    tmp_path: Path,
+) -> None:
+    """`bench`'s row "kernel beside one busy process ÷ alone": a ratio of two real runs of
+    the kernel's chain, and the spinning process it started is gone afterwards."""
+    import psutil
+
+    models = tmp_path / "models"
+    make_compact_upscaler(models / "realesrgan-animevideov3-x4.onnx", 4, features=16, convs=4)
+    table = Table(out=io.StringIO())
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    measure_kernel_contention(table, EngineSettings(models_dir=models, threads=2), models, True)
+    (row,) = table.rows
+    assert row.name == "kernel beside one busy process ÷ alone, 256×192"
+    assert isinstance(row.value, float) and row.value > 0, row
+    assert row.target == "ideal 1.50"
+    assert {p.pid for p in psutil.Process().children(recursive=True)} == before
 
 
 def test_a_kernel_that_cannot_be_used_says_why(tmp_path: Path) -> None:

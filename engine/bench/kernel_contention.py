@@ -41,9 +41,7 @@ def measure_kernel_contention(
         table.add(Row(name, "skipped", "", "", None, why))
         return
     threads = settings.threads or kernel_choice.cores()
-    session = chain.load(
-        model, FileIdentity.of(model), threads, lambda data: ort.InferenceSession(data)
-    )
+    session = chain.load(model, FileIdentity.of(model), threads, ort.InferenceSession)
     if session is None:
         table.add(Row(name, "skipped", "", "", None, f"{MODEL} has no chain for the kernel"))
         return
